@@ -1,0 +1,37 @@
+# sigprop — `make demo` runs the main job, `make test` runs the tests. Both set up .venv first:
+# torch 2.13.0 (CPU wheel) is installed before the package so pip never pulls CUDA wheels.
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.sigprop-installed
+OUT    ?= out
+
+.PHONY: setup demo test test-slow bench lint clean
+
+setup: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q torch==2.13.0
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	@touch $(STAMP)
+
+demo: setup
+	@mkdir -p $(OUT)
+	$(BIN)/sigprop predict
+	$(BIN)/sigprop diagram --depth 60 --out $(OUT)/diagram.png
+
+test: setup
+	$(BIN)/python -m pytest
+
+test-slow: setup
+	$(BIN)/python -m pytest -m slow
+
+bench: setup
+	$(BIN)/python benchmarks/bench_theory.py
+
+lint: setup
+	$(BIN)/ruff check src tests benchmarks
+
+clean:
+	rm -rf $(VENV) $(OUT) .pytest_cache

@@ -1,0 +1,194 @@
+"""The ``sigprop`` command line (CLI.md is the contract: option names and JSON shape).
+
+Thin by design: parse, validate (``SpecError`` -> one line on stderr, exit code 2), call the
+library, print. Heavy imports happen inside the commands so start-up stays fast.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+import sys
+from enum import Enum
+from typing import Any
+
+import click
+import typer
+
+from .spec import ArchSpec, SpecError
+
+app = typer.Typer(
+    name="sigprop",
+    help="Predict, measure and prevent rank collapse and entropy collapse in transformers.",
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+)
+
+
+class Fmt(str, Enum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+
+
+def fail(message: str, code: int = 2):
+    """One line on stderr and exit (CLI.md: bad values exit 2, never a traceback)."""
+    typer.echo(f"sigprop: error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def option_name(field: str) -> str:
+    return "--" + field.replace("_", "-")
+
+
+# Spec options shared by every command that takes an architecture (CLI.md "Spec options").
+# name -> (annotation, default, help)
+_SPEC_OPTIONS: dict[str, tuple[Any, Any, str]] = {
+    "depth": (int, 12, "number of blocks"),
+    "d_model": (int, 768, "model width d"),
+    "heads": (int, 12, "attention heads H"),
+    "d_ff": (int | None, None, "MLP width (default 4d)"),
+    "seq_len": (int, 512, "tokens per sequence T"),
+    "norm": (str, "post", "LayerNorm placement: post|pre|none"),
+    "ln_kind": (str, "rms", "LayerNorm kind: rms|layernorm"),
+    "attention": (str, "softmax", "attention variant: softmax|centred|uniform"),
+    "beta": (float | None, None, "score scale as gg25 beta (exclusive with --qk-std)"),
+    "qk_std": (float | None, None, "raw Q/K init std (default: --init-std, i.e. 0.02)"),
+    "scaling": (str, "none", "context-length score scaling: none|log-n|qwen|ssmax|yarn|tau"),
+    "scaling_param": (float | None, None, "parameter of the scaling (THEORY §3.2)"),
+    "alpha_attn": (float, 1.0, "attention residual strength (0 = no residual)"),
+    "alpha_mlp": (float, 1.0, "MLP residual strength (0 = no residual)"),
+    "init_std": (float, 0.02, "std of every weight, as HuggingFace initialises"),
+    "sigma_v2": (float | None, None, "value weight variance x fan-in"),
+    "sigma_w2": (float | None, None, "MLP weight variance x fan-in"),
+    "sigma_w2_out": (float | None, None, "MLP output weight variance x fan-in"),
+    "sigma_o2": (float | None, None, "output projection variance x fan-in"),
+    "sigma_b2": (float, 0.0, "bias variance"),
+    "activation": (str, "relu", "MLP activation: relu|gelu|tanh|silu|linear|swiglu"),
+    "causal": (bool, False, "decoder (causal) attention"),
+    "rho0": (float | None, None, "input cosine for theory (default 0)"),
+    "rho_max": (float, 0.9, "rank-collapse threshold on the final cosine"),
+}
+
+
+def spec_command(fn):
+    """Add the spec options to a command; it receives ``spec: ArchSpec`` instead."""
+    sig = inspect.signature(fn)
+    own = [p for name, p in sig.parameters.items() if name != "spec"]
+    extra = []
+    for name, (ann, default, help_) in _SPEC_OPTIONS.items():
+        opt = typer.Option(default, option_name(name), help=help_, show_default=default is not None)
+        extra.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt,
+                                       annotation=ann))
+
+    @functools.wraps(fn)
+    def wrapper(**kwargs):
+        values = {k: kwargs.pop(k) for k in _SPEC_OPTIONS}
+        try:
+            spec = ArchSpec(**values)
+        except SpecError as err:
+            fail(f"{option_name(err.field)}: {str(err).split(': ', 1)[1]}")
+        return fn(spec=spec, **kwargs)
+
+    wrapper.__signature__ = sig.replace(parameters=own + extra)
+    return wrapper
+
+
+FormatOpt = typer.Option(Fmt.table, "--format", help="output format")
+AsymptoticOpt = typer.Option(False, "--asymptotic", help="T -> inf theory (THEORY §2.2)")
+SeedOpt = typer.Option(0, "--seed", help="randomness seed")
+
+
+def _emit_json(obj: dict) -> None:
+    from .trajectory import clean_json
+
+    sys.stdout.write(json.dumps(clean_json(obj), indent=1) + "\n")
+
+
+@app.command()
+@spec_command
+def predict(spec: ArchSpec, asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatOpt,
+            seed: int = SeedOpt) -> None:
+    """Theory trajectory (cos, q, ipr, entropy, wmax per layer), verdict and alpha_crit."""
+    from . import trajectory
+    from .theory import blocks, diagram
+
+    traj = blocks.propagate(spec, asymptotic=asymptotic)
+    verdict = blocks.verdict(spec, traj, asymptotic=asymptotic)
+    a_crit = float(diagram.alpha_crit(spec, asymptotic=asymptotic)[0])
+    derived = spec.derived()
+    if fmt == Fmt.json:
+        _emit_json({"spec": spec.to_dict(), "derived": derived, "rows": trajectory.to_rows(traj),
+                    "verdict": verdict, "alpha_crit": a_crit})
+    elif fmt == Fmt.csv:
+        traj.drop(columns=[c for c in traj.columns if c.startswith("spec.")]).to_csv(
+            sys.stdout, index=False)
+    else:
+        from .report import console
+
+        console.print_prediction(spec, traj, derived, verdict, a_crit)
+
+
+@app.command("diagram")
+@spec_command
+def diagram_cmd(spec: ArchSpec,
+                out: str | None = typer.Option(None, "--out", help="write the diagram PNG"),
+                grid: int = typer.Option(256, "--grid", help="grid points per axis"),
+                beta_max: float | None = typer.Option(None, "--beta-max", help="beta axis end"),
+                alpha_max: float | None = typer.Option(None, "--alpha-max",
+                                                       help="alpha_attn axis end"),
+                asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatOpt,
+                seed: int = SeedOpt) -> None:
+    """(beta, alpha_attn) trainability diagram for the spec's depth (THEORY §2.7)."""
+    from .theory import diagram
+
+    if not 2 <= grid <= 4096:
+        fail(f"--grid: must be an integer in [2, 4096] (got {grid})")
+    for name, val in (("--beta-max", beta_max), ("--alpha-max", alpha_max)):
+        if val is not None and not 0 < val <= 1e3:
+            fail(f"{name}: must be a number in (0, 1000] (got {val})")
+    d = diagram.compute(spec, n_beta=grid, n_alpha=grid, beta_max=beta_max,
+                        alpha_max=alpha_max, asymptotic=asymptotic)
+    if out:
+        from .report.figures import plot_diagram
+
+        try:
+            plot_diagram(d, out, spec=spec)
+        except OSError as err:
+            fail(f"--out: cannot write {out!r} ({err.strerror or err})")
+    if fmt == Fmt.json:
+        _emit_json({"spec": spec.to_dict(), "derived": spec.derived(), **d.to_json(),
+                    "out": out})
+    elif fmt == Fmt.csv:
+        import pandas as pd
+
+        pd.DataFrame({"beta": d.betas, "alpha_crit": d.alpha_crit}).to_csv(sys.stdout,
+                                                                           index=False)
+    else:
+        from .report import console
+
+        console.print_diagram(spec, d, out)
+
+
+def main() -> None:
+    """Entry point: click usage errors become one line and exit code 2 (no tracebacks)."""
+    try:
+        rv = app(standalone_mode=False)
+    except click.exceptions.UsageError as err:
+        typer.echo(f"sigprop: error: {err.format_message()}", err=True)
+        sys.exit(2)
+    except click.exceptions.Abort:
+        typer.echo("sigprop: aborted", err=True)
+        sys.exit(130)
+    except click.exceptions.Exit as err:
+        sys.exit(err.exit_code)
+    except SpecError as err:
+        typer.echo(f"sigprop: error: {err}", err=True)
+        sys.exit(2)
+    sys.exit(rv if isinstance(rv, int) else 0)
+
+
+if __name__ == "__main__":
+    main()

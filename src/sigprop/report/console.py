@@ -1,0 +1,73 @@
+"""Rich tables for the CLI's default ``--format table`` output."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+from rich.console import Console
+from rich.table import Table
+
+from .. import trajectory
+from ..spec import ArchSpec
+
+_VERDICT_STYLE = {"trainable": "bold green", "rank_collapse": "bold yellow",
+                  "entropy_collapse": "bold red"}
+_COLUMNS = ("cos", "q", "ipr", "ipr_cross", "entropy", "wmax")
+
+
+def _fmt(x: float) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "inf" if x == math.inf else "–"
+    return f"{x:.4g}"
+
+
+def _derived_table(derived: dict) -> Table:
+    t = Table(title="derived (THEORY §6)", show_header=False, box=None)
+    for k, v in derived.items():
+        t.add_row(k, _fmt(float(v)))
+    return t
+
+
+def print_prediction(spec: ArchSpec, traj: pd.DataFrame, derived: dict, verdict: str,
+                     alpha_crit: float, console: Console | None = None) -> None:
+    console = console or Console()
+    src = traj["source"].iloc[0]
+    w = trajectory.wide(traj)
+    t = Table(title=f"sigprop predict — {spec.norm}-LN, L={spec.depth}, T={spec.seq_len}, "
+                    f"{spec.attention} attention, {spec.activation} ({src})")
+    t.add_column("layer", justify="right")
+    cols = [c for c in _COLUMNS if c in w.columns]
+    for c in cols:
+        t.add_column(c, justify="right")
+    for layer, row in w.iterrows():
+        t.add_row(str(layer), *(_fmt(row[c]) if pd.notna(row[c]) else "" for c in cols))
+    console.print(t)
+    console.print(_derived_table(derived))
+    console.print(f"verdict: [{_VERDICT_STYLE[verdict]}]{verdict}[/]   "
+                  f"alpha_crit(L={spec.depth}) = {_fmt(alpha_crit)}   "
+                  f"(spec alpha_attn = {spec.alpha_attn:g}, rho_max = {spec.rho_max:g})")
+
+
+def print_diagram(spec: ArchSpec, d, out: str | None, console: Console | None = None) -> None:
+    import numpy as np
+
+    console = console or Console()
+    t = Table(title=f"trainability diagram — L={d.depth}, rho0={d.rho0:g}, "
+                    f"beta_c={d.beta_c:.4g}, rho_max={d.rho_max:g}")
+    t.add_column("beta", justify="right")
+    t.add_column("alpha_crit", justify="right")
+    idx = np.unique(np.linspace(0, len(d.betas) - 1, 12).round().astype(int))
+    for i in idx:
+        t.add_row(_fmt(float(d.betas[i])), _fmt(float(d.alpha_crit[i])))
+    console.print(t)
+    shares = np.bincount(d.regime.ravel(), minlength=3) / d.regime.size
+    console.print("grid shares: " + ", ".join(
+        f"[{_VERDICT_STYLE[n]}]{n}[/] {s:.0%}" for n, s in
+        zip(("trainable", "rank_collapse", "entropy_collapse"), shares, strict=True)))
+    p = d.point
+    console.print(f"this spec: beta={p['beta']:.4g}, alpha_attn={p['alpha']:g} -> "
+                  f"[{_VERDICT_STYLE[p['regime']]}]{p['regime']}[/] "
+                  f"(rho_L={p['rho_L']:.4g}, alpha_crit={_fmt(p['alpha_crit'])})")
+    if out:
+        console.print(f"wrote {out}")

@@ -1,0 +1,54 @@
+"""Paper-ready matplotlib figures (Agg backend, no display needed)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..spec import ArchSpec
+
+REGIME_COLOURS = ("#4c72b0", "#f2c14e", "#d1495b")  # trainable, rank, entropy collapse
+
+
+def _pyplot():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def plot_diagram(d, path: str, spec: ArchSpec | None = None, dpi: int = 150) -> None:
+    """gg25 Fig. 1(c)-style diagram: the three regimes over (beta, alpha_attn), the
+    alpha_crit(L) curve, beta_c and the spec's own point."""
+    plt = _pyplot()
+    from matplotlib.colors import ListedColormap
+    from matplotlib.patches import Patch
+
+    fig, ax = plt.subplots(figsize=(5.6, 4.2), constrained_layout=True)
+    extent = (d.betas[0], d.betas[-1], d.alphas[0], d.alphas[-1])
+    ax.imshow(d.regime.T, origin="lower", aspect="auto", extent=extent,
+              cmap=ListedColormap(REGIME_COLOURS), vmin=0, vmax=2, interpolation="nearest")
+    below = d.betas <= d.beta_c
+    crit = np.where(np.isfinite(d.alpha_crit), d.alpha_crit, np.nan)
+    ax.plot(d.betas[below], crit[below], "k-", lw=1.6, label=r"$\alpha_{crit}(L)$")
+    if np.isfinite(d.beta_c):
+        ax.axvline(d.beta_c, color="k", ls="--", lw=1.0, label=r"$\beta_c(\rho_0)$")
+    p = d.point
+    ax.plot([p["beta"]], [p["alpha"]], marker="*", ms=14, mfc="white", mec="k",
+            ls="none", label="this spec")
+    ax.set_xlim(extent[0], extent[1])
+    ax.set_ylim(extent[2], extent[3])
+    ax.set_xlabel(r"$\beta$ (score scale, gg25 Eq. 11)")
+    ax.set_ylabel(r"$\alpha_{attn}$ (attention residual strength)")
+    title = f"Trainability, L={d.depth}"
+    if spec is not None:
+        title += f", {spec.norm}-LN, {spec.activation}, T={spec.seq_len}"
+    ax.set_title(title, fontsize=10)
+    handles = [Patch(color=c, label=n) for c, n in
+               zip(REGIME_COLOURS, ("trainable", "rank collapse", "entropy collapse"),
+                   strict=True)]
+    h2, _ = ax.get_legend_handles_labels()
+    ax.legend(handles=handles + h2, fontsize=7, loc="upper right", framealpha=0.9)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)

@@ -1,0 +1,307 @@
+"""ArchSpec: the one validated description of an architecture (ARCHITECTURE.md).
+
+Both the theory map (:func:`sigprop.theory.blocks.propagate`) and the torch model are built from
+an :class:`ArchSpec`. Bad values raise :class:`SpecError`, whose message is one line naming the
+field and its allowed range; the CLI prints it and exits with code 2.
+
+Variance conventions (THEORY §2.4-2.5): ``sigma_v2``, ``sigma_w2``, ``sigma_o2`` are weight
+variances *times fan-in* (``W_V ~ N(0, sigma_v2 / d)``); ``sigma_b2`` is the variance of every
+bias. Two ways to set them:
+
+* **HF mode** (no explicit ``sigma_v2`` / ``sigma_w2``): every weight is ``N(0, init_std^2)`` as
+  HuggingFace initialises BERT/GPT-2, so ``sigma_v2 = sigma_o2 = init_std^2 d``, the MLP input
+  ``sigma_w2 = init_std^2 d`` and output ``sigma_w2_out = init_std^2 d_ff``; an output
+  projection ``W_O`` is present.
+* **mean-field mode** (``sigma_v2`` or ``sigma_w2`` given): gg25's parametrisation, one
+  ``sigma_w2`` for both MLP matrices and no output projection unless ``sigma_o2`` is given.
+  A variance left unset takes its HF-mode value.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, fields, replace
+from typing import Any
+
+import numpy as np
+
+NORMS = ("post", "pre", "none")
+LN_KINDS = ("rms", "layernorm")
+ATTENTIONS = ("softmax", "centred", "uniform")
+ACTIVATIONS = ("relu", "gelu", "tanh", "silu", "linear", "swiglu")
+SCALINGS = ("none", "log-n", "qwen", "ssmax", "yarn", "tau")
+
+#: Default reference length for the length scalings (training context of BERT-base).
+DEFAULT_TRAIN_LEN = 512
+MAX_SEQ_LEN = 2**30
+
+
+class SpecError(ValueError):
+    """Invalid architecture value; ``str(err)`` is one line naming the field and its range."""
+
+    def __init__(self, field_name: str, message: str):
+        self.field = field_name
+        super().__init__(f"{field_name}: {message}")
+
+
+# --------------------------------------------------------------------------------------------
+# Context-length score scalings (THEORY §3.2, clpr25 Table 1)
+# --------------------------------------------------------------------------------------------
+def _default_scaling_param(kind: str) -> float:
+    return {
+        "none": 1.0,
+        "log-n": float(DEFAULT_TRAIN_LEN),  # reference length n_ref
+        "qwen": float(DEFAULT_TRAIN_LEN),  # training length n_train
+        "ssmax": 1.0 / math.log(DEFAULT_TRAIN_LEN),  # s, so that s log n = 1 at n = 512
+        "yarn": 1.0,  # context extension factor s
+        "tau": 1.0,  # temperature tau
+    }[kind]
+
+
+def score_multiplier(kind: str, n, param: float | None = None) -> np.ndarray:
+    """Multiplier ``s(n)`` applied to the attention logits (so to beta), THEORY §3.2.
+
+    Exact forms implemented (``n`` = number of keys, vectorised over ``n``):
+
+    * ``none``: 1.
+    * ``log-n``: ``log n / log n_ref`` (``param = n_ref``, default 512): clpr25's critical
+      log-length scaling, normalised to 1 at the reference (training) length.
+    * ``qwen``: ``max(1, log n / log n_train)`` (``param = n_train``, default 512): Qwen's
+      ``log_{n_train} n`` applied only beyond the training length.
+    * ``ssmax``: ``s log n`` (``param = s``, default ``1/log 512``): Scalable-Softmax.
+    * ``yarn``: ``(0.1 ln s + 1)^2`` (``param = s >= 1``, default 1): YaRN's attention factor
+      ``sqrt(1/t) = 0.1 ln s + 1`` applied to both queries and keys, hence squared in the logits;
+      independent of n.
+    * ``tau``: ``1 / tau`` (``param = tau``, default 1): tempered softmax (noci22 §3.3).
+    """
+    if kind not in SCALINGS:
+        raise SpecError("scaling", f"must be one of {', '.join(SCALINGS)} (got {kind!r})")
+    p = _default_scaling_param(kind) if param is None else float(param)
+    n = np.asarray(n, dtype=np.float64)
+    logn = np.log(np.maximum(n, 1.0))
+    if kind == "none":
+        return np.ones_like(n)
+    if kind == "log-n":
+        return logn / math.log(p)
+    if kind == "qwen":
+        return np.maximum(1.0, logn / math.log(p))
+    if kind == "ssmax":
+        return p * logn
+    if kind == "yarn":
+        return np.full_like(n, (0.1 * math.log(p) + 1.0) ** 2)
+    return np.full_like(n, 1.0 / p)  # tau
+
+
+# --------------------------------------------------------------------------------------------
+# validation helpers
+# --------------------------------------------------------------------------------------------
+def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer):
+        raise SpecError(name, f"must be an integer in [{lo}, {hi}] (got {value!r})")
+    if not lo <= value <= hi:
+        raise SpecError(name, f"must be an integer in [{lo}, {hi}] (got {value})")
+
+
+def _check_float(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False) -> None:
+    lo_b = "(" if lo_open else "["
+    try:
+        x = float(value)
+    except (TypeError, ValueError):
+        raise SpecError(name, f"must be a number in {lo_b}{lo:g}, {hi:g}] (got {value!r})")
+    if not math.isfinite(x) or x < lo or (lo_open and x == lo) or x > hi:
+        raise SpecError(name, f"must be a finite number in {lo_b}{lo:g}, {hi:g}] (got {value!r})")
+
+
+def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
+    if value not in choices:
+        raise SpecError(name, f"must be one of {', '.join(choices)} (got {value!r})")
+
+
+@dataclass(frozen=True)
+class ArchSpec:
+    """A transformer architecture at initialisation (CLI.md spec table; defaults = BERT-base).
+
+    Set the score scale either with ``beta`` (gg25 Eq. 11, THEORY §2.1; REM initialisation)
+    or with ``qk_std`` (raw Q/K weight std); when neither is given ``qk_std = init_std``.
+    """
+
+    depth: int = 12
+    d_model: int = 768
+    heads: int = 12
+    d_ff: int | None = None
+    seq_len: int = 512
+    norm: str = "post"
+    ln_kind: str = "rms"
+    attention: str = "softmax"
+    beta: float | None = None
+    qk_std: float | None = None
+    scaling: str = "none"
+    scaling_param: float | None = None
+    alpha_attn: float = 1.0
+    alpha_mlp: float = 1.0
+    init_std: float = 0.02
+    sigma_v2: float | None = None
+    sigma_w2: float | None = None
+    sigma_w2_out: float | None = None
+    sigma_o2: float | None = None
+    sigma_b2: float = 0.0
+    activation: str = "relu"
+    causal: bool = False
+    rho0: float | None = None
+    rho_max: float = 0.9
+
+    def __post_init__(self) -> None:
+        _check_int("depth", self.depth, 1, 100_000)
+        _check_int("d_model", self.d_model, 1, 1_000_000)
+        _check_int("heads", self.heads, 1, self.d_model)
+        if self.d_model % self.heads:
+            raise SpecError("heads", f"must divide d_model={self.d_model} (got {self.heads})")
+        if self.d_ff is not None:
+            _check_int("d_ff", self.d_ff, 1, 10_000_000)
+        _check_int("seq_len", self.seq_len, 2, MAX_SEQ_LEN)
+        _check_choice("norm", self.norm, NORMS)
+        _check_choice("ln_kind", self.ln_kind, LN_KINDS)
+        _check_choice("attention", self.attention, ATTENTIONS)
+        _check_choice("scaling", self.scaling, SCALINGS)
+        _check_choice("activation", self.activation, ACTIVATIONS)
+        if self.beta is not None and self.qk_std is not None:
+            raise SpecError("beta", "give beta or qk_std, not both")
+        if self.beta is not None:
+            _check_float("beta", self.beta, 0.0, 1e4)
+        if self.qk_std is not None:
+            _check_float("qk_std", self.qk_std, 0.0, 1e3)
+        if self.scaling_param is not None:
+            _check_float("scaling_param", self.scaling_param, 0.0, 1e12, lo_open=True)
+            if self.scaling in ("log-n", "qwen") and self.scaling_param <= 1:
+                raise SpecError("scaling_param", f"must be a length > 1 for {self.scaling}")
+            if self.scaling == "yarn" and self.scaling_param < 1:
+                raise SpecError("scaling_param", "must be >= 1 for yarn (extension factor)")
+        _check_float("alpha_attn", self.alpha_attn, 0.0, 1e6)
+        _check_float("alpha_mlp", self.alpha_mlp, 0.0, 1e6)
+        _check_float("init_std", self.init_std, 0.0, 1e3, lo_open=True)
+        for name in ("sigma_v2", "sigma_w2", "sigma_w2_out", "sigma_o2"):
+            if getattr(self, name) is not None:
+                _check_float(name, getattr(self, name), 0.0, 1e6)
+        _check_float("sigma_b2", self.sigma_b2, 0.0, 1e6)
+        if not isinstance(self.causal, bool | np.bool_):
+            raise SpecError("causal", f"must be true or false (got {self.causal!r})")
+        if self.rho0 is not None:
+            _check_float("rho0", self.rho0, 0.0, 1.0)
+        _check_float("rho_max", self.rho_max, 0.0, 1.0, lo_open=True)
+
+    # ---------------------------------------------------------------- resolved widths/variances
+    @property
+    def d_head(self) -> int:
+        return self.d_model // self.heads
+
+    @property
+    def ff(self) -> int:
+        """MLP width (``d_ff``, default 4 d)."""
+        return self.d_ff if self.d_ff is not None else 4 * self.d_model
+
+    @property
+    def mean_field_mode(self) -> bool:
+        return self.sigma_v2 is not None or self.sigma_w2 is not None
+
+    @property
+    def var_v(self) -> float:
+        """Value weight variance times fan-in (THEORY §2.4)."""
+        return self.sigma_v2 if self.sigma_v2 is not None else self.init_std**2 * self.d_model
+
+    @property
+    def var_w_in(self) -> float:
+        """MLP first-matrix variance times fan-in (THEORY §2.5)."""
+        return self.sigma_w2 if self.sigma_w2 is not None else self.init_std**2 * self.d_model
+
+    @property
+    def var_w_out(self) -> float:
+        """MLP second-matrix variance times fan-in ``d_ff``."""
+        if self.sigma_w2_out is not None:
+            return self.sigma_w2_out
+        if self.mean_field_mode:
+            return self.var_w_in
+        return self.init_std**2 * self.ff
+
+    @property
+    def var_o(self) -> float | None:
+        """Output-projection variance times fan-in, or None when there is no W_O."""
+        if self.sigma_o2 is not None:
+            return self.sigma_o2
+        return None if self.mean_field_mode else self.init_std**2 * self.d_model
+
+    @property
+    def rho_init(self) -> float:
+        return 0.0 if self.rho0 is None else float(self.rho0)
+
+    # ---------------------------------------------------------------- score scale (THEORY §2.1)
+    @property
+    def multiplier(self) -> float:
+        """Score multiplier of the length scaling at ``seq_len`` (THEORY §3.2)."""
+        return float(score_multiplier(self.scaling, self.seq_len, self.scaling_param))
+
+    @property
+    def sigma_s(self) -> float:
+        """Score std for inputs with q = 1, including the length scaling (THEORY §2.1).
+
+        ``beta`` given: ``sigma_s = beta sqrt(log T)`` (REM initialisation);
+        otherwise ``sigma_s = qk_std^2 d`` (``sigma_q = sigma_k = qk_std``, any number of heads).
+        """
+        if self.beta is not None:
+            base = self.beta * math.sqrt(math.log(self.seq_len))
+        else:
+            s = self.qk_std if self.qk_std is not None else self.init_std
+            base = s * s * self.d_model
+        return base * self.multiplier
+
+    @property
+    def beta_eff(self) -> float:
+        """gg25's effective inverse temperature ``sigma_s / sqrt(log T)`` (gg25 B.1)."""
+        return self.sigma_s / math.sqrt(math.log(self.seq_len))
+
+    def rem_qk_std(self) -> float:
+        """Q/K weight std giving this spec's beta for any number of heads (THEORY §2.1):
+        ``sigma_q = sigma_k = sqrt(beta sqrt(log T) / d)`` (before the length scaling)."""
+        return math.sqrt(self.sigma_s / self.multiplier / self.d_model)
+
+    def derived(self, rho: float | None = None) -> dict[str, float]:
+        """THEORY §6: the first layer's score scale in the five papers' terms, at input cosine
+        ``rho`` (default the spec's ``rho0``, else 0). noci22's ``tau_star`` needs the uniform
+        attention theory and is added by :mod:`sigprop.theory.uniform` where available."""
+        r = self.rho_init if rho is None else float(rho)
+        T = self.seq_len
+        logT = math.log(T)
+        s = self.sigma_s
+        beta = self.beta_eff
+        bc = math.inf if r >= 1 else math.sqrt(2.0 / (1.0 - r))
+        with np.errstate(over="ignore"):
+            sigma_a = float(np.sqrt(np.expm1(s * s * (1.0 - r))))
+        return {
+            "sigma_s": s,
+            "beta": beta,
+            "beta_c": bc,
+            "beta_over_beta_c": beta / bc,
+            "gamma": s / logT,
+            "gamma_c": math.inf if r >= 1 else 1.0 / (1.0 - r),
+            "gamma_one_minus_rho": s / logT * (1.0 - r),
+            "deshpande_ratio": s * math.sqrt(1.0 - r) / math.sqrt(2.0 * logT),
+            "sigma_A": sigma_a,
+            "tau": self.scaling_param if self.scaling == "tau" and self.scaling_param else 1.0,
+            "rho0": r,
+            "d_head": self.d_head,
+            "multiplier": self.multiplier,
+        }
+
+    # ---------------------------------------------------------------- conversions
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> ArchSpec:
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise SpecError(unknown[0], f"unknown field; allowed: {', '.join(sorted(names))}")
+        return cls(**data)
+
+    def replace(self, **changes: Any) -> ArchSpec:
+        return replace(self, **changes)

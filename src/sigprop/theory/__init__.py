@@ -1,0 +1,1 @@
+"""Pure NumPy/SciPy theory of signal propagation (float64, vectorised). Never imports torch."""

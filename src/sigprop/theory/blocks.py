@@ -1,0 +1,247 @@
+"""Transformer blocks as maps of the homogeneous token state (q, p) (THEORY §2.4-2.6).
+
+Every function is NumPy float64 and broadcasts over arrays of any parameter, so the same code
+serves one spec (:func:`propagate`) and a whole trainability grid (:mod:`.diagram`).
+
+State: ``q = E|x|^2/d``, ``p = E<x_a, x_b>/d``, ``rho = p/q`` (THEORY §1). LayerNorm is the
+RMS-style norm of gg25 (no mean subtraction); standard LayerNorm gives the same map at large d
+(the feature mean of a token at init is O(1/sqrt d)), so ``ln_kind`` does not enter the theory.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
+
+import numpy as np
+
+from ..spec import ArchSpec, SpecError
+from . import kernels, rem
+
+#: number of query positions sampled (log-spaced) for causal statistics
+CAUSAL_POSITIONS = 12
+
+
+class AttentionStats(NamedTuple):
+    """Row statistics of one attention layer (THEORY §1): ``y2`` = ipr, ``yx`` = ipr_cross,
+    normalised ``entropy``, ``wmax``; ``inv_t`` = the uniform weight 1/#keys (0 in the T -> inf
+    limit), which centred attention subtracts."""
+
+    y2: np.ndarray
+    yx: np.ndarray
+    entropy: np.ndarray | None
+    wmax: np.ndarray | None
+    inv_t: np.ndarray
+
+
+def _causal_nodes(T: int, k: int = CAUSAL_POSITIONS) -> tuple[np.ndarray, np.ndarray]:
+    """Log-spaced query positions t (number of visible keys) and the share of the T positions
+    each node stands for (THEORY §2.4 causal: the query at t is a REM with N = t keys)."""
+    nodes = np.unique(np.round(np.geomspace(1, T, min(k, T))).astype(int))
+    edges = np.concatenate([[0.5], 0.5 * (nodes[1:] + nodes[:-1]), [T + 0.5]])
+    weights = np.diff(edges) / T
+    return nodes.astype(float), weights
+
+
+def _finite_stats(v, rho, n, d_head, full):
+    y2 = rem.y2_table(n, d_head)(v)
+    yx = rem.yx_table(n, d_head)(v, rho)
+    ent = rem.entropy_table(n, d_head)(v) if full else None
+    wm = rem.wmax_table(n, d_head)(v) if full else None
+    return y2, yx, ent, wm
+
+
+def attention_stats(sigma_s, rho, T: int, *, d_head: int | None = None, causal: bool = False,
+                    asymptotic: bool = False, full: bool = False) -> AttentionStats:
+    """Statistics of softmax attention with score std ``sigma_s`` on tokens at cosine ``rho``.
+
+    A row is a REM with i.i.d. energies of variance ``v = sigma_s^2 (1 - rho)`` (THEORY §2.1).
+    ``asymptotic``: the T -> inf REM (§2.2) with ``beta = sigma_s / sqrt(log T)``; otherwise the
+    exact finite-T expectations of §2.3 (tabulated per T), averaged over the chi2(d_head) spread
+    of query norms when ``d_head`` is given. ``causal``: averaged over query positions, the query
+    at position t seeing t keys (THEORY §2.4). ``full`` adds entropy and wmax.
+    """
+    sigma_s = np.asarray(sigma_s, dtype=np.float64)
+    rho = np.clip(np.asarray(rho, dtype=np.float64), 0.0, 1.0)
+    if asymptotic:
+        beta = sigma_s / math.sqrt(math.log(T))
+        shape = np.broadcast(beta, rho).shape
+        ent = rem.entropy_asymptotic(beta, rho) if full else None
+        wm = rem.wmax_asymptotic(beta, rho) if full else None
+        return AttentionStats(rem.y2_asymptotic(beta, rho), np.zeros(shape), ent, wm,
+                              np.zeros(shape))
+    v = sigma_s**2 * (1.0 - rho)
+    if not causal:
+        y2, yx, ent, wm = _finite_stats(v, rho, T, d_head, full)
+        return AttentionStats(y2, yx, ent, wm, np.full(np.shape(y2), 1.0 / T))
+    nodes, weights = _causal_nodes(T)
+    acc = [0.0, 0.0, 0.0, 0.0, 0.0]
+    for t, w in zip(nodes, weights, strict=True):
+        if t == 1:  # a single visible key: weight 1 on it
+            vals = (np.ones_like(v), np.ones_like(v), np.ones_like(v), np.ones_like(v))
+        else:
+            vals = _finite_stats(v, rho, int(t), d_head, full)
+        for i, val in enumerate(vals):
+            if val is not None:
+                acc[i] = acc[i] + w * val
+        acc[4] = acc[4] + w / t
+    return AttentionStats(acc[0], acc[1], acc[2] if full else None, acc[3] if full else None,
+                          np.broadcast_to(acc[4], np.shape(acc[0])))
+
+
+def uniform_stats(shape, T: int, *, causal: bool = False, asymptotic: bool = False):
+    """Uniform attention (noci22 Assumption 3.1): every weight 1/#keys."""
+    if asymptotic:
+        inv = 0.0
+    elif causal:
+        nodes, weights = _causal_nodes(T)
+        inv = float(np.sum(weights / nodes))
+    else:
+        inv = 1.0 / T
+    arr = np.full(shape, inv)
+    return AttentionStats(arr, arr, np.ones(shape), arr, arr)
+
+
+def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o=None):
+    """(q, p) after one attention layer (THEORY §2.4), before the residual.
+
+    softmax/uniform: ``q_att = s_v^2 [p + (q-p) Y2] + s_b^2``, ``p_att = s_v^2 [p + (q-p) Yx]
+    + s_b^2``; centred (A - 11^T/T): ``s_v^2 (q-p)(Y2 - 1/T)`` and ``s_v^2 (q-p)(Yx - 1/T)``.
+    With an output projection: ``q -> s_o^2 q + s_b^2`` (same for p).
+    """
+    if variant == "centred":
+        qa = var_v * (q - p) * (st.y2 - st.inv_t)
+        pa = var_v * (q - p) * (st.yx - st.inv_t)
+    else:
+        qa = var_v * (p + (q - p) * st.y2) + var_b
+        pa = var_v * (p + (q - p) * st.yx) + var_b
+    if var_o is not None:
+        qa, pa = var_o * qa + var_b, var_o * pa + var_b
+    return qa, pa
+
+
+def mlp_map(q, p, *, activation: str, var_w_in, var_w_out, var_b):
+    """(q, p) after the two-layer MLP (THEORY §2.5, gg25 Eqs. 17-18)."""
+    q1, p1 = var_w_in * q + var_b, var_w_in * p + var_b
+    k_diag, k_off = kernels.kernel(activation, q1, p1)
+    return var_w_out * k_diag + var_b, var_w_out * k_off + var_b
+
+
+@dataclass(frozen=True)
+class BlockParams:
+    """The block map's parameters; numeric fields may be broadcastable arrays."""
+
+    sigma_s0: object  # score std for attention inputs with q = 1
+    alpha_attn: object
+    alpha_mlp: object
+    var_v: object
+    var_w_in: object
+    var_w_out: object
+    var_b: object
+    var_o: object
+    norm: str
+    attention: str
+    activation: str
+    seq_len: int
+    d_head: int | None
+    causal: bool
+
+    @classmethod
+    def from_spec(cls, spec: ArchSpec, **override) -> BlockParams:
+        base = dict(
+            sigma_s0=spec.sigma_s, alpha_attn=spec.alpha_attn, alpha_mlp=spec.alpha_mlp,
+            var_v=spec.var_v, var_w_in=spec.var_w_in, var_w_out=spec.var_w_out,
+            var_b=spec.sigma_b2, var_o=spec.var_o, norm=spec.norm, attention=spec.attention,
+            activation=spec.activation, seq_len=spec.seq_len, d_head=spec.d_head,
+            causal=spec.causal,
+        )
+        base.update(override)
+        return cls(**base)
+
+
+def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False):
+    """One transformer block (THEORY §2.6): returns ``(q, p, attention stats)``.
+
+    post-LN: attention on the normalised input, residual, LN, MLP, residual, LN.
+    pre-LN: attention and MLP read LN(residual stream), the stream itself is not normalised.
+    none: no normalisation; the score std then scales with the input's q (THEORY §2.1).
+    """
+    normed = bp.norm in ("post", "pre")
+    qa, pa = (np.ones_like(q), p / q) if normed else (q, p)
+    if bp.attention == "uniform":
+        st = uniform_stats(np.shape(pa), bp.seq_len, causal=bp.causal, asymptotic=asymptotic)
+    else:
+        st = attention_stats(bp.sigma_s0 * qa, pa / qa, bp.seq_len, d_head=bp.d_head,
+                             causal=bp.causal, asymptotic=asymptotic, full=full)
+    q_att, p_att = attention_map(qa, pa, st, variant=bp.attention, var_v=bp.var_v,
+                                 var_b=bp.var_b, var_o=bp.var_o)
+    a2 = np.asarray(bp.alpha_attn, dtype=np.float64) ** 2
+    q, p = a2 * q + q_att, a2 * p + p_att
+    if bp.norm == "post":
+        q, p = np.ones_like(q), p / q
+    qm, pm = (np.ones_like(q), p / q) if normed else (q, p)
+    q_h, p_h = mlp_map(qm, pm, activation=bp.activation, var_w_in=bp.var_w_in,
+                       var_w_out=bp.var_w_out, var_b=bp.var_b)
+    m2 = np.asarray(bp.alpha_mlp, dtype=np.float64) ** 2
+    q, p = m2 * q + q_h, m2 * p + p_h
+    if bp.norm == "post":
+        q, p = np.ones_like(q), p / q
+    return q, p, st
+
+
+def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: int | None = None,
+              asymptotic: bool = False) -> np.ndarray:
+    """rho_L after ``depth`` blocks, vectorised over arrays of ``beta`` (effective, including the
+    length scaling), ``alpha_attn`` and ``rho0`` (THEORY §2.7)."""
+    over = {}
+    if beta is not None:
+        over["sigma_s0"] = np.asarray(beta, dtype=np.float64) * math.sqrt(math.log(spec.seq_len))
+    if alpha_attn is not None:
+        over["alpha_attn"] = np.asarray(alpha_attn, dtype=np.float64)
+    bp = BlockParams.from_spec(spec, **over)
+    r0 = spec.rho_init if rho0 is None else np.asarray(rho0, dtype=np.float64)
+    shape = np.broadcast(np.asarray(bp.sigma_s0), np.asarray(bp.alpha_attn), np.asarray(r0)).shape
+    q = np.ones(shape)
+    p = np.broadcast_to(np.asarray(r0, dtype=np.float64), shape).copy()
+    for _ in range(spec.depth if depth is None else depth):
+        q, p, _ = block_step(q, p, bp, asymptotic=asymptotic)
+    return p / q
+
+
+def propagate(spec: ArchSpec, rho0: float | None = None, *,
+              asymptotic: bool = False):
+    """Theory Trajectory through the whole stack (THEORY §2.6): rows ``cos`` and ``q`` for
+    layers 0..L (0 = the embeddings, q = 1, cos = rho0), and ``ipr``, ``ipr_cross``, ``entropy``,
+    ``wmax`` of each block's attention for layers 1..L. Source ``theory`` (finite T, §2.3) or
+    ``theory_asymptotic`` (T -> inf, §2.2). Returns a Trajectory (pandas DataFrame)."""
+    from .. import trajectory  # pandas: imported only where a table is built
+    r0 = spec.rho_init if rho0 is None else float(rho0)
+    if not 0.0 <= r0 <= 1.0:
+        raise SpecError("rho0", f"must be a finite number in [0, 1] (got {rho0!r})")
+    source = "theory_asymptotic" if asymptotic else "theory"
+    bp = BlockParams.from_spec(spec)
+    q, p = np.float64(1.0), np.float64(r0)
+    rows = [dict(layer=0, observable="cos", source=source, value=r0),
+            dict(layer=0, observable="q", source=source, value=1.0)]
+    for layer in range(1, spec.depth + 1):
+        q, p, st = block_step(q, p, bp, asymptotic=asymptotic, full=True)
+        for name, val in (("cos", p / q), ("q", q), ("ipr", st.y2), ("ipr_cross", st.yx),
+                          ("entropy", st.entropy), ("wmax", st.wmax)):
+            rows.append(dict(layer=layer, observable=name, source=source, value=float(val)))
+    return trajectory.make(rows, spec)
+
+
+def verdict(spec: ArchSpec, traj=None, *, rho0: float | None = None,
+            asymptotic: bool = False) -> str:
+    """THEORY §2.7 regime of the spec's own point: ``entropy_collapse`` if
+    beta > beta_c(rho0); else ``rank_collapse`` if rho_L >= rho_max; else ``trainable``."""
+    r0 = spec.rho_init if rho0 is None else float(rho0)
+    if spec.attention != "uniform" and spec.beta_eff > float(rem.beta_c(r0)):
+        return "entropy_collapse"
+    if traj is None:
+        rho_l = float(final_cos(spec, rho0=r0, asymptotic=asymptotic))
+    else:
+        cos = traj[traj["observable"] == "cos"]
+        rho_l = float(cos.loc[cos["layer"].idxmax(), "value"])
+    return "rank_collapse" if rho_l >= spec.rho_max else "trainable"

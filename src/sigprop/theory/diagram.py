@@ -1,0 +1,116 @@
+"""Trainability diagram over (beta, alpha_attn) and the critical residual strength
+(THEORY §2.7, gg25 Fig. 1c). Vectorised: the whole grid is iterated through the depth at once,
+and alpha_crit is a bisection run on all betas together — no Python loop per grid point.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..spec import ArchSpec
+from . import rem
+from .blocks import final_cos
+
+TRAINABLE, RANK_COLLAPSE, ENTROPY_COLLAPSE = 0, 1, 2
+REGIMES = ("trainable", "rank_collapse", "entropy_collapse")
+SEARCH_K, SEARCH_ROUNDS = 15, 7
+ALPHA_CEILING = 1e3
+
+
+@dataclass
+class Diagram:
+    """A computed diagram: ``regime[i, j]`` for ``betas[i]``, ``alphas[j]`` (codes index
+    :data:`REGIMES`), ``rho_l[i, j]`` the final cosine (when computed), ``alpha_crit[i]`` per beta."""
+
+    betas: np.ndarray
+    alphas: np.ndarray
+    rho_l: np.ndarray | None
+    regime: np.ndarray
+    alpha_crit: np.ndarray
+    beta_c: float
+    rho0: float
+    rho_max: float
+    depth: int
+    point: dict
+
+    def to_json(self) -> dict:
+        return {
+            "depth": self.depth, "rho0": self.rho0, "rho_max": self.rho_max,
+            "beta_c": self.beta_c, "regimes": list(REGIMES),
+            "betas": self.betas.tolist(), "alphas": self.alphas.tolist(),
+            "regime": self.regime.tolist(),
+            "rho_L": None if self.rho_l is None else self.rho_l.tolist(),
+            "alpha_crit": {"beta": self.betas.tolist(), "alpha": self.alpha_crit.tolist()},
+            "point": self.point,
+        }
+
+
+def alpha_crit(spec: ArchSpec, betas=None, *, rho0: float | None = None,
+               depth: int | None = None, asymptotic: bool = False,
+               hi: float = ALPHA_CEILING) -> np.ndarray:
+    """Smallest alpha_attn with rho_L < rho_max, per beta (THEORY §2.7).
+
+    rho_L decreases with alpha, so the crossing is bracketed and narrowed for all betas at
+    once by a (K+1)-ary search: each round evaluates K candidates per beta in one vectorised
+    pass through the depth (bisection with K = 1). 0 when alpha = 0 already keeps rho_L below
+    rho_max; +inf when alpha = ``hi`` does not. Betas default to the spec's own."""
+    b = np.atleast_1d(np.asarray(spec.beta_eff if betas is None else betas, dtype=np.float64))
+    kw = dict(rho0=rho0, depth=depth, asymptotic=asymptotic)
+    ends = final_cos(spec, beta=b[:, None], alpha_attn=np.array([0.0, hi]), **kw)
+    ok0, ok_hi = ends[:, 0] < spec.rho_max, ends[:, 1] < spec.rho_max
+    lo, up = np.zeros_like(b), np.full_like(b, hi)
+    frac = np.arange(1, SEARCH_K + 1) / (SEARCH_K + 1)
+    rows = np.arange(b.size)
+    for _ in range(SEARCH_ROUNDS):  # resolution hi / (K+1)^rounds ~ 4e-6
+        cand = lo[:, None] + (up - lo)[:, None] * frac
+        good = final_cos(spec, beta=b[:, None], alpha_attn=cand, **kw) < spec.rho_max
+        first = np.where(good.any(axis=1), good.argmax(axis=1), SEARCH_K)
+        new_up = np.where(first < SEARCH_K, cand[rows, np.minimum(first, SEARCH_K - 1)], up)
+        lo = np.where(first > 0, cand[rows, np.maximum(first - 1, 0)], lo)
+        up = new_up
+    out = np.where(ok0, 0.0, up)
+    return np.where(ok_hi | ok0, out, np.inf)
+
+
+def compute(spec: ArchSpec, *, n_beta: int = 256, n_alpha: int = 256,
+            beta_max: float | None = None, alpha_max: float | None = None,
+            rho0: float | None = None, asymptotic: bool = False,
+            with_rho: bool = False) -> Diagram:
+    """The (beta, alpha_attn) regime grid for the spec's depth (THEORY §2.7, gg25 Fig. 1c).
+
+    Entropy collapse: beta > beta_c(rho0) (the first layer condenses; uniform attention never
+    does). Rank collapse: otherwise, if rho_L >= rho_max. Trainable: the rest.
+    ``with_rho`` also iterates the whole grid through the depth for ``rho_l[i, j]``.
+    """
+    r0 = spec.rho_init if rho0 is None else float(rho0)
+    bc = float(rem.beta_c(r0))
+    if beta_max is None:
+        beta_max = max(3.0, 2.0 * bc if math.isfinite(bc) else 3.0, 1.25 * spec.beta_eff)
+    betas = np.linspace(0.0, beta_max, n_beta)
+    crit = alpha_crit(spec, betas, rho0=r0, asymptotic=asymptotic)
+    if alpha_max is None:
+        finite = crit[np.isfinite(crit) & (betas <= bc)]
+        top = float(finite.max()) if finite.size else 1.0
+        alpha_max = float(min(max(2.0, 1.25 * top, 1.25 * spec.alpha_attn), ALPHA_CEILING))
+    alphas = np.linspace(0.0, alpha_max, n_alpha)
+    # rho_L is monotone in alpha, so the rank-collapse region is exactly alpha < alpha_crit
+    regime = np.where(alphas[None, :] < crit[:, None], RANK_COLLAPSE, TRAINABLE)
+    rho_l = None
+    if with_rho:
+        rho_l = final_cos(spec, beta=betas[:, None], alpha_attn=alphas[None, :], rho0=r0,
+                          asymptotic=asymptotic)
+    if spec.attention != "uniform":
+        regime = np.where(betas[:, None] > bc, ENTROPY_COLLAPSE, regime)
+    own_rho = float(final_cos(spec, rho0=r0, asymptotic=asymptotic))
+    if spec.attention != "uniform" and spec.beta_eff > bc:
+        own = ENTROPY_COLLAPSE
+    else:
+        own = RANK_COLLAPSE if own_rho >= spec.rho_max else TRAINABLE
+    point = {"beta": spec.beta_eff, "alpha": spec.alpha_attn, "rho_L": own_rho,
+             "regime": REGIMES[own],
+             "alpha_crit": float(alpha_crit(spec, rho0=r0, asymptotic=asymptotic)[0])}
+    return Diagram(betas, alphas, rho_l, regime.astype(np.int8), crit, bc, r0, spec.rho_max,
+                   spec.depth, point)

@@ -1,0 +1,87 @@
+"""CLI contract (CLI.md): JSON shape, exit codes, one-line errors, files written."""
+
+import json
+import subprocess
+import sys
+import time
+
+import pytest
+
+
+def run(*args, timeout=120):
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-m", "sigprop", *args], capture_output=True,
+                       text=True, timeout=timeout)
+    p.wall = time.perf_counter() - t0
+    return p
+
+
+def test_predict_gg25_json_shape():
+    p = run("predict", "--depth", "10", "--beta", "0.5", "--rho0", "0.05", "--sigma-v2", "0.2",
+            "--sigma-w2", "0.2", "--sigma-b2", "4e-4", "--asymptotic", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert set(out) >= {"spec", "derived", "rows", "verdict", "alpha_crit"}
+    cos = [r for r in out["rows"] if r["observable"] == "cos"]
+    assert [r["layer"] for r in cos] == list(range(11))
+    assert all(r["source"] == "theory_asymptotic" for r in out["rows"])
+    assert set(out["rows"][0]) >= {"layer", "observable", "source", "value", "stderr"}
+    assert out["verdict"] in ("trainable", "rank_collapse", "entropy_collapse")
+    assert cos[0]["value"] == pytest.approx(0.05)
+
+
+def test_predict_finite_t_ipr():
+    p = run("predict", "--depth", "1", "--beta", "1.5", "--rho0", "0", "--seq-len", "1024",
+            "--format", "json")
+    assert p.returncode == 0, p.stderr
+    rows = json.loads(p.stdout)["rows"]
+    ipr = [r for r in rows if r["observable"] == "ipr" and r["layer"] == 1]
+    assert len(ipr) == 1 and ipr[0]["source"] == "theory"
+    assert abs(ipr[0]["value"] - 0.26) < 0.01  # Monte Carlo reference, THEORY §2.3
+
+
+def test_predict_default_table_and_csv():
+    p = run("predict")
+    assert p.returncode == 0, p.stderr
+    assert "verdict" in p.stdout and "beta_c" in p.stdout
+    c = run("predict", "--depth", "2", "--format", "csv")
+    assert c.returncode == 0
+    assert c.stdout.splitlines()[0].startswith("layer,observable,source,value,stderr")
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["predict", "--beta", "-1"], "--beta"),
+    (["predict", "--depth", "0"], "--depth"),
+    (["predict", "--rho0", "2"], "--rho0"),
+    (["predict", "--norm", "sideways"], "--norm"),
+    (["predict", "--beta", "1", "--qk-std", "0.02"], "--beta"),
+    (["predict", "--beta", "abc"], "--beta"),
+    (["predict", "--heads", "5"], "--heads"),
+    (["diagram", "--grid", "1"], "--grid"),
+    (["predict", "--no-such-option"], "no-such-option"),
+])
+def test_bad_input_exit_2_one_line(args, needle):
+    p = run(*args)
+    assert p.returncode == 2
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1, p.stderr
+    assert needle in lines[0]
+    assert "Traceback" not in p.stderr + p.stdout
+
+
+def test_diagram_json_and_png_fast(tmp_path):
+    png = tmp_path / "d.png"
+    p = run("diagram", "--depth", "60", "--format", "json", "--out", str(png))
+    assert p.returncode == 0, p.stderr
+    assert p.wall < 4.0  # acceptance: < 2 s on an idle machine; slack for a loaded CI box
+    out = json.loads(p.stdout)
+    assert len(out["betas"]) == 256 and len(out["alphas"]) == 256
+    regimes = {v for row in out["regime"] for v in row}
+    assert regimes == {0, 1, 2}
+    assert len(out["alpha_crit"]["alpha"]) == 256
+    assert png.stat().st_size > 10_000 and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_diagram_unwritable_out():
+    p = run("diagram", "--depth", "4", "--grid", "16", "--out", "/nonexistent/dir/d.png")
+    assert p.returncode == 2 and "--out" in p.stderr and "Traceback" not in p.stderr

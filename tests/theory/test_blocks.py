@@ -1,0 +1,144 @@
+"""The block maps and propagate (THEORY §2.4-2.6), incl. noci22 Lemmas 3.2/3.3 (THEORY §4)."""
+
+import math
+
+import numpy as np
+import pytest
+
+from sigprop.spec import ArchSpec
+from sigprop.theory import blocks, kernels, rem
+
+
+def _values(traj, obs):
+    sub = traj[traj["observable"] == obs].sort_values("layer")
+    return sub["value"].to_numpy()
+
+
+def gg25_spec(**kw):
+    base = dict(depth=10, beta=0.5, rho0=0.05, sigma_v2=0.2, sigma_w2=0.2, sigma_b2=4e-4)
+    base.update(kw)
+    return ArchSpec(**base)
+
+
+def test_post_ln_asymptotic_hand_iteration():
+    """gg25 post-LN ReLU map (THEORY §2.6) iterated by hand, independent of blocks.py."""
+    spec = gg25_spec()
+    traj = blocks.propagate(spec, asymptotic=True)
+    assert set(traj["source"]) == {"theory_asymptotic"}
+    cos = _values(traj, "cos")
+    assert len(cos) == 11 and cos[0] == pytest.approx(0.05)
+    rho, sv, sw, sb = 0.05, 0.2, 0.2, 4e-4
+    for layer in range(1, 11):
+        b_c = math.sqrt(2 / (1 - rho))
+        y2 = 0.0 if 0.5 <= b_c else 1 - b_c / 0.5
+        q_att, p_att = sv * (rho + (1 - rho) * y2) + sb, sv * rho + sb
+        rho1 = (rho + p_att) / (1 + q_att)
+        q1, p1 = sw + sb, sw * rho1 + sb
+        c = p1 / q1
+        kf = (math.sqrt(1 - c * c) + c * (math.pi - math.acos(c))) / math.pi
+        q_h, p_h = sw * q1 / 2 + sb, sw * q1 / 2 * kf + sb
+        rho = (rho1 + p_h) / (1 + q_h)
+        assert cos[layer] == pytest.approx(rho, abs=1e-12)
+    # low beta: rank collapse builds up monotonically with depth
+    assert np.all(np.diff(cos) > 0)
+
+
+def test_rank_collapse_without_residual_and_preservation_above_beta_c():
+    # THEORY §2.4 (gg25 Eq. 14): no residual, no bias: beta < beta_c -> cos -> 1 in one layer;
+    # beta > beta_c preserves rho / (rho + (1 - rho) Y2).
+    kw = dict(depth=1, alpha_attn=0.0, alpha_mlp=0.0, sigma_v2=1.0, sigma_w2=1.0,
+              activation="linear", norm="none", rho0=0.3)
+    low = blocks.propagate(ArchSpec(beta=0.5, **kw), asymptotic=True)
+    assert _values(low, "cos")[1] == pytest.approx(1.0, abs=1e-12)
+    beta = 3.0
+    high = blocks.propagate(ArchSpec(beta=beta, **kw), asymptotic=True)
+    y2 = 1 - math.sqrt(2 / 0.7) / beta
+    assert _values(high, "cos")[1] == pytest.approx(0.3 / (0.3 + 0.7 * y2), rel=1e-12)
+
+
+def test_finite_t_source_and_ipr_close_to_mc_reference():
+    # THEORY §2.3 measured reference: key-query attention, T = 1024, rho = 0, beta = 1.5 -> 0.26
+    spec = ArchSpec(depth=1, beta=1.5, rho0=0.0, seq_len=1024)
+    traj = blocks.propagate(spec)
+    assert set(traj["source"]) == {"theory"}
+    assert abs(_values(traj, "ipr")[0] - 0.26) < 0.01
+
+
+def _noci_spec(L, a1, a2, n):
+    # noci22 writes Z = alpha_1 S + X (the residual weight multiplies the branch); sigprop's
+    # alpha multiplies the skip (gg25). With no LN and linear maps, alpha_skip = 1/alpha_1 gives
+    # Z / alpha_1: the same cosines, and second moments smaller by (alpha_1 alpha_2)^2 per block.
+    return ArchSpec(depth=L, norm="none", attention="uniform", activation="linear",
+                    sigma_v2=1.0, sigma_w2=1.0, sigma_b2=0.0, alpha_attn=1 / a1,
+                    alpha_mlp=1 / a2, seq_len=n)
+
+
+@pytest.mark.parametrize("L,a1,a2,n,rho0", [(5, 0.7, 1.3, 16, 0.2), (12, 0.3, 0.5, 64, 0.0)])
+def test_noci22_lemmas_via_propagate(L, a1, a2, n, rho0):
+    traj = blocks.propagate(_noci_spec(L, a1, a2, n), rho0=rho0)
+    q, cos = _values(traj, "q"), _values(traj, "cos")
+    d = 1.0  # both sides per feature dimension
+    scale = (a1 * a2) ** (2 * np.arange(L + 1))
+    qn, pn = q * scale, cos * q * scale
+    C = d * (n * qn + n * (n - 1) * pn)
+    C0 = d * (n * 1.0 + n * (n - 1) * rho0)
+    ell = np.arange(L + 1)
+    # Lemma 3.2 (Eq. 10): E C(X^l) = (1 + a2^2)^l (1 + a1^2)^l C(X)
+    np.testing.assert_allclose(C, (1 + a2**2) ** ell * (1 + a1**2) ** ell * C0, rtol=1e-12)
+    # Lemma 3.3 (Eq. 12): E||X^l||^2 = n (1+a2^2)^l a1^2 sum_k<l (1+a1^2)^k |xbar|^2
+    #                                   + (1+a2^2)^l ||X||^2, with n |xbar|^2 = C(X)/n
+    geo = np.array([sum((1 + a1**2) ** k for k in range(i)) for i in ell])
+    expect = (1 + a2**2) ** ell * a1**2 * geo * C0 / n + (1 + a2**2) ** ell * n * d
+    np.testing.assert_allclose(n * d * qn, expect, rtol=1e-12)
+
+
+def test_uniform_is_beta_zero_limit():
+    # THEORY §2.4: uniform attention is the beta -> 0 limit of softmax at finite T
+    kw = dict(depth=4, seq_len=128, rho0=0.1, sigma_v2=0.5, sigma_w2=1.5, sigma_b2=0.01)
+    u = blocks.propagate(ArchSpec(attention="uniform", **kw))
+    s = blocks.propagate(ArchSpec(beta=1e-6, **kw))
+    np.testing.assert_allclose(_values(u, "cos"), _values(s, "cos"), atol=1e-6)
+
+
+def test_centred_removes_bias_and_mean():
+    # THEORY §2.4: centred attention cancels the value bias and the common component
+    st = blocks.AttentionStats(np.array(0.3), np.array(0.05), None, None, np.array(1 / 64))
+    qa, pa = blocks.attention_map(1.0, 0.4, st, variant="centred", var_v=2.0, var_b=5.0)
+    assert qa == pytest.approx(2.0 * 0.6 * (0.3 - 1 / 64))
+    assert pa == pytest.approx(2.0 * 0.6 * (0.05 - 1 / 64))
+
+
+def test_pre_ln_grows_norm_and_keeps_rho_in_range():
+    spec = ArchSpec(depth=24, norm="pre", beta=0.5, sigma_v2=1.0, sigma_w2=2.0, rho0=0.05)
+    traj = blocks.propagate(spec)
+    q, cos = _values(traj, "q"), _values(traj, "cos")
+    assert np.all(np.diff(q) > 0)  # residual stream accumulates
+    assert np.all((cos >= 0) & (cos <= 1))
+
+
+@pytest.mark.parametrize("act", kernels.ACTIVATIONS)
+def test_every_activation_and_variant_runs_finite(act):
+    for attention in ("softmax", "centred", "uniform"):
+        for norm in ("post", "pre", "none"):
+            spec = ArchSpec(depth=3, activation=act, attention=attention, norm=norm,
+                            beta=1.0, rho0=0.2, seq_len=64, causal=(norm == "pre"))
+            traj = blocks.propagate(spec)
+            assert np.isfinite(traj["value"]).all(), (act, attention, norm)
+
+
+def test_causal_statistics_lie_between_positions():
+    # causal rows average positions 1..T: early queries see few keys, so the mean ipr is larger
+    # than the encoder's at N = T (THEORY §2.4 causal)
+    enc = blocks.propagate(ArchSpec(depth=1, beta=1.0, seq_len=256))
+    dec = blocks.propagate(ArchSpec(depth=1, beta=1.0, seq_len=256, causal=True))
+    assert _values(dec, "ipr")[0] > _values(enc, "ipr")[0]
+
+
+def test_verdicts():
+    assert blocks.verdict(ArchSpec(beta=3.0, depth=2)) == "entropy_collapse"
+    deep = ArchSpec(depth=60, beta=0.5, rho0=0.05, sigma_v2=0.2, sigma_w2=0.2, sigma_b2=4e-4,
+                    alpha_attn=0.2)
+    assert blocks.verdict(deep) == "rank_collapse"
+    assert blocks.verdict(deep.replace(alpha_attn=5.0)) == "trainable"
+    # entropy collapse uses the asymptotic threshold beta_c(rho0) of THEORY §2.7
+    assert float(rem.beta_c(0.0)) == pytest.approx(math.sqrt(2))
