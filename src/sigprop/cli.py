@@ -10,10 +10,9 @@ import functools
 import inspect
 import json
 import sys
-from enum import Enum
+from enum import StrEnum
 from typing import Any
 
-import click
 import typer
 
 from .spec import ArchSpec, SpecError
@@ -27,7 +26,7 @@ app = typer.Typer(
 )
 
 
-class Fmt(str, Enum):
+class Fmt(StrEnum):
     table = "table"
     json = "json"
     csv = "csv"
@@ -102,7 +101,7 @@ SeedOpt = typer.Option(0, "--seed", help="randomness seed")
 
 
 def _emit_json(obj: dict) -> None:
-    from .trajectory import clean_json
+    from .jsonutil import clean_json
 
     sys.stdout.write(json.dumps(clean_json(obj), indent=1) + "\n")
 
@@ -172,18 +171,72 @@ def diagram_cmd(spec: ArchSpec,
         console.print_diagram(spec, d, out)
 
 
+TRANSLATE_KEYS = ("sigma_s", "beta", "beta_c", "beta_over_beta_c", "gamma", "gamma_c",
+                  "deshpande_ratio", "sigma_A", "tau", "tau_star")
+
+
+def translations(spec: ArchSpec) -> dict:
+    """THEORY §6 for the spec's first attention layer at rho0 (default 0): the CLI.md keys,
+    with noci22's equalising temperature tau* (Eq. 47) for LayerNorm-ed inputs
+    (sigma_x^2 = 1), d = d_model (the ratio of the two gradients does not depend on the head
+    width for weights of variance 1/d_model), n = seq_len."""
+    from .theory.uniform import tau_star
+
+    d = spec.derived()
+    d["tau_star"] = float(tau_star(1.0, spec.d_model, spec.seq_len, d["rho0"]))
+    return d
+
+
+@app.command()
+@spec_command
+def translate(spec: ArchSpec, fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
+    """The score scale in all five papers' terms (THEORY §6)."""
+    d = translations(spec)
+    if fmt == Fmt.json:
+        _emit_json({k: d[k] for k in TRANSLATE_KEYS} | {"spec": spec.to_dict(),
+                                                         "extra": {k: v for k, v in d.items()
+                                                                   if k not in TRANSLATE_KEYS}})
+    elif fmt == Fmt.csv:
+        sys.stdout.write("name,value\n" + "".join(f"{k},{v}\n" for k, v in d.items()))
+    else:
+        from .report import console
+
+        console.print_translation(spec, d)
+
+
+def _click_errors() -> tuple[tuple, tuple]:
+    """(usage-error, exit) exception classes: typer >= 0.2x vendors its own click, older
+    typer uses the click package; accept both."""
+    usage, exits = [], [typer.Exit]
+    try:
+        from typer._click import exceptions as vendored
+
+        usage.append(vendored.UsageError)
+    except ImportError:
+        pass
+    try:
+        from click import exceptions as ck
+
+        usage.append(ck.UsageError)
+        exits.append(ck.Exit)
+    except ImportError:
+        pass
+    return tuple(usage), tuple(exits)
+
+
 def main() -> None:
-    """Entry point: click usage errors become one line and exit code 2 (no tracebacks)."""
+    """Entry point: usage errors become one line on stderr and exit code 2 (no tracebacks)."""
+    usage, exits = _click_errors()
     try:
         rv = app(standalone_mode=False)
-    except click.exceptions.UsageError as err:
+    except usage as err:
         typer.echo(f"sigprop: error: {err.format_message()}", err=True)
         sys.exit(2)
-    except click.exceptions.Abort:
+    except typer.Abort:
         typer.echo("sigprop: aborted", err=True)
         sys.exit(130)
-    except click.exceptions.Exit as err:
-        sys.exit(err.exit_code)
+    except exits as err:
+        sys.exit(getattr(err, "exit_code", 1))
     except SpecError as err:
         typer.echo(f"sigprop: error: {err}", err=True)
         sys.exit(2)

@@ -107,7 +107,8 @@ def _check_float(name: str, value: Any, lo: float, hi: float, *, lo_open: bool =
     try:
         x = float(value)
     except (TypeError, ValueError):
-        raise SpecError(name, f"must be a number in {lo_b}{lo:g}, {hi:g}] (got {value!r})")
+        msg = f"must be a number in {lo_b}{lo:g}, {hi:g}] (got {value!r})"
+        raise SpecError(name, msg) from None
     if not math.isfinite(x) or x < lo or (lo_open and x == lo) or x > hi:
         raise SpecError(name, f"must be a finite number in {lo_b}{lo:g}, {hi:g}] (got {value!r})")
 

@@ -8,13 +8,13 @@ the columns ``layer, observable, source, value, stderr``, optional command-speci
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from .jsonutil import clean, clean_json  # noqa: F401  (re-exported)
 from .spec import ArchSpec
 
 OBSERVABLES = (
@@ -49,21 +49,10 @@ def make(records: Iterable[Mapping[str, Any]], spec: ArchSpec | None = None) -> 
     return df
 
 
-def _clean(x: Any) -> Any:
-    if isinstance(x, float | np.floating):
-        x = float(x)
-        return x if math.isfinite(x) else None
-    if isinstance(x, np.integer):
-        return int(x)
-    if isinstance(x, np.bool_):
-        return bool(x)
-    return x
-
-
 def to_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     """JSON rows per CLI.md (spec columns dropped; NaN/inf become null)."""
     cols = [c for c in df.columns if not c.startswith("spec.")]
-    return [{k: _clean(v) for k, v in zip(cols, row, strict=True)}
+    return [{k: clean(v) for k, v in zip(cols, row, strict=True)}
             for row in df[cols].itertuples(index=False, name=None)]
 
 
@@ -71,14 +60,3 @@ def wide(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame:
     """Layer x observable table of values (for display), optionally one source only."""
     sub = df if source is None else df[df["source"] == source]
     return sub.pivot_table(index="layer", columns="observable", values="value", aggfunc="first")
-
-
-def clean_json(obj: Any) -> Any:
-    """Recursively replace non-finite floats by None and NumPy scalars by Python ones."""
-    if isinstance(obj, dict):
-        return {str(k): clean_json(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [clean_json(v) for v in obj]
-    if isinstance(obj, np.ndarray):
-        return clean_json(obj.tolist())
-    return _clean(obj)

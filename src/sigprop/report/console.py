@@ -71,3 +71,22 @@ def print_diagram(spec: ArchSpec, d, out: str | None, console: Console | None = 
                   f"(rho_L={p['rho_L']:.4g}, alpha_crit={_fmt(p['alpha_crit'])})")
     if out:
         console.print(f"wrote {out}")
+
+
+_PAPER = {"sigma_s": "score std", "beta": "gg25 (Eq. 11)", "beta_c": "gg25 (THEORY §2.2)",
+          "beta_over_beta_c": "gg25", "gamma": "clpr25 (sigma_s / log T)",
+          "gamma_c": "clpr25 (1/(1-rho))", "gamma_one_minus_rho": "clpr25",
+          "deshpande_ratio": "deshpande26 (beta/beta_c)", "sigma_A": "mindthegap",
+          "tau": "noci22 temperature", "tau_star": "noci22 Eq. 47"}
+
+
+def print_translation(spec: ArchSpec, derived: dict, console: Console | None = None) -> None:
+    console = console or Console()
+    t = Table(title=f"one parameter, five names (THEORY §6) — T={spec.seq_len}, "
+                    f"d_head={spec.d_head}, rho0={derived['rho0']:g}")
+    t.add_column("name")
+    t.add_column("value", justify="right")
+    t.add_column("paper")
+    for k, v in derived.items():
+        t.add_row(k, _fmt(float(v)), _PAPER.get(k, ""))
+    console.print(t)

@@ -23,7 +23,7 @@ ALPHA_CEILING = 1e3
 @dataclass
 class Diagram:
     """A computed diagram: ``regime[i, j]`` for ``betas[i]``, ``alphas[j]`` (codes index
-    :data:`REGIMES`), ``rho_l[i, j]`` the final cosine (when computed), ``alpha_crit[i]`` per beta."""
+    :data:`REGIMES`), ``rho_l[i, j]`` the final cosine (when computed), ``alpha_crit[i]``."""
 
     betas: np.ndarray
     alphas: np.ndarray
@@ -37,13 +37,12 @@ class Diagram:
     point: dict
 
     def to_json(self) -> dict:
+        """Plain dict (arrays kept as arrays: pass through :func:`sigprop.jsonutil.clean_json`)."""
         return {
             "depth": self.depth, "rho0": self.rho0, "rho_max": self.rho_max,
             "beta_c": self.beta_c, "regimes": list(REGIMES),
-            "betas": self.betas.tolist(), "alphas": self.alphas.tolist(),
-            "regime": self.regime.tolist(),
-            "rho_L": None if self.rho_l is None else self.rho_l.tolist(),
-            "alpha_crit": {"beta": self.betas.tolist(), "alpha": self.alpha_crit.tolist()},
+            "betas": self.betas, "alphas": self.alphas, "regime": self.regime,
+            "rho_L": self.rho_l, "alpha_crit": {"beta": self.betas, "alpha": self.alpha_crit},
             "point": self.point,
         }
 

@@ -28,8 +28,7 @@ from collections.abc import Callable
 
 import numpy as np
 from numpy.polynomial.hermite_e import hermegauss
-from scipy import integrate, special
-from scipy.interpolate import PPoly, make_interp_spline
+from scipy import special
 
 ACTIVATIONS = ("relu", "gelu", "tanh", "silu", "linear", "swiglu")
 _QUAD_ACTIVATIONS = ("relu", "gelu", "tanh", "silu", "linear")  # single-input phi
@@ -178,6 +177,7 @@ def _c_table(activation: str, q1: float) -> tuple[float, np.ndarray, float] | No
     returned spline also interpolates those midpoints (about 64x more accurate).  ``None`` if
     more than 4097 points would be needed.
     """
+    from scipy.interpolate import PPoly, make_interp_spline  # only when tabulating
     phi, n = activation_fn(activation), _auto_n(q1)
     bc = ([(1, 0.0), (3, 0.0)], [(1, 0.0), (3, 0.0)])
     theta = np.linspace(0.0, np.pi, 17)
@@ -272,6 +272,7 @@ def dblquad_kernel(activation: str, q1: float, p1: float, epsabs: float = 1e-10,
     """Slow per-point baseline: ``scipy.integrate.quad`` for the diagonal and ``dblquad`` for
     the off-diagonal over ``[-12, 12]^2`` (Gaussian tail < 1e-32).  ReLU integrates only over
     the smooth region ``u, u' > 0`` (x > 0, z > -c x / s), so the kink does not slow QUADPACK."""
+    from scipy import integrate  # slow import, needed only by this baseline
     _check(activation)
     q1v, p1v, cv = (float(v) for v in _moments(q1, p1))
     if activation == "swiglu":

@@ -1,30 +1,28 @@
 """Self-attention rows as a Random Energy Model (THEORY §2.1-2.3). NumPy/SciPy, float64.
 
-A row ``w = softmax(s)`` over T keys with i.i.d. scores ``s_b ~ N(0, v)``,
-``v = beta^2 log T (1 - rho)`` (THEORY §2.1). ``*_asymptotic``: the T -> inf REM (§2.2);
-``*_finite``: exact finite-T expectations by deterministic quadrature (§2.3); ``*_table``:
-cached splines of the finite values for grids. Everything broadcasts over its parameters.
+A row ``w = softmax(s)``, T keys, i.i.d. scores ``s_b ~ N(0, v)``, ``v = beta^2 log T (1 - rho)``
+(§2.1). ``*_asymptotic``: T -> inf (§2.2); ``*_finite``: exact finite-T expectations by
+deterministic quadrature (§2.3); ``*_table``: cached splines of those. All broadcast.
 
-Quadrature shared by the ``*_finite``: ``1/Z^k`` (``Z = sum_b e^{s_b}``) is an integral over t,
-then ``t = e^{-u}``; keys are independent, so each expectation is ``T int du K(u) g0(u)^(T-1)``,
-``g0(u) = E exp(-e^{s-u}) = 1 - m(u)``, K a Gaussian average of a kernel of ``x = s - u``.
-Gaussian averages use uniform trapezoid grids (spectrally accurate for these smooth, decaying
-integrands): in ``z = s / sqrt v`` for v < 1, in x with the Gaussian weight in closed form for
-v >= 1. ``(1 - m)^(T-1)`` is taken in log space and small m is a sum of positive terms (full
-relative precision), so T up to 2**22 and v up to 1e4 (and beyond) are safe. The u-range is the
-support of the smoothed law of log Z (Gaussian order-statistics bounds, tail 1e-12, refined by
-a coarse pass). Measured accuracy ~1e-8 (T = 2 closed forms, adaptive-quadrature references,
-refined grids); results are clipped to their exact bounds. Points run in chunks (memory).
+Quadrature: ``1/Z^k`` (``Z = sum_b e^{s_b}``) is an integral over t, then ``t = e^{-u}``; keys
+are independent, so each expectation is ``T int du K(u) g0(u)^(T-1)``, ``g0 = E exp(-e^{s-u}) =
+1 - m``, K a Gaussian average of a kernel of ``x = s - u``, on uniform trapezoid grids
+(spectrally accurate here): in ``z = s/sqrt v`` for v < 1, in x (Gaussian weight in closed
+form) for v >= 1. ``(1 - m)^(T-1)`` is taken in logs and small m is a sum of positive terms, so
+T <= 2**22, v <= 1e4 (and beyond) are safe. The u-range is the support of the smoothed law of
+log Z (order-statistics bounds at tail 1e-12, refined by a coarse pass). Measured accuracy
+~1e-8 (T = 2 closed forms, adaptive quadrature, refined grids); results clipped to exact bounds.
 """
 
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
 from math import comb
 
 import numpy as np
-from scipy import interpolate, special
+from scipy import special
 
 __all__ = [
     "beta_c", "y2_asymptotic", "yx_asymptotic", "entropy_asymptotic", "wmax_asymptotic",
@@ -45,7 +43,7 @@ _NCOARSE, _NU, _NUX = 24, 96, 64   # u-nodes: coarse pass; Y2 and entropy; Yx an
 _DROP = 26.0                       # log-range of the integrand kept in u
 _ZC, _WC = np.polynomial.hermite_e.hermegauss(12)     # Yx, small shared variance: GH in c
 _WC = _WC / _WC.sum()
-_JD, _NY, _HY, _SWITCH = 32, 160, 0.5, 0.6           # Yx lattice sizes, spacing, path switch
+_JD, _NY, _HY, _SWITCH = 32, 160, 0.3, 0.6           # Yx lattice sizes, spacing, path switch
 _ZF = np.arange(-11.0, 11.0 + 1e-9, 0.05)             # wmax: fine grids (partial integrals)
 _XF = np.arange(-40.0, 4.5 + 1e-9, 0.05)
 _GREG = [1 / 2, -1 / 12, 1 / 24, -19 / 720, 3 / 160, -863 / 60480]   # Gregory end weights
@@ -68,7 +66,7 @@ def beta_c(rho) -> np.ndarray:
 def y2_asymptotic(beta, rho=0.0) -> np.ndarray:
     """REM participation ratio: 0 for beta <= beta_c(rho), ``1 - beta_c/beta`` above (§2.2)."""
     beta, bc = np.broadcast_arrays(_arr(beta), beta_c(rho))
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.where(beta > bc, 1.0 - bc / beta, 0.0)
 
 
@@ -80,7 +78,7 @@ def yx_asymptotic(beta, rho=0.0) -> np.ndarray:
 def entropy_asymptotic(beta, rho=0.0) -> np.ndarray:
     """Normalised entropy S / log T: ``1 - (beta/beta_c)^2`` below beta_c, 0 above (gg25 B.7)."""
     beta, bc = np.broadcast_arrays(_arr(beta), beta_c(rho))
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.where(beta <= bc, 1.0 - (beta / bc) ** 2, 0.0)
 
 
@@ -99,7 +97,7 @@ def wmax_asymptotic(beta, rho=0.0) -> np.ndarray:
     """
     beta, bc = np.broadcast_arrays(_arr(beta), beta_c(rho))
     out = np.zeros(beta.shape)
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         m = bc / beta
     sel = m < 1.0
     if sel.any():
@@ -112,7 +110,7 @@ def wmax_asymptotic(beta, rho=0.0) -> np.ndarray:
 # ------------------------------------------------------------------- finite T (THEORY §2.3)
 def _tpow(m, n):
     """``(1 - m)^n`` for 0 <= m <= 1 in log space; n = 0 gives 1."""
-    with np.errstate(divide="ignore", invalid="ignore"):
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.exp(np.where(n == 0, 0.0, n * np.log1p(-np.clip(m, -0.5, 1.0))))
 
 
@@ -182,23 +180,24 @@ def _bracket(sig, T):
     return u[np.arange(len(u)), i0], u[np.arange(len(u)), i1]
 
 
-def _y2_core(v, T):
-    """``Y2 = T int du E[e^{2(s-u)} exp(-e^{s-u})] g0^(T-1)``."""
+def _kernel_integral(v, T, key):
+    """``T int du E_s[k(s - u)] g0(u)^(T-1)`` for the kernel ``key`` of :func:`_row_terms`."""
     sig = np.sqrt(v)
     u, w = _grid(*_bracket(sig, T), _NU)
-    f = _row_terms(u, sig, ("a2", "m"))
-    return T * np.sum(w * f["a2"] * _tpow(f["m"], T[:, None] - 1), axis=1)
+    f = _row_terms(u, sig, (key, "m"))
+    return T * np.sum(w * f[key] * _tpow(f["m"], T[:, None] - 1), axis=1)
+
+
+def _y2_core(v, T):
+    """``Y2 = T int_0^inf t g2 g0^(T-1) dt = T int du E[e^{2(s-u)} exp(-e^{s-u})] g0^(T-1)``."""
+    return _kernel_integral(v, T, "a2")
 
 
 def _entropy_core(v, T):
     """``H = E log Z - E sum w s = -gamma - T int E[(s-u) e^{s-u-e^{s-u}}] g0^(T-1) du``:
     E log Z = int u J du - gamma (Frullani; gamma = mean of the Gumbel law of u - log Z) and
     E sum w s = int u J du + T int E[(s-u) ...] ..., so the ``u J`` terms cancel."""
-    sig = np.sqrt(v)
-    u, w = _grid(*_bracket(sig, T), _NU)
-    f = _row_terms(u, sig, ("b", "m"))
-    h = -np.euler_gamma - T * np.sum(w * f["b"] * _tpow(f["m"], T[:, None] - 1), axis=1)
-    return h / np.log(T)
+    return (-np.euler_gamma - _kernel_integral(v, T, "b")) / np.log(T)
 
 
 def _tail_integral(f, h):
@@ -384,9 +383,15 @@ def _cell(grid, q):
     return i, q - grid[i]
 
 
-def _spline1(x, vals):
-    """Not-a-knot cubic spline on a uniform grid; fast evaluator (arithmetic cell lookup)."""
-    c = interpolate.CubicSpline(x, vals).c
+def _spline1_coef(x, vals):
+    """Not-a-knot cubic spline coefficients (4, n-1) on the grid x."""
+    from scipy import interpolate  # only when a table is built (slow import)
+
+    return interpolate.CubicSpline(x, vals).c
+
+
+def _spline1(x, c):
+    """Fast evaluator of spline coefficients ``c`` on a uniform grid (arithmetic cell lookup)."""
 
     def ev(xq):
         i, d = _cell(x, xq)
@@ -395,12 +400,18 @@ def _spline1(x, vals):
     return ev
 
 
-def _bicubic(x, y, vals):
-    """Tensor-product not-a-knot cubic spline on a uniform (x, y) grid, stored as per-cell
-    bicubic polynomials; fast evaluator (arithmetic cell lookup, 16 coefficients, Horner)."""
+def _bicubic_coef(x, y, vals):
+    """Tensor-product not-a-knot cubic spline on a uniform (x, y) grid as per-cell bicubic
+    polynomials: (x-power, y-power, cell), highest power first."""
+    from scipy import interpolate
+
     cx = interpolate.CubicSpline(x, vals, axis=0).c                # (4, nx-1, ny)
     c = interpolate.CubicSpline(y, cx, axis=2).c                   # (4, ny-1, 4, nx-1)
-    coef = c.transpose(2, 0, 3, 1).reshape(4, 4, -1)   # (x-power, y-power, cell), highest first
+    return c.transpose(2, 0, 3, 1).reshape(4, 4, -1)
+
+
+def _bicubic(x, y, coef):
+    """Fast evaluator of :func:`_bicubic_coef` (arithmetic cell lookup, 16 coefficients)."""
 
     def ev(xq, yq):
         (i, dx), (j, dy) = _cell(x, xq), _cell(y, yq)
@@ -411,6 +422,39 @@ def _bicubic(x, y, vals):
         return out
 
     return ev
+
+
+_CACHE_VERSION = "rem-v1"  # bump whenever a table's nodes or quadrature change
+
+
+def _cache_dir() -> str:
+    root = os.environ.get("SIGPROP_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "sigprop")
+    return os.path.join(root, _CACHE_VERSION)
+
+
+def _disk_cached(key: str, compute: Callable[[], dict]) -> dict:
+    """Table coefficients are deterministic functions of (kind, T, d_head): keep them in
+    ``$SIGPROP_CACHE_DIR`` (default ``~/.cache/sigprop``) so a new process skips the
+    quadrature. ``SIGPROP_NO_CACHE=1`` disables it; an unwritable cache is silently skipped."""
+    if os.environ.get("SIGPROP_NO_CACHE"):
+        return compute()
+    path = os.path.join(_cache_dir(), key + ".npz")
+    try:
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, KeyError, EOFError):
+        pass
+    out = compute()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **out)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return out
 
 
 _LMIN, _LMAX = np.log(1e-3), np.log(1e4)
@@ -432,18 +476,24 @@ def _table1d(kind: str, T: float, d_head: int | None, lmax: float = _LMAX):
     if T == 1:
         return lambda v: np.ones(np.shape(v))
     y0, lv = at0(T), np.linspace(_LMIN, lmax, int(round((lmax - _LMIN) / lh)) + 1)
-    if d_head is None:
-        vals = fin(np.exp(lv), T)
-    else:
-        chi, wc = _chi_nodes(d_head)
-        base = _table1d(kind, T, None, _LMAX + lh * np.ceil(np.log(chi[-1]) / lh))
-        vals = base(np.multiply.outer(np.exp(lv), chi)) @ wc
-    p = np.clip((vals - y0) / (at_inf - y0), 1e-300, 1 - 1e-16)
-    spl = _spline1(lv, special.logit(p))
-    dp = p[0] * (1 - p[0]) * interpolate.CubicSpline(lv, special.logit(p))(lv[0], 1) / power
+
+    def build():
+        if d_head is None:
+            vals = fin(np.exp(lv), T)
+        else:
+            chi, wc = _chi_nodes(d_head)
+            base = _table1d(kind, T, None, _LMAX + lh * np.ceil(np.log(chi[-1]) / lh))
+            vals = base(np.multiply.outer(np.exp(lv), chi)) @ wc
+        p = np.clip((vals - y0) / (at_inf - y0), 1e-300, 1 - 1e-16)
+        return {"c": _spline1_coef(lv, special.logit(p)), "p": p}
+
+    z = _disk_cached(f"{kind}-T{T!r}-d{d_head}-l{lmax:.9g}", build)
+    p, coef = z["p"], z["c"]
+    spl = _spline1(lv, coef)
+    dp = p[0] * (1 - p[0]) * coef[2][0] / power  # spline slope at the first node
 
     def f(v):
-        v = _arr(v)
+        shape, v = np.shape(v), _arr(v).ravel()
         out = special.expit(spl(np.log(np.clip(v, np.exp(lv[0]), None))))
         low = v < np.exp(lv[0])
         t = (v[low] / np.exp(lv[0])) ** power
@@ -452,7 +502,7 @@ def _table1d(kind: str, T: float, d_head: int | None, lmax: float = _LMAX):
         high = v > np.exp(lv[-1]) * (1 + 1e-12)
         if high.any():
             out[high] = fin(v[high], T, d_head)
-        return out
+        return out.reshape(shape)
 
     return f
 
@@ -507,24 +557,31 @@ def _table2d(T: float, d_head: int | None, lmax: float = _LMAX):
         return lambda v, rho: np.ones(np.broadcast(_arr(v), _arr(rho)).shape)
     lv = np.arange(_LV2MIN, lmax + 1e-9, _LH2)
     vt = np.exp(lv)[:, None]
-    rho = _rho_of_xi(vt, _XI[1:-1])
-    if d_head is None:
-        inner = yx_finite(vt * rho, vt * (1 - rho), T)
-    else:
-        chi, wc = _chi_nodes(d_head)
-        base = _table2d(T, None, lv[-1] + _LH2 * np.ceil(np.log(chi[-1]) / _LH2))
-        inner = base(np.multiply.outer(vt, chi), rho[..., None]) @ wc
-    r = np.concatenate([np.ones_like(vt), (inner - 1 / T) / (y2(vt) - 1 / T), 0 * vt], axis=1)
-    spl, vmin, vmax = _bicubic(lv, _XI, r), vt[0, 0], vt[-1, 0]
+
+    def build():
+        rho = _rho_of_xi(vt, _XI[1:-1])
+        if d_head is None:
+            inner = yx_finite(vt * rho, vt * (1 - rho), T)
+        else:
+            chi, wc = _chi_nodes(d_head)
+            base = _table2d(T, None, lv[-1] + _LH2 * np.ceil(np.log(chi[-1]) / _LH2))
+            inner = base(np.multiply.outer(vt, chi), rho[..., None]) @ wc
+        r = np.concatenate([np.ones_like(vt), (inner - 1 / T) / (y2(vt) - 1 / T), 0 * vt],
+                           axis=1)
+        return {"coef": _bicubic_coef(lv, _XI, r)}
+
+    coef = _disk_cached(f"yx-T{T!r}-d{d_head}-l{lmax:.9g}", build)["coef"]
+    spl, vmin, vmax = _bicubic(lv, _XI, coef), vt[0, 0], vt[-1, 0]
 
     def f(v, rho):
         v, rho = np.broadcast_arrays(_arr(v), np.clip(_arr(rho), 0.0, 1.0))
+        shape, v, rho = v.shape, v.ravel(), rho.ravel()
         vc = np.clip(v, vmin, vmax)
         out = 1.0 / T + spl(np.log(vc), _xi(vc, rho)) * (y2(v) - 1.0 / T)
         high = v > vmax * (1 + 1e-12)
         if high.any():
             out[high] = yx_finite(v[high] * rho[high], v[high] * (1 - rho[high]), T, d_head)
-        return out
+        return out.reshape(shape)
 
     return f
 

@@ -9,14 +9,19 @@ Conventions of this module (THEORY §3.1, which differs from the per-dimension `
 
 clpr25 = Chen, Lin, Polyanskiy & Rigollet, "Critical attention scaling in long-context
 transformers" (2025).  deshpande26 = Deshpande, "A phase transition of attention collapse" (2026).
-The practical score multipliers of THEORY §3.2 live in ``sigprop.spec.score_multiplier``.
+The practical score multipliers of THEORY §3.2 (none, log-n, qwen, ssmax, yarn, tau) are
+defined in ``sigprop.spec`` (the ArchSpec needs them) and re-exported here.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from ..spec import SCALINGS, score_multiplier
+
 __all__ = [
+    "SCALINGS",
+    "score_multiplier",
     "simplex_weights",
     "simplex_update",
     "simplex_cos",
