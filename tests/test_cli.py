@@ -85,3 +85,19 @@ def test_diagram_json_and_png_fast(tmp_path):
 def test_diagram_unwritable_out():
     p = run("diagram", "--depth", "4", "--grid", "16", "--out", "/nonexistent/dir/d.png")
     assert p.returncode == 2 and "--out" in p.stderr and "Traceback" not in p.stderr
+
+
+def test_translate_bert_keys():
+    # issue acceptance / THEORY §6: BERT-base (qk std 0.02, d 768, T 512)
+    p = run("translate", "--qk-std", "0.02", "--d-model", "768", "--seq-len", "512",
+            "--format", "json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    keys = ("sigma_s", "beta", "beta_c", "beta_over_beta_c", "gamma", "gamma_c",
+            "deshpande_ratio", "sigma_A", "tau", "tau_star")
+    assert all(k in out for k in keys)
+    assert abs(out["beta"] - 0.123) < 5e-4
+    assert out["beta_c"] == pytest.approx(2**0.5)
+    assert out["sigma_A"] == pytest.approx((2.718281828459045 ** (0.3072**2) - 1) ** 0.5)
+    assert out["gamma_c"] == pytest.approx(1.0) and out["tau"] == 1.0
+    assert 0 < out["tau_star"] < 100

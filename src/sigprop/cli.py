@@ -171,6 +171,61 @@ def diagram_cmd(spec: ArchSpec,
         console.print_diagram(spec, d, out)
 
 
+@app.command()
+@spec_command
+def measure(spec: ArchSpec,
+            seeds: int = typer.Option(4, "--seeds", help="independent initialisations S"),
+            sequences: int = typer.Option(2, "--sequences", help="sequences per seed B"),
+            input: str = typer.Option("rho", "--input", help="inputs: rho|isometric|text"),
+            plot: str | None = typer.Option(None, "--plot", help="write depth curves PNG"),
+            grads: bool = typer.Option(False, "--grads", help="also Q/V gradient norms"),
+            float64: bool = typer.Option(False, "--float64", help="simulate in float64"),
+            asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatOpt,
+            seed: int = SeedOpt) -> None:
+    """Theory and simulation side by side: S seeds x B sequences through the torch model."""
+    import pandas as pd
+    import torch
+
+    from . import trajectory
+    from .measure.engine import compare
+    from .measure.engine import measure as run_measure
+    from .theory import blocks, diagram
+
+    if seed < 0:
+        fail(f"--seed: must be a non-negative integer (got {seed})")
+    try:
+        m = run_measure(spec, seeds=seeds, sequences=sequences, input=input, rho0=spec.rho0,
+                        seed=seed, dtype=torch.float64 if float64 else torch.float32,
+                        grads=grads)
+    except SpecError as err:
+        fail(f"{option_name(err.field)}: {str(err).split(': ', 1)[1]}")
+    # theory from the spec's rho0, else from the measured input cosine (CLI.md --rho0)
+    rho0 = spec.rho0 if spec.rho0 is not None else min(max(m.rho0, 0.0), 1.0)
+    theory = blocks.propagate(spec, rho0=rho0, asymptotic=asymptotic)
+    traj = pd.concat([theory, m.trajectory], ignore_index=True)
+    verdict = blocks.verdict(spec, theory, rho0=rho0, asymptotic=asymptotic)
+    a_crit = float(diagram.alpha_crit(spec, rho0=rho0, asymptotic=asymptotic)[0])
+    agreement = compare(theory, m.trajectory)
+    if plot:
+        from .report.figures import plot_depth
+
+        try:
+            plot_depth(traj, plot, spec=spec)
+        except OSError as err:
+            fail(f"--plot: cannot write {plot!r} ({err.strerror or err})")
+    if fmt == Fmt.json:
+        _emit_json({"spec": spec.to_dict(), "derived": spec.derived(rho0),
+                    "rows": trajectory.to_rows(traj), "verdict": verdict, "alpha_crit": a_crit,
+                    "rho0": rho0, "max_abs_error": agreement, "seconds": m.seconds, **m.info})
+    elif fmt == Fmt.csv:
+        traj.drop(columns=[c for c in traj.columns if c.startswith("spec.")]).to_csv(
+            sys.stdout, index=False)
+    else:
+        from .report import console
+
+        console.print_measurement(spec, traj, agreement, verdict, m)
+
+
 TRANSLATE_KEYS = ("sigma_s", "beta", "beta_c", "beta_over_beta_c", "gamma", "gamma_c",
                   "deshpande_ratio", "sigma_A", "tau", "tau_star")
 

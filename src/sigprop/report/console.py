@@ -90,3 +90,34 @@ def print_translation(spec: ArchSpec, derived: dict, console: Console | None = N
     for k, v in derived.items():
         t.add_row(k, _fmt(float(v)), _PAPER.get(k, ""))
     console.print(t)
+
+
+def print_measurement(spec: ArchSpec, traj: pd.DataFrame, agreement: dict, verdict: str, m,
+                      console: Console | None = None) -> None:
+    """Theory vs measured per layer for the main observables."""
+    console = console or Console()
+    theory = traj[traj["source"] != "measured"]
+    meas = traj[traj["source"] == "measured"]
+    tw, mw = trajectory.wide(theory), trajectory.wide(meas)
+    se = meas.pivot_table(index="layer", columns="observable", values="stderr", aggfunc="first")
+    cols = [c for c in ("cos", "ipr", "entropy", "wmax", "stable_rank") if c in mw.columns]
+    t = Table(title=f"sigprop measure — {m.info['seeds']} seeds x {m.info['sequences']} "
+                    f"sequences, input {m.info['input']} ({m.seconds:.1f} s)")
+    t.add_column("layer", justify="right")
+    for c in cols:
+        t.add_column(f"{c}\ntheory / measured", justify="right")
+    for layer in mw.index:
+        cells = []
+        for c in cols:
+            tv = tw[c].get(layer) if c in tw.columns else None
+            mv, sv = mw[c].get(layer), se[c].get(layer) if c in se.columns else None
+            left = "–" if tv is None or pd.isna(tv) else _fmt(float(tv))
+            right = "" if mv is None or pd.isna(mv) else _fmt(float(mv))
+            if right and sv is not None and not pd.isna(sv):
+                right += f"±{float(sv):.1g}"
+            cells.append(f"{left} / {right}" if right else left)
+        t.add_row(str(layer), *cells)
+    console.print(t)
+    console.print("max |theory - measured|: " + ", ".join(
+        f"{k} {v:.3g}" for k, v in sorted(agreement.items())))
+    console.print(f"verdict (theory): [{_VERDICT_STYLE[verdict]}]{verdict}[/]")

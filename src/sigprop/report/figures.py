@@ -52,3 +52,34 @@ def plot_diagram(d, path: str, spec: ArchSpec | None = None, dpi: int = 150) -> 
     ax.legend(handles=handles + h2, fontsize=7, loc="upper right", framealpha=0.9)
     fig.savefig(path, dpi=dpi)
     plt.close(fig)
+
+
+def plot_depth(traj, path: str, spec: ArchSpec | None = None,
+               observables=("cos", "ipr", "entropy"), dpi: int = 150) -> None:
+    """gg25 Fig. 1(d, e)-style depth curves: theory as lines, measurements as dots with
+    standard-error bars, one panel per observable."""
+    plt = _pyplot()
+    obs = [o for o in observables if o in set(traj["observable"])]
+    fig, axes = plt.subplots(1, len(obs), figsize=(3.6 * len(obs), 3.2), constrained_layout=True,
+                             squeeze=False)
+    styles = {"theory": ("-", "C0"), "theory_asymptotic": ("--", "C2")}
+    for ax, o in zip(axes[0], obs, strict=True):
+        sub = traj[traj["observable"] == o]
+        for src, (ls, col) in styles.items():
+            s = sub[sub["source"] == src].sort_values("layer")
+            if len(s):
+                ax.plot(s["layer"], s["value"], ls, color=col, lw=1.6,
+                        label=src.replace("_", " "))
+        m = sub[sub["source"] == "measured"].sort_values("layer")
+        if len(m):
+            ax.errorbar(m["layer"], m["value"], yerr=m["stderr"].fillna(0.0), fmt="o",
+                        color="C3", ms=3.5, capsize=2, lw=1, label="measured")
+        ax.set_xlabel("layer")
+        ax.set_ylabel(o)
+        ax.grid(alpha=0.3)
+    axes[0][0].legend(fontsize=7)
+    if spec is not None:
+        fig.suptitle(f"{spec.norm}-LN, L={spec.depth}, d={spec.d_model}, H={spec.heads}, "
+                     f"T={spec.seq_len}, beta={spec.beta_eff:.3g}", fontsize=9)
+    fig.savefig(path, dpi=dpi)
+    plt.close(fig)

@@ -160,6 +160,15 @@ class BlockParams:
         return cls(**base)
 
 
+def _cos(p, q):
+    """p / q, with the 0/0 of a vanishing state read as its rho -> 0+ limit, cos = 1: in the
+    T -> inf theory uniform-like attention on orthogonal tokens outputs the mean value, a
+    zero vector, for every token (q_att = p_att = 0), i.e. complete rank collapse."""
+    p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return np.where(q > 0, p / np.where(q > 0, q, 1.0), 1.0)
+
+
 def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False):
     """One transformer block (THEORY §2.6): returns ``(q, p, attention stats)``.
 
@@ -168,25 +177,25 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     none: no normalisation; the score std then scales with the input's q (THEORY §2.1).
     """
     normed = bp.norm in ("post", "pre")
-    qa, pa = (np.ones_like(q), p / q) if normed else (q, p)
+    qa, pa = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
     if bp.attention == "uniform":
         st = uniform_stats(np.shape(pa), bp.seq_len, causal=bp.causal, asymptotic=asymptotic)
     else:
-        st = attention_stats(bp.sigma_s0 * qa, pa / qa, bp.seq_len, d_head=bp.d_head,
+        st = attention_stats(bp.sigma_s0 * qa, _cos(pa, qa), bp.seq_len, d_head=bp.d_head,
                              causal=bp.causal, asymptotic=asymptotic, full=full)
     q_att, p_att = attention_map(qa, pa, st, variant=bp.attention, var_v=bp.var_v,
                                  var_b=bp.var_b, var_o=bp.var_o)
     a2 = np.asarray(bp.alpha_attn, dtype=np.float64) ** 2
     q, p = a2 * q + q_att, a2 * p + p_att
     if bp.norm == "post":
-        q, p = np.ones_like(q), p / q
-    qm, pm = (np.ones_like(q), p / q) if normed else (q, p)
+        q, p = np.ones_like(q), _cos(p, q)
+    qm, pm = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
     q_h, p_h = mlp_map(qm, pm, activation=bp.activation, var_w_in=bp.var_w_in,
                        var_w_out=bp.var_w_out, var_b=bp.var_b)
     m2 = np.asarray(bp.alpha_mlp, dtype=np.float64) ** 2
     q, p = m2 * q + q_h, m2 * p + p_h
     if bp.norm == "post":
-        q, p = np.ones_like(q), p / q
+        q, p = np.ones_like(q), _cos(p, q)
     return q, p, st
 
 
@@ -206,7 +215,7 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
     p = np.broadcast_to(np.asarray(r0, dtype=np.float64), shape).copy()
     for _ in range(spec.depth if depth is None else depth):
         q, p, _ = block_step(q, p, bp, asymptotic=asymptotic)
-    return p / q
+    return _cos(p, q)
 
 
 def propagate(spec: ArchSpec, rho0: float | None = None, *,
@@ -226,7 +235,7 @@ def propagate(spec: ArchSpec, rho0: float | None = None, *,
             dict(layer=0, observable="q", source=source, value=1.0)]
     for layer in range(1, spec.depth + 1):
         q, p, st = block_step(q, p, bp, asymptotic=asymptotic, full=True)
-        for name, val in (("cos", p / q), ("q", q), ("ipr", st.y2), ("ipr_cross", st.yx),
+        for name, val in (("cos", _cos(p, q)), ("q", q), ("ipr", st.y2), ("ipr_cross", st.yx),
                           ("entropy", st.entropy), ("wmax", st.wmax)):
             rows.append(dict(layer=layer, observable=name, source=source, value=float(val)))
     return trajectory.make(rows, spec)

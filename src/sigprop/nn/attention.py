@@ -1,0 +1,214 @@
+"""Multi-head self-attention for S independent initialisations at once (THEORY §2.1, §2.4).
+
+Every weight carries the seed as its leading dimension, ``(S, ...)``, and the forward pass is a
+handful of batched matmuls over that dimension; there is no loop over seeds. Activations have
+shape ``(S, B, T, d)``, attention matrices ``(S, B, H, T, T)``.
+
+Scores (THEORY §2.1): ``s_ab = (x_a W_Q^h) . (x_b W_K^h) / sqrt(d_H) * m(n)`` with head ``h``
+the ``h``-th block of ``d_H`` columns and ``m`` the length scaling of THEORY §3.2
+(:func:`sigprop.spec.score_multiplier`) at ``n`` = the number of keys a query sees: ``T`` for
+bidirectional attention and ``t`` for the query at (1-based) position ``t`` under a causal mask.
+With ``W ~ N(0, sigma^2)`` and ``|x|^2 = d`` the score variance is ``(sigma^2 d m)^2`` for any
+number of heads, which the ``spec`` initialisation sets to ``spec.sigma_s^2``.
+
+Variants (THEORY §2.4): ``softmax``; ``centred`` = ``A - 1 1^T / n`` on the visible keys
+(computed as ``A v`` minus the running mean of the values, never as a matrix); ``uniform`` =
+every visible key weighted ``1 / n``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import NamedTuple
+
+import torch
+from torch import Tensor, nn
+
+from ..spec import ArchSpec, score_multiplier
+
+STAT_NAMES = ("ipr", "ipr_cross", "entropy", "wmax")
+
+
+class AttentionOutput(NamedTuple):
+    """``out`` (S, B, T, d); ``stats`` name -> (S, B, H) tensor or None; ``probs``
+    (S, B, H, T, T) or None (the softmax probabilities, also for centred attention)."""
+
+    out: Tensor
+    stats: dict[str, Tensor] | None
+    probs: Tensor | None
+
+
+def causal_mask(T: int, device=None) -> Tensor:
+    """Boolean (T, T) mask, True where key b lies in the future of query a (b > a)."""
+    return torch.ones(T, T, dtype=torch.bool, device=device).triu(1)
+
+
+def visible_keys(T: int, causal: bool, dtype=torch.float64, device=None) -> Tensor:
+    """Number of keys each query row sees, shape (T,): all T, or t = 1..T when causal."""
+    if causal:
+        return torch.arange(1, T + 1, dtype=dtype, device=device)
+    return torch.full((T,), float(T), dtype=dtype, device=device)
+
+
+@torch.no_grad()
+def row_stats(probs: Tensor, logp: Tensor, n_keys: Tensor) -> dict[str, Tensor]:
+    """Summary statistics of attention rows (THEORY §1), reduced over the last two dims.
+
+    ``probs`` and ``logp`` (..., T, T) with masked entries 0 in ``probs`` and finite (any value)
+    in ``logp`` (``probs * logp`` must be 0 there); ``n_keys`` (T,) the number of visible keys of each row. Returns
+
+    * ``ipr`` = mean_a sum_b A_ab^2;
+    * ``ipr_cross`` = mean over ordered pairs a != a' of sum_b A_ab A_a'b, computed from the
+      column sums c_b = sum_a A_ab as (sum_b c_b^2 - sum_ab A_ab^2) / (T (T - 1));
+    * ``entropy`` = mean over rows with n_a > 1 of -sum_b A_ab log A_ab / log n_a (from the
+      log-probabilities, so no log(0));
+    * ``wmax`` = mean_a max_b A_ab.
+    """
+    T = probs.shape[-1]
+    row_sq = torch.einsum("...i,...i->...", probs, probs)  # (..., T), no (T, T) temporary
+    ipr = row_sq.mean(-1)
+    col = probs.sum(-2)
+    cross = (col.square().sum(-1) - row_sq.sum(-1)) / (T * (T - 1)) if T > 1 else ipr
+    ent_rows = -torch.einsum("...i,...i->...", probs, logp)  # (..., T)
+    n = n_keys.to(probs.dtype)
+    keep = n > 1
+    inv_log = torch.where(keep, 1.0 / torch.log(n.clamp_min(2.0)), torch.zeros_like(n))
+    entropy = (ent_rows * inv_log).sum(-1) / keep.sum().clamp_min(1)
+    wmax = probs.amax(-1).mean(-1)
+    return {"ipr": ipr, "ipr_cross": cross, "entropy": entropy, "wmax": wmax}
+
+
+class BatchedAttention(nn.Module):
+    """Self-attention of ``spec`` for ``n_seeds`` stacked initialisations.
+
+    Parameters: ``w_q, w_k, w_v`` (S, d, d) acting as ``x @ W`` (heads = column blocks of
+    ``d_head``), value bias ``b_v`` (S, d) and, when ``spec.var_o`` is not None, ``w_o`` (S, d, d)
+    and ``b_o`` (S, d). Q and K have no bias. Created empty: the owner initialises them
+    (:func:`sigprop.nn.init.init_batched`).
+    """
+
+    def __init__(self, spec: ArchSpec, n_seeds: int = 1, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        self.spec = spec
+        self.n_seeds = int(n_seeds)
+        self.heads = spec.heads
+        self.d_head = spec.d_head
+        S, d = self.n_seeds, spec.d_model
+
+        def p(*shape):
+            return nn.Parameter(torch.zeros(*shape, dtype=dtype))
+
+        self.w_q, self.w_k, self.w_v = p(S, d, d), p(S, d, d), p(S, d, d)
+        self.b_v = p(S, d)
+        self.has_out = spec.var_o is not None
+        if self.has_out:
+            self.w_o, self.b_o = p(S, d, d), p(S, d)
+
+    def init_targets(self):
+        """(param, role, fan_in, fan_out) in a fixed draw order (see nn.init)."""
+        d = self.spec.d_model
+        out = [(self.w_q, "q", d, d), (self.w_k, "k", d, d), (self.w_v, "v", d, d),
+               (self.b_v, "bias", d, d)]
+        if self.has_out:
+            out += [(self.w_o, "o", d, d), (self.b_o, "bias", d, d)]
+        return out
+
+    # ---------------------------------------------------------------- pieces
+    def _heads(self, x2: Tensor, w: Tensor, B: int, T: int, bias: Tensor | None = None):
+        """(S, B*T, d) @ (S, d, d) [+ bias] -> (S, B, H, T, d_head)."""
+        y = torch.bmm(x2, w) if bias is None else torch.baddbmm(bias.unsqueeze(1), x2, w)
+        return y.view(self.n_seeds, B, T, self.heads, self.d_head).transpose(2, 3)
+
+    def _scale(self, T: int, dtype, device) -> Tensor | float:
+        """Score factor m(n)/sqrt(d_H): a float, or (T, 1) per query row when it depends on
+        the causal row length."""
+        base = 1.0 / math.sqrt(self.d_head)
+        kind, param = self.spec.scaling, self.spec.scaling_param
+        if kind == "none":
+            return base
+        if self.spec.causal and kind in ("log-n", "qwen", "ssmax"):
+            m = score_multiplier(kind, range(1, T + 1), param)
+            return torch.as_tensor(m * base, dtype=dtype, device=device).unsqueeze(-1)
+        return float(score_multiplier(kind, T, param)) * base
+
+    def _prepare(self, x: Tensor) -> Tensor:
+        if x.dim() == 3:
+            x = x.unsqueeze(0).expand(self.n_seeds, *x.shape)
+        if x.dim() != 4 or x.shape[0] != self.n_seeds or x.shape[-1] != self.spec.d_model:
+            raise ValueError(f"expected input (S={self.n_seeds} or none, B, T, "
+                             f"d={self.spec.d_model}), got {tuple(x.shape)}")
+        return x.to(self.w_q.dtype)
+
+    def scores(self, x: Tensor) -> Tensor:
+        """Scaled logits (S, B, H, T, T) before masking (THEORY §2.1)."""
+        x = self._prepare(x)
+        S, B, T, d = x.shape
+        x2 = x.reshape(S, B * T, d)
+        q = self._heads(x2, self.w_q, B, T)
+        k = self._heads(x2, self.w_k, B, T)
+        return torch.matmul(q * self._scale(T, q.dtype, q.device), k.transpose(-1, -2))
+
+    # ---------------------------------------------------------------- forward
+    def forward(self, x: Tensor, return_stats: bool = False,
+                return_probs: bool = False) -> AttentionOutput:
+        """Attention output for x of shape (S, B, T, d) or (B, T, d) (shared by all seeds)."""
+        x = self._prepare(x)
+        S, B, T, d = x.shape
+        x2 = x.reshape(S, B * T, d)
+        v = self._heads(x2, self.w_v, B, T, self.b_v)  # (S, B, H, T, dh)
+        causal = self.spec.causal
+        mask = causal_mask(T, x.device) if causal else None
+        n_keys = visible_keys(T, causal, x.dtype, x.device)
+        stats = probs = None
+        kind = self.spec.attention
+
+        if kind == "uniform":
+            out = self._running_mean(v, n_keys)
+            if return_stats or return_probs:
+                a = torch.ones(T, T, dtype=x.dtype, device=x.device)
+                if causal:
+                    a = a.masked_fill(mask, 0.0)
+                a = a / n_keys.unsqueeze(-1)
+                if return_stats:
+                    logp = torch.log(a.clamp_min(torch.finfo(a.dtype).tiny))
+                    stats = {k: val.expand(S, B, self.heads).clone()
+                             for k, val in row_stats(a, logp, n_keys).items()}
+                if return_probs:
+                    probs = a.expand(S, B, self.heads, T, T)
+        else:
+            q = self._heads(x2, self.w_q, B, T)
+            k = self._heads(x2, self.w_k, B, T)
+            logits = torch.matmul(q * self._scale(T, q.dtype, q.device), k.transpose(-1, -2))
+            del q, k
+            if causal:
+                # the most negative finite number, not -inf: its probability is exactly 0
+                # and its log-probability stays finite, so 0 * logp = 0 in the entropy
+                logits = logits.masked_fill(mask, torch.finfo(logits.dtype).min)
+            if return_stats:
+                logp = torch.log_softmax(logits, dim=-1)
+                del logits
+                a = logp.exp()
+                stats = row_stats(a.detach(), logp.detach(), n_keys)
+                del logp
+            else:
+                a = torch.softmax(logits, dim=-1)
+                del logits
+            out = torch.matmul(a, v)
+            if kind == "centred":
+                out = out - self._running_mean(v, n_keys)
+            if return_probs:
+                probs = a
+            del a
+
+        out = out.transpose(2, 3).reshape(S, B * T, d)
+        if self.has_out:
+            out = torch.baddbmm(self.b_o.unsqueeze(1), out, self.w_o)
+        return AttentionOutput(out.view(S, B, T, d), stats, probs)
+
+    @staticmethod
+    def _running_mean(v: Tensor, n_keys: Tensor) -> Tensor:
+        """Mean of the values over each query's visible keys, broadcastable to v's shape."""
+        T = v.shape[-2]
+        if int(n_keys[0]) == T:  # bidirectional: one mean for all rows
+            return v.mean(dim=-2, keepdim=True).expand_as(v)
+        return v.cumsum(dim=-2) / n_keys.to(v.dtype).unsqueeze(-1)

@@ -1,0 +1,210 @@
+"""Initialisation schemes for the batched sigprop model and for foreign ``nn.Module``s.
+
+Every scheme is a rule ``(role, fan_in, fan_out) -> law`` where the role is one of ``q, k, v,
+o, mlp_in, mlp_out, bias, embed``. The laws (THEORY §2.1, §2.4-2.5; variances "times fan-in"
+as in :mod:`sigprop.spec`):
+
+* ``spec`` (default): ``W_Q, W_K ~ N(0, s^2)`` with ``s = spec.rem_qk_std()`` (this is
+  ``sqrt(beta sqrt(log T) / d)`` when ``beta`` is set and ``qk_std`` otherwise, so that the score
+  std is ``spec.sigma_s`` for any number of heads); ``W_V ~ N(0, var_v / d)``,
+  ``W_O ~ N(0, var_o / d)``, ``W1 ~ N(0, var_w_in / d)``, ``W2 ~ N(0, var_w_out / d_ff)``,
+  biases ``N(0, sigma_b2)``.
+* ``rem``: Q/K from a target beta, ``sigma_q = sigma_k = sqrt(beta sqrt(log T) / d)`` (THEORY
+  §2.1, gg25 Eq. 11 for H heads), everything else as ``spec``.
+* ``hf``: every weight ``N(0, std^2)`` (``std`` default ``spec.init_std``), biases 0.
+* ``xavier``: ``N(0, 2 / (fan_in + fan_out))``; ``xavier_uniform``: the uniform law with the
+  same variance (Glorot & Bengio 2010); ``he``: ``N(0, 2 / fan_in)``; biases 0.
+
+Embedding tables (token and position) are always ``N(0, 1)``: the model RMS-normalises their
+sum, so only their relative scale matters.
+
+Randomness: all draws are float64 standard normals (or uniforms) from a ``torch.Generator``,
+scaled by the law's std and cast to the parameter's dtype, so a float32 and a float64 model
+built from the same seed hold the same weights up to rounding, and changing a variance (e.g.
+beta) only rescales the same draws.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Iterable, Sequence
+
+import torch
+from torch import nn
+
+from ..spec import ArchSpec
+
+SCHEMES = ("spec", "rem", "hf", "xavier", "xavier_uniform", "he")
+ROLES = ("q", "k", "v", "o", "mlp_in", "mlp_out", "bias", "embed")
+
+
+def rem_qk_std(beta: float, seq_len: int, d_model: int) -> float:
+    """Q/K weight std giving inverse temperature ``beta`` at length ``seq_len`` for inputs with
+    ``|x|^2 = d_model`` (THEORY §2.1): ``sqrt(beta sqrt(log T) / d)``, independent of heads."""
+    if beta < 0 or seq_len < 2 or d_model < 1:
+        raise ValueError(f"need beta >= 0, seq_len >= 2, d_model >= 1 (got {beta}, {seq_len}, "
+                         f"{d_model})")
+    return math.sqrt(beta * math.sqrt(math.log(seq_len)) / d_model)
+
+
+def _check_scheme(scheme: str) -> None:
+    if scheme not in SCHEMES:
+        raise ValueError(f"init scheme must be one of {', '.join(SCHEMES)} (got {scheme!r})")
+
+
+def law(scheme: str, role: str, fan_in: int, fan_out: int, *, spec: ArchSpec | None = None,
+        beta: float | None = None, seq_len: int | None = None, d_model: int | None = None,
+        std: float | None = None) -> tuple[float, bool]:
+    """``(std, uniform)`` of one tensor under ``scheme`` (module docstring). ``uniform`` means
+    ``U(-sqrt(3) std, sqrt(3) std)``; otherwise ``N(0, std^2)``.
+
+    ``spec`` gives the variances of ``spec`` / ``rem`` and the default ``std`` of ``hf``.
+    Without a spec (foreign models), ``spec`` / ``rem`` fall back to ``N(0, std^2)`` weights
+    and zero biases for every role but Q/K. ``rem`` Q/K: ``rem_qk_std(beta, seq_len, d_model)``
+    with ``seq_len`` / ``d_model`` defaulting to the spec's (``d_model`` then to ``fan_in``);
+    without ``beta`` the spec's own Q/K std."""
+    _check_scheme(scheme)
+    if role not in ROLES:
+        raise ValueError(f"role must be one of {', '.join(ROLES)} (got {role!r})")
+    if role == "embed":
+        return 1.0, False
+    if scheme in ("xavier", "xavier_uniform", "he"):
+        if role == "bias":
+            return 0.0, False
+        if scheme == "he":
+            return math.sqrt(2.0 / fan_in), False
+        return math.sqrt(2.0 / (fan_in + fan_out)), scheme == "xavier_uniform"
+    hf_std = std if std is not None else (spec.init_std if spec is not None else 0.02)
+    if scheme == "hf":
+        return (0.0 if role == "bias" else hf_std), False
+    if role in ("q", "k"):
+        if scheme == "rem" and beta is not None:
+            T = seq_len if seq_len is not None else (spec.seq_len if spec else None)
+            if T is None:
+                raise ValueError("scheme 'rem' needs seq_len (or a spec)")
+            d = d_model if d_model is not None else (spec.d_model if spec else fan_in)
+            return rem_qk_std(beta, T, d), False
+        if spec is None:
+            raise ValueError(f"scheme {scheme!r} needs a spec (or, for 'rem', beta)")
+        return spec.rem_qk_std(), False
+    if spec is None:
+        return (0.0 if role == "bias" else hf_std), False
+    if role == "bias":
+        return math.sqrt(spec.sigma_b2), False
+    var = {"v": spec.var_v, "o": spec.var_o, "mlp_in": spec.var_w_in,
+           "mlp_out": spec.var_w_out}[role]
+    if var is None:  # the spec has no W_O; a foreign model's W_O gets the HF law
+        return hf_std, False
+    return math.sqrt(var / fan_in), False
+
+
+def _draw(shape: Sequence[int], std: float, uniform: bool,
+          generator: torch.Generator) -> torch.Tensor:
+    if uniform:
+        u = torch.rand(tuple(shape), generator=generator, dtype=torch.float64)
+        return (2.0 * u - 1.0) * (math.sqrt(3.0) * std)
+    return torch.randn(tuple(shape), generator=generator, dtype=torch.float64) * std
+
+
+# --------------------------------------------------------------------------------------------
+# the batched model
+# --------------------------------------------------------------------------------------------
+@torch.no_grad()
+def init_batched(model: nn.Module, scheme: str = "spec", seed: int = 0, *,
+                 spec: ArchSpec | None = None, beta: float | None = None,
+                 seq_len: int | None = None, std: float | None = None) -> nn.Module:
+    """(Re)initialise a batched model in place and return it.
+
+    ``model`` provides ``init_targets()`` -> iterable of ``(param, role, fan_in, fan_out)``
+    with every ``param`` of shape ``(S, ...)`` (see :class:`sigprop.nn.model.SigpropTransformer`)
+    and ``spec``. Seed slice ``i`` is drawn from its own generator seeded with ``seed + i``, in
+    the order of ``init_targets()``: slice ``i`` of a model built with ``seed = k`` equals the
+    single-seed model built with ``seed = k + i``, and no slice depends on ``S``."""
+    _check_scheme(scheme)
+    spec = spec if spec is not None else model.spec
+    targets = list(model.init_targets())
+    n_seeds = targets[0][0].shape[0]
+    for i in range(n_seeds):
+        g = torch.Generator().manual_seed(int(seed) + i)
+        for param, role, fan_in, fan_out in targets:
+            s, uni = law(scheme, role, fan_in, fan_out, spec=spec, beta=beta, seq_len=seq_len,
+                         std=std)
+            param[i].copy_(_draw(param.shape[1:], s, uni, g))
+    return model
+
+
+# --------------------------------------------------------------------------------------------
+# foreign modules (HF models ...)
+# --------------------------------------------------------------------------------------------
+def _weight_fans(module: nn.Module) -> tuple[int, int]:
+    """(fan_in, fan_out) of a linear-like module: nn.Linear stores its weight as (out, in),
+    transformers' Conv1D (GPT-2) as (in, out)."""
+    w = module.weight
+    if w.dim() != 2:
+        raise TypeError(f"{type(module).__name__} has no 2-D weight")
+    if type(module).__name__ == "Conv1D":
+        return w.shape[0], w.shape[1]
+    return w.shape[1], w.shape[0]
+
+
+def _match(names: Iterable[str], patterns: Sequence[str]) -> list[str]:
+    out = []
+    for pat in patterns:
+        hits = [n for n in names if n == pat or fnmatch.fnmatchcase(n, pat)]
+        if not hits:
+            raise KeyError(f"no submodule matches {pat!r}")
+        out.extend(h for h in hits if h not in out)
+    return out
+
+
+@torch.no_grad()
+def init_foreign(module: nn.Module, scheme: str, *, q: Sequence[str] = (),
+                 k: Sequence[str] = (), v: Sequence[str] = (), mlp_in: Sequence[str] = (),
+                 mlp_out: Sequence[str] = (), o: Sequence[str] = (), beta: float | None = None,
+                 seq_len: int | None = None, std: float = 0.02,
+                 generator: torch.Generator | None = None, seed: int = 0,
+                 spec: ArchSpec | None = None) -> dict[str, str]:
+    """Apply an init scheme to named linear submodules of any model; returns ``{name: role}``.
+
+    Names are exact ``named_modules()`` names or ``fnmatch`` patterns (e.g.
+    ``"encoder.layer.*.attention.self.query"``); a pattern matching nothing raises ``KeyError``.
+    Unlisted submodules are left as they are. Laws as in the module docstring, with:
+
+    * ``rem``: Q/K std ``rem_qk_std(beta, seq_len, d)`` with ``d`` the Q layer's input width;
+      the other listed layers ``N(0, std^2)`` (or the spec's variances when ``spec`` is given);
+      biases 0 (or ``spec.sigma_b2``).
+    * ``hf``: ``N(0, std^2)``, biases 0. ``xavier`` / ``xavier_uniform`` / ``he`` as usual.
+    * ``spec``: needs ``spec``; every listed group gets the spec's law with the module's fans.
+
+    Fused QKV projections (GPT-2's ``c_attn``) cannot be split by name; give them as ``v`` to
+    get one law for the whole matrix. Draws come from ``generator`` (default: a new generator
+    seeded with ``seed``), in the order q, k, v, o, mlp_in, mlp_out, each in name order.
+    """
+    _check_scheme(scheme)
+    if scheme == "spec" and spec is None:
+        raise ValueError("scheme 'spec' needs a spec")
+    if scheme == "rem" and beta is None and spec is None:
+        raise ValueError("scheme 'rem' needs beta (or a spec)")
+    if scheme == "rem" and seq_len is None and spec is None:
+        raise ValueError("scheme 'rem' needs seq_len (or a spec)")
+    g = generator if generator is not None else torch.Generator().manual_seed(int(seed))
+    mods = dict(module.named_modules())
+    groups = {"q": q, "k": k, "v": v, "o": o, "mlp_in": mlp_in, "mlp_out": mlp_out}
+    applied: dict[str, str] = {}
+    d_model = None
+    if q:
+        d_model = _weight_fans(mods[_match(mods, [q[0]])[0]])[0]
+    for role, patterns in groups.items():
+        for name in _match(mods, patterns):
+            m = mods[name]
+            fan_in, fan_out = _weight_fans(m)
+            lspec = spec if scheme in ("spec", "rem") else None
+            s, uni = law(scheme, role, fan_in, fan_out, spec=lspec, beta=beta,
+                         seq_len=seq_len, d_model=d_model, std=std)
+            m.weight.copy_(_draw(m.weight.shape, s, uni, g))
+            if getattr(m, "bias", None) is not None:
+                sb, _ = law(scheme, "bias", fan_in, fan_out, spec=lspec, std=std)
+                m.bias.copy_(_draw(m.bias.shape, sb, False, g))
+            applied[name] = role
+    return applied

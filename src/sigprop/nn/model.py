@@ -1,0 +1,248 @@
+"""The batched transformer stack built from an ArchSpec (ARCHITECTURE.md, THEORY §2.6).
+
+``SigpropTransformer(spec, n_seeds=S)`` holds S independent initialisations of the same
+architecture; every weight has shape ``(S, ...)`` and one forward pass measures all of them.
+Block structure, exactly as :func:`sigprop.theory.blocks.block_step`:
+
+* post-LN: ``x = LN(alpha_A x + Attn(x))``; ``x = LN(alpha_M x + MLP(x))``
+* pre-LN:  ``x = alpha_A x + Attn(LN(x))``; ``x = alpha_M x + MLP(LN(x))``
+* none:    ``x = alpha_A x + Attn(x)``;     ``x = alpha_M x + MLP(x)``
+
+LN has no affine part: ``rms`` is ``x / sqrt(mean(x^2) + eps)`` (gg25, no mean subtraction),
+``layernorm`` the standard mean-and-variance normalisation. MLP (THEORY §2.5):
+``phi(x W1 + b1) W2 + b2``; SwiGLU: ``(silu(x W_gate + b_gate) * (x W_up + b_up)) W2 + b2``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from ..spec import ArchSpec
+from . import init as _init
+from .attention import AttentionOutput, BatchedAttention
+
+LN_EPS = 1e-6
+
+_ACTIVATIONS = {
+    "relu": torch.relu,
+    "gelu": lambda z: F.gelu(z, approximate="none"),
+    "tanh": torch.tanh,
+    "silu": F.silu,
+    "linear": lambda z: z,
+}
+
+
+def normalise(x: Tensor, kind: str, eps: float = LN_EPS) -> Tensor:
+    """Affine-free LayerNorm over the last dim: ``rms`` (no mean subtraction) or ``layernorm``."""
+    if kind == "rms":
+        return x * torch.rsqrt(x.square().mean(-1, keepdim=True) + eps)
+    if kind == "layernorm":
+        return F.layer_norm(x, x.shape[-1:], eps=eps)
+    raise ValueError(f"ln_kind must be rms or layernorm (got {kind!r})")
+
+
+def _param(*shape, dtype):
+    return nn.Parameter(torch.zeros(*shape, dtype=dtype))
+
+
+class BatchedMLP(nn.Module):
+    """Two-layer MLP (or SwiGLU) for S seeds: ``w1`` / ``w_gate`` + ``w_up`` (S, d, ff),
+    biases (S, ff), ``w2`` (S, ff, d), ``b2`` (S, d)."""
+
+    def __init__(self, spec: ArchSpec, n_seeds: int = 1, dtype: torch.dtype = torch.float32):
+        super().__init__()
+        S, d, ff = n_seeds, spec.d_model, spec.ff
+        self.spec = spec
+        self.swiglu = spec.activation == "swiglu"
+        if self.swiglu:
+            self.w_gate, self.b_gate = _param(S, d, ff, dtype=dtype), _param(S, ff, dtype=dtype)
+            self.w_up, self.b_up = _param(S, d, ff, dtype=dtype), _param(S, ff, dtype=dtype)
+        else:
+            self.w1, self.b1 = _param(S, d, ff, dtype=dtype), _param(S, ff, dtype=dtype)
+            self.act = _ACTIVATIONS[spec.activation]
+        self.w2, self.b2 = _param(S, ff, d, dtype=dtype), _param(S, d, dtype=dtype)
+
+    def init_targets(self):
+        d, ff = self.spec.d_model, self.spec.ff
+        if self.swiglu:
+            first = [(self.w_gate, "mlp_in", d, ff), (self.b_gate, "bias", d, ff),
+                     (self.w_up, "mlp_in", d, ff), (self.b_up, "bias", d, ff)]
+        else:
+            first = [(self.w1, "mlp_in", d, ff), (self.b1, "bias", d, ff)]
+        return first + [(self.w2, "mlp_out", ff, d), (self.b2, "bias", ff, d)]
+
+    def forward(self, x: Tensor) -> Tensor:
+        S, B, T, d = x.shape
+        x2 = x.reshape(S, B * T, d)
+        if self.swiglu:
+            h = F.silu(torch.baddbmm(self.b_gate.unsqueeze(1), x2, self.w_gate))
+            h = h * torch.baddbmm(self.b_up.unsqueeze(1), x2, self.w_up)
+        else:
+            h = self.act(torch.baddbmm(self.b1.unsqueeze(1), x2, self.w1))
+        return torch.baddbmm(self.b2.unsqueeze(1), h, self.w2).view(S, B, T, d)
+
+
+class BatchedBlock(nn.Module):
+    """One transformer block (module docstring) for S seeds."""
+
+    def __init__(self, spec: ArchSpec, n_seeds: int = 1, dtype: torch.dtype = torch.float32,
+                 ln_eps: float = LN_EPS):
+        super().__init__()
+        self.spec = spec
+        self.ln_eps = ln_eps
+        self.attn = BatchedAttention(spec, n_seeds, dtype)
+        self.mlp = BatchedMLP(spec, n_seeds, dtype)
+
+    def init_targets(self):
+        return self.attn.init_targets() + self.mlp.init_targets()
+
+    def _ln(self, x: Tensor) -> Tensor:
+        return normalise(x, self.spec.ln_kind, self.ln_eps)
+
+    def forward(self, x: Tensor, return_stats: bool = False,
+                return_probs: bool = False) -> tuple[Tensor, AttentionOutput]:
+        sp = self.spec
+        a_att, a_mlp = sp.alpha_attn, sp.alpha_mlp
+        if sp.norm == "post":
+            att = self.attn(x, return_stats, return_probs)
+            x = self._ln(a_att * x + att.out)
+            x = self._ln(a_mlp * x + self.mlp(x))
+        elif sp.norm == "pre":
+            att = self.attn(self._ln(x), return_stats, return_probs)
+            x = a_att * x + att.out
+            x = a_mlp * x + self.mlp(self._ln(x))
+        else:
+            att = self.attn(x, return_stats, return_probs)
+            x = a_att * x + att.out
+            x = a_mlp * x + self.mlp(x)
+        return x, att
+
+
+@dataclass
+class ModelOutput:
+    """``output`` (S, B, T, d) = last hidden state; ``hidden``: L+1 tensors (S, B, T, d),
+    index 0 the input / embeddings, index l the output of block l; ``stats``: L dicts
+    ``{ipr, ipr_cross, entropy, wmax}`` of (S, B, H) tensors (block l at index l-1);
+    ``probs``: L attention tensors (S, B, H, T, T). Unrequested fields are None."""
+
+    output: Tensor
+    hidden: list[Tensor] | None = None
+    stats: list[dict[str, Tensor]] | None = None
+    probs: list[Tensor] | None = None
+
+
+class SigpropTransformer(nn.Module):
+    """Transformer stack of ``spec`` holding ``n_seeds`` independent initialisations.
+
+    ``init``: a scheme of :mod:`sigprop.nn.init` (``spec``, ``rem``, ``hf``, ``xavier``,
+    ``xavier_uniform``, ``he``) or None to leave the weights at zero (to be filled by the
+    caller). Seed slice ``i`` is drawn from ``seed + i``. ``embeddings`` (alias
+    ``vocab_size``): vocabulary size for token embeddings (S, V, d) plus position embeddings
+    (S, seq_len, d), both N(0, 1), whose sum is normalised with ``spec.ln_kind`` (q = 1 per
+    token, the theory's layer-0 state); None: the model takes continuous inputs
+    (S, B, T, d) or (B, T, d). ``beta`` / ``std`` are passed to the ``rem`` / ``hf`` schemes.
+    """
+
+    def __init__(self, spec: ArchSpec, n_seeds: int = 1, seed: int = 0, init: str | None = "spec",
+                 dtype: torch.dtype = torch.float32, embeddings: int | None = None, *,
+                 vocab_size: int | None = None, beta: float | None = None,
+                 std: float | None = None, ln_eps: float = LN_EPS):
+        super().__init__()
+        if n_seeds < 1:
+            raise ValueError(f"n_seeds must be >= 1 (got {n_seeds})")
+        if embeddings is not None and vocab_size is not None and embeddings != vocab_size:
+            raise ValueError("give embeddings or vocab_size, not two different sizes")
+        self.spec = spec
+        self.n_seeds = int(n_seeds)
+        self.seed = int(seed)
+        self.dtype = dtype
+        self.ln_eps = ln_eps
+        self.vocab_size = embeddings if embeddings is not None else vocab_size
+        if self.vocab_size is not None:
+            self.tok_emb = _param(n_seeds, self.vocab_size, spec.d_model, dtype=dtype)
+            self.pos_emb = _param(n_seeds, spec.seq_len, spec.d_model, dtype=dtype)
+        self.blocks = nn.ModuleList(
+            BatchedBlock(spec, n_seeds, dtype, ln_eps) for _ in range(spec.depth))
+        self.init_scheme = init
+        if init is not None:
+            _init.init_batched(self, init, seed, spec=spec, beta=beta, std=std)
+
+    def init_targets(self):
+        """All parameters as (param, role, fan_in, fan_out), in the fixed draw order."""
+        out = []
+        if self.vocab_size is not None:
+            d = self.spec.d_model
+            out += [(self.tok_emb, "embed", self.vocab_size, d),
+                    (self.pos_emb, "embed", self.spec.seq_len, d)]
+        for blk in self.blocks:
+            out += blk.init_targets()
+        return out
+
+    def reinit(self, scheme: str = "spec", seed: int | None = None, **kw) -> SigpropTransformer:
+        """Redraw every weight with ``scheme`` (keywords as :func:`nn.init.init_batched`)."""
+        self.seed = self.seed if seed is None else int(seed)
+        self.init_scheme = scheme
+        return _init.init_batched(self, scheme, self.seed, spec=self.spec, **kw)
+
+    @torch.no_grad()
+    def seed_slice(self, idx) -> SigpropTransformer:
+        """A new model holding copies of the seeds ``idx`` (an int, slice or index list)."""
+        if isinstance(idx, int):
+            idx = [idx]
+        idx = torch.arange(self.n_seeds)[idx].reshape(-1)
+        new = SigpropTransformer(self.spec, len(idx), init=None, dtype=self.dtype,
+                                 embeddings=self.vocab_size, ln_eps=self.ln_eps)
+        src = dict(self.named_parameters())
+        for name, p in new.named_parameters():
+            p.copy_(src[name][idx])
+        new.seed, new.init_scheme = self.seed, self.init_scheme
+        return new
+
+    def embed(self, ids: Tensor) -> Tensor:
+        """Token ids (B, T) or (S, B, T) -> normalised embeddings (S, B, T, d)."""
+        if self.vocab_size is None:
+            raise ValueError("this model has no embeddings (built without a vocabulary size)")
+        S = self.n_seeds
+        if ids.dim() == 2:
+            ids = ids.unsqueeze(0).expand(S, *ids.shape)
+        if ids.dim() != 3 or ids.shape[0] != S:
+            raise ValueError(f"token ids must be (B, T) or ({S}, B, T), got {tuple(ids.shape)}")
+        T = ids.shape[-1]
+        if T > self.spec.seq_len:
+            raise ValueError(f"sequence of {T} tokens exceeds seq_len={self.spec.seq_len}")
+        seeds = torch.arange(S, device=ids.device).view(S, 1, 1)
+        x = self.tok_emb[seeds, ids] + self.pos_emb[:, :T].unsqueeze(1)
+        return normalise(x, self.spec.ln_kind, self.ln_eps)
+
+    def _inputs(self, x: Tensor) -> Tensor:
+        if not torch.is_floating_point(x):
+            return self.embed(x)
+        if self.vocab_size is not None and x.shape[-1] != self.spec.d_model:
+            raise ValueError("float inputs must be (S, B, T, d) or (B, T, d) embeddings")
+        if x.dim() == 3:
+            x = x.unsqueeze(0).expand(self.n_seeds, *x.shape)
+        if x.dim() != 4 or x.shape[0] != self.n_seeds or x.shape[-1] != self.spec.d_model:
+            raise ValueError(f"expected (S={self.n_seeds} or none, B, T, d={self.spec.d_model}) "
+                             f"inputs, got {tuple(x.shape)}")
+        return x.to(self.dtype)
+
+    def forward(self, x: Tensor, return_hidden: bool = True, return_stats: bool = True,
+                return_probs: bool = False) -> ModelOutput:
+        """Run all blocks on ``x`` (float inputs, or token ids when built with embeddings)."""
+        x = self._inputs(x)
+        hidden = [x] if return_hidden else None
+        stats = [] if return_stats else None
+        probs = [] if return_probs else None
+        for blk in self.blocks:
+            x, att = blk(x, return_stats, return_probs)
+            if return_hidden:
+                hidden.append(x)
+            if return_stats:
+                stats.append(att.stats)
+            if return_probs:
+                probs.append(att.probs)
+        return ModelOutput(x, hidden, stats, probs)

@@ -1,0 +1,82 @@
+"""Theory vs simulation (THEORY §2.3-2.6; gg25 Figs 1, 3): the finite-T theory beside the batched
+torch model at small sizes. Each tolerance states the finite-size effect it allows for."""
+
+import numpy as np
+import pytest
+
+from sigprop.measure.engine import measure
+from sigprop.spec import ArchSpec
+from sigprop.theory import blocks
+
+
+def _at(df, obs, layer):
+    return df[(df.observable == obs) & (df.layer == layer)]["value"].item()
+
+
+def test_one_layer_condensed_ipr_and_cos():
+    """Issue acceptance: one post-LN layer, beta = 2 > beta_c, T = 512, rho_in = 0.3, no
+    residuals. Tolerances: ipr 0.03, cos 0.05 — 4 seeds x 2 sequences give stderr ~0.01 on ipr,
+    and d = 256 < T makes the tokens' pairwise cosines scatter by ~1/16 around 0.3."""
+    spec = ArchSpec(depth=1, beta=2.0, d_model=256, heads=1, seq_len=512, rho0=0.3,
+                    alpha_attn=0.0, alpha_mlp=0.0)
+    m = measure(spec, seeds=4, sequences=2, input="rho", rho0=0.3)
+    th = blocks.propagate(spec)
+    assert abs(_at(th, "ipr", 1) - _at(m.trajectory, "ipr", 1)) < 0.03
+    assert abs(_at(th, "cos", 1) - _at(m.trajectory, "cos", 1)) < 0.05
+
+
+@pytest.mark.parametrize("beta", [0.5, 3.0])
+def test_deep_post_ln_gg25_variances(beta):
+    """gg25 Fig. 1(d, e) setting (sigma_v^2 = sigma_w^2 = 0.2, sigma_b^2 = 4e-4, alphas 1),
+    depth 24, d = 256, T = 256: every layer's cos within 0.05 (3 seeds; the per-layer
+    finite-d error accumulates over depth, measured ~0.02)."""
+    spec = ArchSpec(depth=24, beta=beta, d_model=256, heads=1, seq_len=256, rho0=0.05,
+                    sigma_v2=0.2, sigma_w2=0.2, sigma_b2=4e-4)
+    m = measure(spec, seeds=3, sequences=1, input="rho", rho0=0.05, stable_rank=False)
+    th = blocks.propagate(spec, rho0=max(m.rho0, 0.0))
+    t = th[th.observable == "cos"].sort_values("layer")["value"].to_numpy()
+    s = m.trajectory[m.trajectory.observable == "cos"].sort_values("layer")["value"].to_numpy()
+    assert np.max(np.abs(t - s)) < 0.05
+
+
+def test_uniform_attention_matches_exactly_in_expectation():
+    """Uniform attention + linear MLP, no LN: the (q, p) recursion is exact in expectation;
+    with d = 256 the per-seed fluctuation of q is ~sqrt(2/d) per layer -> 10% at depth 3."""
+    spec = ArchSpec(depth=3, attention="uniform", norm="none", activation="linear",
+                    d_model=256, heads=4, seq_len=64, sigma_v2=1.0, sigma_w2=1.0, rho0=0.2,
+                    alpha_attn=1.0, alpha_mlp=1.0)
+    m = measure(spec, seeds=8, sequences=2, input="rho", rho0=0.2, stable_rank=False)
+    th = blocks.propagate(spec, rho0=m.rho0)
+    for layer in (1, 2, 3):
+        assert _at(m.trajectory, "q", layer) == pytest.approx(_at(th, "q", layer), rel=0.1)
+        assert abs(_at(m.trajectory, "cos", layer) - _at(th, "cos", layer)) < 0.03
+        assert _at(m.trajectory, "ipr", layer) == pytest.approx(1 / 64, rel=1e-5)
+
+
+GRID_BETAS = (0.5, 1.0, 1.5, 2.0, 3.0)
+GRID_RHOS = (0.0, 0.3, 0.6, 0.9)
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason=(
+    "mean-field ratio of averages: per-token LayerNorm averages cos over row-to-row "
+    "fluctuations of Y2, which the (q, p) theory ignores; measured errors reach 0.038-0.041 at "
+    "rho_in = 0.3, beta = 1.5-2.0 (T = 512, d = 1024), elsewhere <= 0.03"))
+def test_gg25_fig3_grid_finite_t_within_003():
+    """gg25 Fig. 3 grid, one attention layer (linear MLP, no residual), T = 512, d = 1024
+    (orthonormal tokens): finite-T theory within 0.03 of measured cos everywhere. The
+    asymptotic theory's errors are printed for the record (up to ~0.97 at rho_in = 0)."""
+    worst, worst_asym = 0.0, 0.0
+    for beta in GRID_BETAS:
+        for rho in GRID_RHOS:
+            spec = ArchSpec(depth=1, beta=beta, d_model=1024, heads=1, seq_len=512, rho0=rho,
+                            alpha_attn=0.0, alpha_mlp=0.0, activation="linear", sigma_v2=1.0,
+                            sigma_w2=1.0)
+            m = measure(spec, seeds=2, sequences=2, input="rho", rho0=rho, stable_rank=False)
+            r0 = max(m.rho0, 0.0)
+            meas = _at(m.trajectory, "cos", 1)
+            fin = _at(blocks.propagate(spec, rho0=r0), "cos", 1)
+            asym = _at(blocks.propagate(spec, rho0=r0, asymptotic=True), "cos", 1)
+            worst, worst_asym = max(worst, abs(fin - meas)), max(worst_asym, abs(asym - meas))
+    print(f"max |finite-T - measured| = {worst:.3f}; asymptotic {worst_asym:.3f}")
+    assert worst < 0.03
