@@ -29,6 +29,7 @@ test-slow: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_theory.py
+	$(BIN)/python benchmarks/bench_measure.py
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks

@@ -136,7 +136,7 @@ def test_model_init_gives_spec_weight_laws():
 def reference_forward(model, i, x):
     """Seed i of the model by hand: explicit per-head loops, 2-D matmuls, float64."""
     sp = model.spec
-    T, d, dh = x.shape[-2], sp.d_model, sp.d_head
+    T, dh = x.shape[-2], sp.d_head
 
     def ln(z):
         if sp.ln_kind == "rms":
@@ -167,7 +167,8 @@ def reference_forward(model, i, x):
     def mlp(blk, z):
         f = blk.mlp
         if f.swiglu:
-            hdn = torch.nn.functional.silu(z @ f.w_gate[i] + f.b_gate[i]) * (z @ f.w_up[i] + f.b_up[i])
+            gate = torch.nn.functional.silu(z @ f.w_gate[i] + f.b_gate[i])
+            hdn = gate * (z @ f.w_up[i] + f.b_up[i])
         else:
             hdn = torch.relu(z @ f.w1[i] + f.b1[i])
         return hdn @ f.w2[i] + f.b2[i]

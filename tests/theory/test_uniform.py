@@ -91,7 +91,13 @@ def test_thm33_constant_alpha_collapses():
 
 
 # ------------------------------------------------------------------------------ gradients
-torch.set_default_dtype(torch.float64)
+@pytest.fixture(autouse=True)
+def _float64_default():
+    # the autograd checks below run in float64; restore the default for other test modules
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    yield
+    torch.set_default_dtype(old)
 
 
 def _attention(X, Wq, Wk, Wv, tau):

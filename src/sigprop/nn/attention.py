@@ -55,7 +55,8 @@ def row_stats(probs: Tensor, logp: Tensor, n_keys: Tensor) -> dict[str, Tensor]:
     """Summary statistics of attention rows (THEORY §1), reduced over the last two dims.
 
     ``probs`` and ``logp`` (..., T, T) with masked entries 0 in ``probs`` and finite (any value)
-    in ``logp`` (``probs * logp`` must be 0 there); ``n_keys`` (T,) the number of visible keys of each row. Returns
+    in ``logp`` (so that ``probs * logp`` is 0 there); ``n_keys`` (T,) the number of visible
+    keys of each row. Returns
 
     * ``ipr`` = mean_a sum_b A_ab^2;
     * ``ipr_cross`` = mean over ordered pairs a != a' of sum_b A_ab A_a'b, computed from the
