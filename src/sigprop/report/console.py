@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import math
 
-import pandas as pd
 from rich.console import Console
 from rich.table import Table
 
-from .. import trajectory
 from ..spec import ArchSpec
 
 _VERDICT_STYLE = {"trainable": "bold green", "rank_collapse": "bold yellow",
@@ -29,8 +27,12 @@ def _derived_table(derived: dict) -> Table:
     return t
 
 
-def print_prediction(spec: ArchSpec, traj: pd.DataFrame, derived: dict, verdict: str,
+def print_prediction(spec: ArchSpec, traj, derived: dict, verdict: str,
                      alpha_crit: float, console: Console | None = None) -> None:
+    import pandas as pd
+
+    from .. import trajectory
+
     console = console or Console()
     src = traj["source"].iloc[0]
     w = trajectory.wide(traj)
@@ -92,9 +94,13 @@ def print_translation(spec: ArchSpec, derived: dict, console: Console | None = N
     console.print(t)
 
 
-def print_measurement(spec: ArchSpec, traj: pd.DataFrame, agreement: dict, verdict: str, m,
+def print_measurement(spec: ArchSpec, traj, agreement: dict, verdict: str, m,
                       console: Console | None = None) -> None:
     """Theory vs measured per layer for the main observables."""
+    import pandas as pd
+
+    from .. import trajectory
+
     console = console or Console()
     theory = traj[traj["source"] != "measured"]
     meas = traj[traj["source"] == "measured"]

@@ -25,22 +25,23 @@ def plot_diagram(d, path: str, spec: ArchSpec | None = None, dpi: int = 150) -> 
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    fig, ax = plt.subplots(figsize=(5.6, 4.2), constrained_layout=True)
+    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+    fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.92)  # one draw, not two
     extent = (d.betas[0], d.betas[-1], d.alphas[0], d.alphas[-1])
     ax.imshow(d.regime.T, origin="lower", aspect="auto", extent=extent,
               cmap=ListedColormap(REGIME_COLOURS), vmin=0, vmax=2, interpolation="nearest")
     below = d.betas <= d.beta_c
     crit = np.where(np.isfinite(d.alpha_crit), d.alpha_crit, np.nan)
-    ax.plot(d.betas[below], crit[below], "k-", lw=1.6, label=r"$\alpha_{crit}(L)$")
+    ax.plot(d.betas[below], crit[below], "k-", lw=1.6, label="α_crit(L)")
     if np.isfinite(d.beta_c):
-        ax.axvline(d.beta_c, color="k", ls="--", lw=1.0, label=r"$\beta_c(\rho_0)$")
+        ax.axvline(d.beta_c, color="k", ls="--", lw=1.0, label="β_c(ρ0)")
     p = d.point
     ax.plot([p["beta"]], [p["alpha"]], marker="*", ms=14, mfc="white", mec="k",
             ls="none", label="this spec")
     ax.set_xlim(extent[0], extent[1])
     ax.set_ylim(extent[2], extent[3])
-    ax.set_xlabel(r"$\beta$ (score scale, gg25 Eq. 11)")
-    ax.set_ylabel(r"$\alpha_{attn}$ (attention residual strength)")
+    ax.set_xlabel("β (score scale, gg25 Eq. 11)")
+    ax.set_ylabel("α_attn (attention residual strength)")
     title = f"Trainability, L={d.depth}"
     if spec is not None:
         title += f", {spec.norm}-LN, {spec.activation}, T={spec.seq_len}"

@@ -16,14 +16,15 @@ from .blocks import final_cos
 
 TRAINABLE, RANK_COLLAPSE, ENTROPY_COLLAPSE = 0, 1, 2
 REGIMES = ("trainable", "rank_collapse", "entropy_collapse")
-SEARCH_K, SEARCH_ROUNDS = 15, 7
+SEARCH_K, SEARCH_ROUNDS = 15, 5
 ALPHA_CEILING = 1e3
 
 
 @dataclass
 class Diagram:
     """A computed diagram: ``regime[i, j]`` for ``betas[i]``, ``alphas[j]`` (codes index
-    :data:`REGIMES`), ``rho_l[i, j]`` the final cosine (when computed), ``alpha_crit[i]``."""
+    :data:`REGIMES`), ``rho_l[i, j]`` the final cosine (when computed), ``alpha_crit[i]``
+    (NaN above beta_c, where the first layer condenses and the residual cannot help)."""
 
     betas: np.ndarray
     alphas: np.ndarray
@@ -63,8 +64,12 @@ def alpha_crit(spec: ArchSpec, betas=None, *, rho0: float | None = None,
     lo, up = np.zeros_like(b), np.full_like(b, hi)
     frac = np.arange(1, SEARCH_K + 1) / (SEARCH_K + 1)
     rows = np.arange(b.size)
-    for _ in range(SEARCH_ROUNDS):  # resolution hi / (K+1)^rounds ~ 4e-6
-        cand = lo[:, None] + (up - lo)[:, None] * frac
+    # round 0 brackets alpha_crit on a geometric ladder (alpha spans decades), then
+    # (K+1)-ary refinement: relative resolution ~ 2.2 / 16^4 ~ 3e-5
+    ladder = np.geomspace(1e-2, hi, SEARCH_K + 1)[:-1]
+    for rnd in range(SEARCH_ROUNDS):
+        cand = (np.broadcast_to(ladder, (b.size, SEARCH_K)) if rnd == 0
+                else lo[:, None] + (up - lo)[:, None] * frac)
         good = final_cos(spec, beta=b[:, None], alpha_attn=cand, **kw) < spec.rho_max
         first = np.where(good.any(axis=1), good.argmax(axis=1), SEARCH_K)
         new_up = np.where(first < SEARCH_K, cand[rows, np.minimum(first, SEARCH_K - 1)], up)
@@ -89,14 +94,22 @@ def compute(spec: ArchSpec, *, n_beta: int = 256, n_alpha: int = 256,
     if beta_max is None:
         beta_max = max(3.0, 2.0 * bc if math.isfinite(bc) else 3.0, 1.25 * spec.beta_eff)
     betas = np.linspace(0.0, beta_max, n_beta)
-    crit = alpha_crit(spec, betas, rho0=r0, asymptotic=asymptotic)
+    # alpha_crit only matters where the first layer does not condense (beta <= beta_c); above
+    # it the entry is NaN. The spec's own beta rides along in the same vectorised search.
+    need = betas <= bc if spec.attention != "uniform" else np.ones(betas.shape, bool)
+    crit_all = alpha_crit(spec, np.append(betas[need], spec.beta_eff), rho0=r0,
+                          asymptotic=asymptotic)
+    crit = np.full(betas.shape, np.nan)
+    crit[need] = crit_all[:-1]
+    own_crit = float(crit_all[-1])
     if alpha_max is None:
-        finite = crit[np.isfinite(crit) & (betas <= bc)]
+        finite = crit[np.isfinite(crit)]
         top = float(finite.max()) if finite.size else 1.0
         alpha_max = float(min(max(2.0, 1.25 * top, 1.25 * spec.alpha_attn), ALPHA_CEILING))
     alphas = np.linspace(0.0, alpha_max, n_alpha)
     # rho_L is monotone in alpha, so the rank-collapse region is exactly alpha < alpha_crit
-    regime = np.where(alphas[None, :] < crit[:, None], RANK_COLLAPSE, TRAINABLE)
+    with np.errstate(invalid="ignore"):
+        regime = np.where(alphas[None, :] < crit[:, None], RANK_COLLAPSE, TRAINABLE)
     rho_l = None
     if with_rho:
         rho_l = final_cos(spec, beta=betas[:, None], alpha_attn=alphas[None, :], rho0=r0,
@@ -110,6 +123,6 @@ def compute(spec: ArchSpec, *, n_beta: int = 256, n_alpha: int = 256,
         own = RANK_COLLAPSE if own_rho >= spec.rho_max else TRAINABLE
     point = {"beta": spec.beta_eff, "alpha": spec.alpha_attn, "rho_L": own_rho,
              "regime": REGIMES[own],
-             "alpha_crit": float(alpha_crit(spec, rho0=r0, asymptotic=asymptotic)[0])}
+             "alpha_crit": own_crit}
     return Diagram(betas, alphas, rho_l, regime.astype(np.int8), crit, bc, r0, spec.rho_max,
                    spec.depth, point)

@@ -28,7 +28,10 @@ from collections.abc import Callable
 
 import numpy as np
 from numpy.polynomial.hermite_e import hermegauss
-from scipy import special
+
+from ._lazy import LazyModule
+
+special = LazyModule("scipy.special")
 
 ACTIVATIONS = ("relu", "gelu", "tanh", "silu", "linear", "swiglu")
 _QUAD_ACTIVATIONS = ("relu", "gelu", "tanh", "silu", "linear")  # single-input phi

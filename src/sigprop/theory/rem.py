@@ -22,7 +22,10 @@ from collections.abc import Callable
 from math import comb
 
 import numpy as np
-from scipy import special
+
+from ._lazy import LazyModule
+
+special = LazyModule("scipy.special")
 
 __all__ = [
     "beta_c", "y2_asymptotic", "yx_asymptotic", "entropy_asymptotic", "wmax_asymptotic",
@@ -35,9 +38,16 @@ _WA = 0.4 / np.sqrt(2 * np.pi) * np.exp(-0.5 * _ZA**2)
 _XH = 0.4
 _XB = np.arange(-40.0, 6.0 + 1e-9, _XH)               # v >= 1: nodes in x = s - u
 _EXB = np.exp(_XB)
-# kernels a1, a2, b, and m minus the smooth step Phi((x - 1/2) / (1/2)) (averaged exactly)
-_KB = np.stack([np.exp(_XB - _EXB), np.exp(2 * _XB - _EXB), _XB * np.exp(_XB - _EXB),
-                -np.expm1(-_EXB) - special.ndtr((_XB - 0.5) / 0.5)], axis=1)
+
+
+@functools.cache
+def _kb() -> np.ndarray:
+    """Kernels a1, a2, b, and m minus the smooth step Phi((x - 1/2) / (1/2)) (averaged
+    exactly) on the x-grid."""
+    return np.stack([np.exp(_XB - _EXB), np.exp(2 * _XB - _EXB), _XB * np.exp(_XB - _EXB),
+                     -np.expm1(-_EXB) - special.ndtr((_XB - 0.5) / 0.5)], axis=1)
+
+
 _KCOL = {"a1": 0, "a2": 1, "b": 2, "m": 3}
 _NCOARSE, _NU, _NUX = 24, 96, 64   # u-nodes: coarse pass; Y2 and entropy; Yx and wmax
 _DROP = 26.0                       # log-range of the integrand kept in u
@@ -50,6 +60,11 @@ _GREG = [1 / 2, -1 / 12, 1 / 24, -19 / 720, 3 / 160, -863 / 60480]   # Gregory e
 _GD = np.array([sum(c * comb(j, i) * (-1) ** (j - i) for j, c in enumerate(_GREG) if j >= i)
                 for i in range(6)])
 _LR = np.arange(-40.0, 5.0, 0.1)                      # wmax_asymptotic: grid in log r
+
+
+def _expit(x: np.ndarray) -> np.ndarray:
+    """Logistic function without SciPy, overflow-free: ``exp(-log1p(exp(-x)))``."""
+    return np.exp(-np.logaddexp(0.0, -x))
 
 
 def _arr(x) -> np.ndarray:
@@ -131,7 +146,7 @@ def _terms_large(uu, sg, need):
     g *= g
     g *= -0.5
     g += np.log(_XH / np.sqrt(2 * np.pi)) - np.log(sg)
-    res = np.exp(g, out=g) @ _KB[:, [_KCOL[k] for k in need]]
+    res = np.exp(g, out=g) @ _kb()[:, [_KCOL[k] for k in need]]
     if "m" in need:
         step = special.ndtr(-(uu[..., 0] + 0.5) / np.sqrt(sg[..., 0] ** 2 + 0.25))
         res[..., need.index("m")] += step
@@ -494,7 +509,7 @@ def _table1d(kind: str, T: float, d_head: int | None, lmax: float = _LMAX):
 
     def f(v):
         shape, v = np.shape(v), _arr(v).ravel()
-        out = special.expit(spl(np.log(np.clip(v, np.exp(lv[0]), None))))
+        out = _expit(spl(np.log(np.clip(v, np.exp(lv[0]), None))))
         low = v < np.exp(lv[0])
         t = (v[low] / np.exp(lv[0])) ** power
         out[low] = (2 * p[0] - dp) * t + (dp - p[0]) * t * t
