@@ -101,3 +101,37 @@ def test_translate_bert_keys():
     assert out["sigma_A"] == pytest.approx((2.718281828459045 ** (0.3072**2) - 1) ** 0.5)
     assert out["gamma_c"] == pytest.approx(1.0) and out["tau"] == 1.0
     assert 0 < out["tau_star"] < 100
+
+
+def test_measure_acceptance_one_layer(tmp_path):
+    """Issue acceptance: measured ipr within 0.03 and cos within 0.05 of the finite-T theory
+    (4 seeds x 2 sequences; d = 256 < T = 512 scatters the input cosines by ~1/16)."""
+    png = tmp_path / "m.png"
+    p = run("measure", "--depth", "1", "--beta", "2.0", "--d-model", "256", "--heads", "1",
+            "--seq-len", "512", "--input", "rho", "--rho0", "0.3", "--alpha-attn", "0",
+            "--alpha-mlp", "0", "--seeds", "4", "--sequences", "2", "--format", "json",
+            "--plot", str(png))
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    rows = out["rows"]
+
+    def val(obs, src):
+        return [r["value"] for r in rows if r["observable"] == obs and r["layer"] == 1
+                and r["source"] == src][0]
+
+    assert abs(val("ipr", "theory") - val("ipr", "measured")) < 0.03
+    assert abs(val("cos", "theory") - val("cos", "measured")) < 0.05
+    assert all(r["stderr"] is not None for r in rows if r["source"] == "measured"
+               and r["layer"] == 1)
+    assert png.read_bytes()[:4] == b"\x89PNG"
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["measure", "--seeds", "0", "--depth", "1"], "--seeds"),
+    (["measure", "--input", "noise", "--depth", "1"], "--input"),
+    (["measure", "--sequences", "-2", "--depth", "1"], "--sequences"),
+])
+def test_measure_bad_input(args, needle):
+    p = run(*args)
+    assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1

@@ -12,6 +12,7 @@ import math
 
 import pytest
 import torch
+import transformers  # a declared dependency: fail loudly if missing
 from torch import nn
 
 from sigprop.measure import (
@@ -33,7 +34,6 @@ from sigprop.measure import (
     wmax,
 )
 
-transformers = pytest.importorskip("transformers")
 D = torch.float64
 
 
