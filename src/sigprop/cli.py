@@ -42,6 +42,19 @@ def option_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
+def fail_spec(err: SpecError):
+    """A SpecError as the CLI's one-line message, naming the option instead of the field."""
+    fail(f"{option_name(err.field)}: {str(err).split(': ', 1)[1]}")
+
+
+def write_figure(option: str, path: str, draw, *args, **kwargs) -> None:
+    """Draw a figure to ``path``; an unwritable path is a bad value of ``option`` (exit 2)."""
+    try:
+        draw(*args, path, **kwargs)
+    except OSError as err:
+        fail(f"{option}: cannot write {path!r} ({err.strerror or err})")
+
+
 # Spec options shared by every command that takes an architecture (CLI.md "Spec options").
 # name -> (annotation, default, help)
 _SPEC_OPTIONS: dict[str, tuple[Any, Any, str]] = {
@@ -88,7 +101,7 @@ def spec_command(fn):
         try:
             spec = ArchSpec(**values)
         except SpecError as err:
-            fail(f"{option_name(err.field)}: {str(err).split(': ', 1)[1]}")
+            fail_spec(err)
         return fn(spec=spec, **kwargs)
 
     wrapper.__signature__ = sig.replace(parameters=own + extra)
@@ -153,10 +166,7 @@ def diagram_cmd(spec: ArchSpec,
     if out:
         from .report.figures import plot_diagram
 
-        try:
-            plot_diagram(d, out, spec=spec)
-        except OSError as err:
-            fail(f"--out: cannot write {out!r} ({err.strerror or err})")
+        write_figure("--out", out, plot_diagram, d, spec=spec)
     if fmt == Fmt.json:
         _emit_json({"spec": spec.to_dict(), "derived": spec.derived(), **d.to_json(),
                     "out": out})
@@ -198,7 +208,7 @@ def measure(spec: ArchSpec,
                         seed=seed, dtype=torch.float64 if float64 else torch.float32,
                         grads=grads)
     except SpecError as err:
-        fail(f"{option_name(err.field)}: {str(err).split(': ', 1)[1]}")
+        fail_spec(err)
     # theory from the spec's rho0, else from the measured input cosine (CLI.md --rho0)
     rho0 = spec.rho0 if spec.rho0 is not None else min(max(m.rho0, 0.0), 1.0)
     theory = blocks.propagate(spec, rho0=rho0, asymptotic=asymptotic)
@@ -209,10 +219,7 @@ def measure(spec: ArchSpec,
     if plot:
         from .report.figures import plot_depth
 
-        try:
-            plot_depth(traj, plot, spec=spec)
-        except OSError as err:
-            fail(f"--plot: cannot write {plot!r} ({err.strerror or err})")
+        write_figure("--plot", plot, plot_depth, traj, spec=spec)
     if fmt == Fmt.json:
         _emit_json({"spec": spec.to_dict(), "derived": spec.derived(rho0),
                     "rows": trajectory.to_rows(traj), "verdict": verdict, "alpha_crit": a_crit,
