@@ -233,6 +233,47 @@ def measure(spec: ArchSpec,
         console.print_measurement(spec, traj, agreement, verdict, m)
 
 
+@app.command()
+def diagnose(model: str = typer.Argument("bert-base-uncased",
+                                         help="preset name or local path (config.json / folder)"),
+             seq_len: int | None = typer.Option(None, "--seq-len", help="tokens per sequence"),
+             seeds: int = typer.Option(2, "--seeds", help="independent initialisations"),
+             sequences: int = typer.Option(2, "--sequences", help="sequences per seed"),
+             device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+             fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
+    """A real HuggingFace architecture at init: measured per layer, theory beside it, verdict
+    and recommendations."""
+    from . import diagnose as dg
+
+    if seq_len is not None and not 2 <= seq_len <= 2**20:
+        fail(f"--seq-len: must be an integer in [2, 1048576] (got {seq_len})")
+    if seed < 0:
+        fail(f"--seed: must be a non-negative integer (got {seed})")
+    try:
+        if fmt == Fmt.table:
+            from rich.progress import Progress
+
+            with Progress(transient=True) as bar:
+                task = bar.add_task(f"measuring {model}", total=seeds)
+                d = dg.diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences,
+                                device=device, seed=seed,
+                                on_seed=lambda s: bar.advance(task))
+        else:
+            d = dg.diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences,
+                            device=device, seed=seed)
+    except SpecError as err:
+        fail_spec(err) if err.field != "model" else fail(str(err).split(": ", 1)[1])
+    if fmt == Fmt.json:
+        _emit_json(dg.to_json(d))
+    elif fmt == Fmt.csv:
+        d.trajectory.drop(columns=[c for c in d.trajectory.columns
+                                   if c.startswith("spec.")]).to_csv(sys.stdout, index=False)
+    else:
+        from .report import console
+
+        console.print_diagnosis(d)
+
+
 TRANSLATE_KEYS = ("sigma_s", "beta", "beta_c", "beta_over_beta_c", "gamma", "gamma_c",
                   "deshpande_ratio", "sigma_A", "tau", "tau_star")
 

@@ -58,11 +58,15 @@ def stable_rank(x: torch.Tensor) -> torch.Tensor:
     ``sr(X X^T) = ||X X^T||_F^2 / ||X X^T||_2^2 = sum_i s_i^4 / max_i s_i^4`` with ``s_i`` the
     singular values of ``X`` (shape ``(..., T, d)``). Ranges from 1 (rank one) to
     ``min(T, d)`` (all singular values equal). Returns NaN-free 0 only for ``X = 0``.
+    The eigenvalues ``s_i^2`` come from ``eigvalsh`` of the smaller Gram matrix (``X X^T`` or
+    ``X^T X``), which is several times faster than an SVD of ``X``.
     """
-    s = torch.linalg.svdvals(x)
-    s4 = s.pow(4)
-    top = s4.amax(dim=-1)
-    return torch.where(top > 0, s4.sum(dim=-1) / top.clamp_min(torch.finfo(s.dtype).tiny),
+    T, d = x.shape[-2], x.shape[-1]
+    gram = x @ x.transpose(-1, -2) if T <= d else x.transpose(-1, -2) @ x
+    lam = torch.linalg.eigvalsh(gram).clamp_min(0.0)
+    lam2 = lam.pow(2)
+    top = lam2.amax(dim=-1)
+    return torch.where(top > 0, lam2.sum(dim=-1) / top.clamp_min(torch.finfo(lam.dtype).tiny),
                        torch.zeros_like(top))
 
 

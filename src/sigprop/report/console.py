@@ -127,3 +127,48 @@ def print_measurement(spec: ArchSpec, traj, agreement: dict, verdict: str, m,
     console.print("max |theory - measured|: " + ", ".join(
         f"{k} {v:.3g}" for k, v in sorted(agreement.items())))
     console.print(f"verdict (theory): [{_VERDICT_STYLE[verdict]}]{verdict}[/]")
+
+
+def print_diagnosis(d, console: Console | None = None) -> None:
+    """Per-layer measurement with theory beside it, head extremes, verdict, recommendations."""
+    import pandas as pd
+
+    from .. import trajectory
+    from ..diagnose import head_extremes
+
+    console = console or Console()
+    traj = d.trajectory
+    mw = trajectory.wide(traj, "measured")
+    tw = trajectory.wide(traj, "theory")
+    ext = {e["layer"]: e for e in head_extremes(d.heads)}
+    t = Table(title=f"sigprop diagnose {d.model} — L={d.spec.depth}, d={d.spec.d_model}, "
+                    f"H={d.spec.heads}, T={d.spec.seq_len}, {d.spec.norm}-LN "
+                    f"({d.seconds:.1f} s)")
+    for name in ("layer", "cos", "cos theory", "ipr", "entropy", "wmax", "stable rank",
+                 "entropy heads min/max"):
+        t.add_column(name, justify="right")
+    for layer in mw.index:
+        row = mw.loc[layer]
+
+        def g(col, src=row):
+            v = src.get(col) if hasattr(src, "get") else None
+            return "" if v is None or pd.isna(v) else _fmt(float(v))
+
+        th = tw.loc[layer] if layer in tw.index else None
+        e = ext.get(layer)
+        heads = (f"h{e['min_entropy_head']} {e['min_entropy']:.2f} / h{e['max_entropy_head']} "
+                 f"{e['max_entropy']:.2f}") if e else ""
+        t.add_row(str(layer), g("cos"), g("cos", th) if th is not None else "", g("ipr"),
+                  g("entropy"), g("wmax"), g("stable_rank"), heads)
+    console.print(t)
+    console.print(_derived_table(d.derived))
+    where = "" if d.first_failing_layer is None else f" from layer {d.first_failing_layer}"
+    heads = f", heads {d.failing_heads}" if d.failing_heads else ""
+    console.print(f"verdict: [{_VERDICT_STYLE[d.verdict]}]{d.verdict}[/]{where}{heads}")
+    console.print("[bold]recommendations[/]")
+    for r in d.recommendations:
+        console.print(f"  • {r['text']}")
+    if d.notes:
+        console.print("[bold]where the theory does not cover this model[/]")
+        for n in d.notes:
+            console.print(f"  • {n}")

@@ -1,0 +1,240 @@
+"""Diagnose a real HuggingFace architecture at initialisation (the main job).
+
+The model is built from its config with its own ``_init_weights`` (no download), S seeds x B
+sequences of built-in text go through it with :class:`sigprop.measure.probe.Probe` (the model's
+own attention implementation; probabilities recomputed from Q/K under SDPA, RoPE applied), the
+theory of the equivalent :class:`ArchSpec` is put beside it, and a verdict with concrete,
+quantified recommendations comes out.
+
+Verdict (THEORY §2.7, read on the measurement where it can be):
+* ``entropy_collapse``: beta > beta_c(rho0) (the theory's first-layer condensation), or some
+  layer's head-averaged normalised attention entropy falls below ``ENTROPY_MIN``;
+* ``rank_collapse``: otherwise, if the measured cosine reaches ``rho_max`` (0.9) at some layer;
+* ``trainable``: neither.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .spec import ArchSpec, SpecError
+
+#: head-averaged normalised entropy below which a layer counts as entropy-collapsed
+ENTROPY_MIN = 0.5
+#: embedding rows used when the model is built (i.i.d. rows at init: size is irrelevant)
+VOCAB_AT_INIT = 4096
+
+
+@dataclass
+class Diagnosis:
+    model: str
+    spec: ArchSpec
+    info: object  # hf.HFInfo
+    trajectory: object  # pandas DataFrame: theory + measured rows
+    heads: object  # pandas DataFrame: per (layer, head) measured attention statistics
+    derived: dict
+    verdict: str
+    first_failing_layer: int | None
+    failing_heads: list[int]
+    recommendations: list[dict]
+    rho0: float
+    seconds: float
+    trained: bool = False
+    notes: list[str] = field(default_factory=list)
+
+
+def estimate_memory(config, spec: ArchSpec, sequences: int, vocab: int) -> float:
+    """Peak bytes (float32 weights, float64 statistics): parameters, the probe's hidden states
+    (L+1 of B x T x d, kept for the statistics) and one layer's attention maps B x H x T x T
+    (forward plus the float64 recomputation)."""
+    d, L, T, H = spec.d_model, spec.depth, spec.seq_len, spec.heads
+    kv = getattr(config, "num_key_value_heads", None) or H
+    per_layer = 2 * d * d + 2 * d * (d // H) * kv + (3 if spec.activation == "swiglu" else 2) \
+        * d * spec.ff
+    params = L * per_layer + vocab * d + T * d
+    hidden = (L + 1) * sequences * T * d * 8
+    attn = sequences * H * T * T * (4 + 8 + 8)
+    return 4.0 * params + hidden + attn + 2e8  # + interpreter and libraries
+
+
+def available_memory() -> float:
+    try:
+        with open("/proc/meminfo") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return float(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return float("inf")
+
+
+def _text_ids(sequences: int, T: int, vocab: int, seed: int):
+    import torch
+
+    from .measure.inputs import text_ids
+
+    ids, _ = text_ids(sequences, T, seed)
+    return torch.remainder(ids, vocab)
+
+
+def _verdict(spec: ArchSpec, meas, heads) -> tuple[str, int | None, list[int]]:
+    from .theory import rem
+
+    cos = meas[meas.observable == "cos"].set_index("layer")["value"]
+    ent = meas[meas.observable == "entropy"].set_index("layer")["value"]
+    bc = float(rem.beta_c(spec.rho_init))
+    low_ent = [int(layer) for layer, v in ent.items() if v < ENTROPY_MIN]
+    if spec.attention != "uniform" and (spec.beta_eff > bc or low_ent):
+        first = low_ent[0] if low_ent else 1
+        h = heads[(heads.layer == first) & (heads.observable == "entropy")]
+        return "entropy_collapse", first, sorted(int(x) for x in h[h.value < ENTROPY_MIN].head)
+    high = [int(layer) for layer, v in cos.items() if layer > 0 and v >= spec.rho_max]
+    if high:
+        return "rank_collapse", high[0], []
+    return "trainable", None, []
+
+
+def recommend(spec: ArchSpec, rho0: float) -> list[dict]:
+    """Concrete changes with the theory's predicted effect on the final cosine / regime."""
+    from .theory import blocks, diagram, rem
+
+    out = []
+    bc = float(rem.beta_c(rho0))
+    logt = math.sqrt(math.log(spec.seq_len))
+    base = float(blocks.final_cos(spec, rho0=rho0))
+    out.append({"what": "beta window", "current": spec.beta_eff, "limit": bc,
+                "qk_std_max": math.sqrt(bc * logt / spec.d_model / spec.multiplier),
+                "text": f"keep beta below beta_c(rho0)={bc:.3g} (now {spec.beta_eff:.3g}): "
+                        f"Q/K init std below {math.sqrt(bc * logt / spec.d_model):.3g} at "
+                        f"T={spec.seq_len}"})
+    if spec.beta_eff > bc:
+        target = 0.5 * bc
+        fixed = spec.replace(beta=target, qk_std=None)
+        out.append({"what": "lower beta", "beta": target,
+                    "predicted_cos_L": float(blocks.final_cos(fixed, rho0=rho0)),
+                    "predicted_verdict": blocks.verdict(fixed, rho0=rho0),
+                    "text": f"re-initialise Q/K for beta={target:.3g} (sigprop fix --beta "
+                            f"{target:.3g})"})
+    a_crit = float(diagram.alpha_crit(spec, rho0=rho0)[0])
+    item = {"what": "attention residual", "alpha_crit": a_crit, "current": spec.alpha_attn,
+            "predicted_cos_L_now": base}
+    if math.isfinite(a_crit) and a_crit > spec.alpha_attn:
+        a_new = 1.1 * a_crit
+        fixed = spec.replace(alpha_attn=a_new)
+        new_cos = float(blocks.final_cos(fixed, rho0=rho0))
+        item.update(alpha=a_new, predicted_cos_L=new_cos,
+                    predicted_verdict=blocks.verdict(fixed, rho0=rho0),
+                    text=f"scale the attention skip to alpha_attn={a_new:.3g} (alpha_crit(L="
+                         f"{spec.depth})={a_crit:.3g}): predicted final cos {base:.3g} -> "
+                         f"{new_cos:.3g}")
+    else:
+        item["text"] = (f"alpha_attn={spec.alpha_attn:g} is above alpha_crit(L={spec.depth})="
+                        f"{a_crit:.3g}: no change needed")
+    out.append(item)
+    centred = spec.replace(attention="centred")
+    c_cos = float(blocks.final_cos(centred, rho0=rho0))
+    out.append({"what": "centred attention", "predicted_cos_L": c_cos,
+                "predicted_verdict": blocks.verdict(centred, rho0=rho0),
+                "text": f"centred attention (A - 11^T/T, mindthegap): predicted final cos "
+                        f"{base:.3g} -> {c_cos:.3g}"})
+    long_t = min(spec.seq_len * 16, 2**20)
+    row = {"what": "length scaling", "seq_len": long_t}
+    for kind, param in (("none", None), ("log-n", float(spec.seq_len))):
+        s = spec.replace(seq_len=long_t, scaling=kind, scaling_param=param)
+        row[f"beta_{kind}"] = s.beta_eff
+    row["beta_c"] = bc
+    row["text"] = (f"at T={long_t}: beta {row['beta_none']:.3g} with fixed Q/K, "
+                   f"{row['beta_log-n']:.3g} with log-n scaling from T={spec.seq_len} "
+                   f"(beta_c={bc:.3g})")
+    out.append(row)
+    return out
+
+
+def diagnose(model: str = "bert-base-uncased", *, seq_len: int | None = None, seeds: int = 2,
+             sequences: int = 2, device: str = "cpu", seed: int = 0,
+             on_seed: Callable[[int], None] | None = None) -> Diagnosis:
+    """Measure ``model`` (preset name or local path) at init and set the theory beside it."""
+    import pandas as pd
+    import torch
+
+    from . import hf
+    from .measure.probe import Probe, to_trajectory
+    from .theory import blocks
+
+    for name, v, hi in (("seeds", seeds, 64), ("sequences", sequences, 256)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+            raise SpecError(name, f"must be an integer in [1, {hi}] (got {v!r})")
+    if device not in ("cpu", "cuda"):
+        raise SpecError("device", f"must be cpu or cuda (got {device!r})")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SpecError("device", "cuda requested but no CUDA device is available")
+    t0 = time.perf_counter()
+    config = hf.load_config(model)
+    spec, info = hf.spec_and_info(config, seq_len)
+    vocab = min(info.vocab_size, VOCAB_AT_INIT)
+    need, have = estimate_memory(config, spec, sequences, vocab), available_memory()
+    if need > 0.8 * have:
+        raise SpecError("seq_len", f"needs ~{need / 2**30:.1f} GiB, {have / 2**30:.1f} GiB "
+                                   f"available: try --seq-len {max(spec.seq_len // 4, 16)} or "
+                                   f"--sequences 1")
+    ids = _text_ids(sequences, spec.seq_len, vocab, seed).to(device)
+    probes, trained = [], False
+    folder = hf.local_folder(model) if hasattr(hf, "local_folder") else None
+    for s in range(seeds):
+        m = hf.model_at_init(config, seed=seed + s, attn_implementation="sdpa",
+                             vocab_size=vocab).to(device)
+        if folder is not None:
+            trained = hf.load_local_weights(m, folder).trained or trained
+        p = Probe(m, keep_hidden=False)
+        with p, torch.no_grad():
+            m(input_ids=ids, attention_mask=torch.ones_like(ids))
+        probes.append(p)
+        del m
+        if on_seed is not None:
+            on_seed(s)
+    meas_all = to_trajectory(probes, spec=spec, per_head=True)
+    has_head = "head" in meas_all.columns
+    heads = meas_all[meas_all["head"].notna()] if has_head else meas_all.iloc[:0]
+    meas = meas_all[meas_all["head"].isna()].drop(columns=["head"]) if has_head else meas_all
+    rho0 = float(meas[(meas.observable == "cos") & (meas.layer == 0)]["value"].iloc[0])
+    rho0 = min(max(rho0, 0.0), 1.0)
+    spec = spec.replace(rho0=rho0)
+    theory = blocks.propagate(spec, rho0=rho0)
+    traj = pd.concat([theory, meas], ignore_index=True)
+    verdict, first, bad_heads = _verdict(spec, meas, heads)
+    return Diagnosis(model=str(model), spec=spec, info=info, trajectory=traj, heads=heads,
+                     derived=spec.derived(rho0), verdict=verdict, first_failing_layer=first,
+                     failing_heads=bad_heads, recommendations=recommend(spec, rho0),
+                     rho0=rho0, seconds=time.perf_counter() - t0, trained=trained,
+                     notes=list(getattr(info, "notes", ())))
+
+
+def head_extremes(heads) -> list[dict]:
+    """Per layer: the heads with the lowest and highest attention entropy."""
+    ent = heads[heads.observable == "entropy"]
+    out = []
+    for layer, g in ent.groupby("layer"):
+        i, j = g["value"].idxmin(), g["value"].idxmax()
+        out.append({"layer": int(layer), "min_entropy_head": int(g.loc[i, "head"]),
+                    "min_entropy": float(g.loc[i, "value"]),
+                    "max_entropy_head": int(g.loc[j, "head"]),
+                    "max_entropy": float(g.loc[j, "value"])})
+    return out
+
+
+def to_json(d: Diagnosis) -> dict:
+    from . import trajectory
+
+    return {"model": d.model, "spec": d.spec.to_dict(), "derived": d.derived,
+            "architecture": d.info.to_dict() if hasattr(d.info, "to_dict") else {},
+            "rows": trajectory.to_rows(d.trajectory), "heads": head_extremes(d.heads),
+            "verdict": d.verdict, "first_failing_layer": d.first_failing_layer,
+            "failing_heads": d.failing_heads, "recommendations": d.recommendations,
+            "rho0": d.rho0, "trained_weights": d.trained, "notes": d.notes,
+            "seconds": d.seconds, "n_layers_measured": int(np.sum(
+                (d.trajectory.source == "measured") & (d.trajectory.observable == "ipr")))}
