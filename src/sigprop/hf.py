@@ -46,17 +46,11 @@ __all__ = ["HFInfo", "LoadReport", "FAMILIES", "load_config", "shrink", "describ
            "spec_from_config", "spec_and_info", "translations", "model_at_init",
            "load_local_weights", "qkv_names"]
 
+_ENC, _DEC = ("post", "layernorm", False, False, "learned"), ("pre", "rms", True, True, "rope")
 #: model_type -> (norm, ln_kind, causal, gated MLP, positions); the families checked here.
-FAMILIES = {
-    "bert": ("post", "layernorm", False, False, "learned"),
-    "roberta": ("post", "layernorm", False, False, "learned"),
-    "xlm-roberta": ("post", "layernorm", False, False, "learned"),
-    "gpt2": ("pre", "layernorm", True, False, "learned"),
-    "llama": ("pre", "rms", True, True, "rope"),
-    "mistral": ("pre", "rms", True, True, "rope"),
-    "qwen2": ("pre", "rms", True, True, "rope"),
-    "qwen3": ("pre", "rms", True, True, "rope"),
-}
+FAMILIES = {"bert": _ENC, "roberta": _ENC, "xlm-roberta": _ENC,
+            "gpt2": ("pre", "layernorm", True, False, "learned"),
+            "llama": _DEC, "mistral": _DEC, "qwen2": _DEC, "qwen3": _DEC}
 _QK_NORM = ("qwen3",)
 _ACTS = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu",
          "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh", "linear": "linear"}
@@ -210,7 +204,8 @@ def _analyse(config, seq_len, rho0, absorb_embedding) -> tuple[ArchSpec, HFInfo]
     max_pos = getattr(cfg, "max_position_embeddings", None)
     max_len = None
     if positions == "learned" and max_pos:
-        max_len = max_pos - (cfg.pad_token_id + 1 if "roberta" in mt else 0)
+        pad = cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else 1
+        max_len = max_pos - (pad + 1 if "roberta" in mt else 0)  # RoBERTa counts from pad + 1
     T = int(seq_len) if seq_len is not None else min(max_len or max_pos or DEFAULT_SEQ_LEN,
                                                      DEFAULT_SEQ_LEN)
     if max_len is not None and T > max_len:
@@ -224,8 +219,7 @@ def _analyse(config, seq_len, rho0, absorb_embedding) -> tuple[ArchSpec, HFInfo]
         if cfg.scale_attn_by_inverse_layer_idx:
             notes.append("scale_attn_by_inverse_layer_idx: layer l's logits are divided by l; "
                          "the spec uses layer 1's scale for all layers")
-    theta = rtype = None
-    a_rope = 1.0
+    theta, rtype, a_rope = None, None, 1.0
     if positions == "rope":
         theta, rtype, a_rope, problem = _rope(cfg)
         notes.append(f"RoPE (theta={theta:g}): the theory ignores the positional rotation "
@@ -249,9 +243,8 @@ def _analyse(config, seq_len, rho0, absorb_embedding) -> tuple[ArchSpec, HFInfo]
         else:
             scaling, scaling_param = "tau", 1.0 / m
     qk_norm = mt in _QK_NORM
-    qk_std = None
+    qk_std = d**-0.5 if qk_norm else None
     if qk_norm:
-        qk_std = d ** -0.5
         notes.append("QK-norm: q and k are RMS-normalised per head, so sigma_s = 1 (times the "
                      "logit multiplier) whatever the Q/K init; beta is not set by init_std")
     if kv != H:
@@ -271,9 +264,8 @@ def _analyse(config, seq_len, rho0, absorb_embedding) -> tuple[ArchSpec, HFInfo]
     if mt == "gpt2":
         var_o, var_w_out = var_o / (2 * L), var_w_out / (2 * L)
         notes.append("GPT-2 init scales both c_proj by 1/sqrt(2L): in sigma_o2 and sigma_w2_out")
-    tables = 2 + (1 if getattr(cfg, "type_vocab_size", 0) else 0) if positions == "learned" \
-        else 1
     shared = 1 if getattr(cfg, "type_vocab_size", 0) else 0
+    tables = 2 + shared if positions == "learned" else 1
     embed_q = 1.0 if norm == "post" else tables * std**2
     r0 = shared / tables if rho0 == "auto" else rho0
     if shared:
@@ -343,8 +335,7 @@ def model_at_init(config, seed: int = 0, attn_implementation: str = "eager",
     from transformers import AutoModel
 
     if attn_implementation not in ("eager", "sdpa"):
-        raise SpecError("attn_implementation", f"must be eager or sdpa (got "
-                                               f"{attn_implementation!r})")
+        raise SpecError("attn_implementation", f"must be eager or sdpa ({attn_implementation!r})")
     cfg = copy.deepcopy(load_config(config))
     if vocab_size is not None:
         pad = getattr(cfg, "pad_token_id", None)
@@ -370,8 +361,7 @@ def _read_weights(folder: Path) -> tuple[list[Path], dict[str, torch.Tensor]]:
         for f in files:
             out.update(load_file(str(f)))
         return files, out
-    files = sorted(folder.glob("pytorch_model*.bin")) + sorted(folder.glob("*.pt")) + \
-        sorted(folder.glob("*.pth"))
+    files = [f for pat in ("pytorch_model*.bin", "*.pt", "*.pth") for f in sorted(folder.glob(pat))]
     out = {}
     for f in files:
         try:
@@ -465,18 +455,16 @@ def qkv_names(model: nn.Module) -> list[dict[str, Any]]:
                              "fused": None, "o": None, "mlp_in": [], "mlp_out": None,
                              "other": []}
         ids = {}
-        if site is not None:
-            ids = {id(site.q): "q", id(site.k): "k"} if not site.fused else {id(site.q): "qkv"}
-            if site.v is not None and not site.fused:
-                ids[id(site.v)] = "v"
+        if site is not None and site.fused:
+            ids, e["fused"] = {id(site.q): "qkv"}, site.fused
             if site.fused == "concat":
                 n_q, n_kv = site.n_heads * site.head_dim, site.n_kv_heads * site.head_dim
-                e["fused"] = "concat"
                 e["qkv_slices"] = {"q": (0, n_q), "k": (n_q, n_q + n_kv),
                                    "v": (n_q + n_kv, n_q + 2 * n_kv)}
                 e["out_axis"] = 1 if type(site.q).__name__ == "Conv1D" else 0
-            elif site.fused:
-                e["fused"] = site.fused
+        elif site is not None:
+            pairs = ((site.q, "q"), (site.k, "k"), (site.v, "v"))
+            ids = {id(m): r for m, r in pairs if m is not None}
         for rel, m in block.named_modules():
             if not _is_linear(m):
                 continue

@@ -57,14 +57,15 @@ PRESETS: dict[str, dict[str, Any]] = {
         "attention_bias": False, "mlp_bias": False, "attention_dropout": 0.0,
         "bos_token_id": 128000, "eos_token_id": 128001,
     },
-    # Qwen2-0.5B-like (Qwen/Qwen2-0.5B config.json; q/k/v carry biases in Qwen2's code)
+    # Qwen/Qwen2-0.5B config.json (q/k/v carry biases in Qwen2's code). The base model lists
+    # 131072 positions and window; Qwen2-0.5B-Instruct and Qwen2.5-0.5B list 32768.
     "qwen2-0.5b": {
         "model_type": "qwen2", "architectures": ["Qwen2ForCausalLM"], "vocab_size": 151936,
         "hidden_size": 896, "num_hidden_layers": 24, "num_attention_heads": 14,
         "num_key_value_heads": 2, "intermediate_size": 4864, "hidden_act": "silu",
-        "max_position_embeddings": 32768, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 131072, "rope_theta": 1000000.0, "rms_norm_eps": 1e-6,
         "initializer_range": 0.02, "tie_word_embeddings": True, "use_sliding_window": False,
-        "sliding_window": 32768, "max_window_layers": 24, "attention_dropout": 0.0,
+        "sliding_window": 131072, "max_window_layers": 24, "attention_dropout": 0.0,
         "bos_token_id": 151643, "eos_token_id": 151643,
     },
 }

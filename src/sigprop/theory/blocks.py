@@ -25,14 +25,16 @@ CAUSAL_POSITIONS = 12
 
 class AttentionStats(NamedTuple):
     """Row statistics of one attention layer (THEORY §1): ``y2`` = ipr, ``yx`` = ipr_cross,
-    normalised ``entropy``, ``wmax``; ``inv_t`` = the uniform weight 1/#keys (0 in the T -> inf
-    limit), which centred attention subtracts."""
+    normalised ``entropy``, ``wmax``; ``inv_t`` = E[1/#keys of a row] and ``inv_t_cross`` =
+    E[1/#keys of the longer row of a pair] (both 1/T without a mask, 0 in the T -> inf
+    limit): what centred attention subtracts from ``y2`` and ``yx``."""
 
     y2: np.ndarray
     yx: np.ndarray
     entropy: np.ndarray | None
     wmax: np.ndarray | None
     inv_t: np.ndarray
+    inv_t_cross: np.ndarray
 
 
 def _causal_nodes(T: int, k: int = CAUSAL_POSITIONS) -> tuple[np.ndarray, np.ndarray]:
@@ -42,6 +44,18 @@ def _causal_nodes(T: int, k: int = CAUSAL_POSITIONS) -> tuple[np.ndarray, np.nda
     edges = np.concatenate([[0.5], 0.5 * (nodes[1:] + nodes[:-1]), [T + 0.5]])
     weights = np.diff(edges) / T
     return nodes.astype(float), weights
+
+
+def _causal_pair_weights(T: int, nodes: np.ndarray) -> tuple[np.ndarray, float]:
+    """Causal cross term (THEORY §2.4 causal). Rows a < b share the first a keys; by key
+    exchangeability row b puts mass a/b on them in expectation, so (neglecting the correlation
+    of that mass with its shape) ``E sum_c A_ac A_bc = (a/b) Yx(N=a)``. Averaged over pairs:
+    ``Yx_causal = sum_a (1/T) [2 a S(a) / (T-1)] Yx(a)`` with ``S(a) = sum_{b>a} 1/b``.
+    Returns the bracket at the nodes (multiplying each node's position share) and
+    ``E_pairs[1/b] = 2 (T - H_T) / (T (T-1))`` (uniform attention: Yx = 1/b)."""
+    harmonic = np.cumsum(1.0 / np.arange(1, T + 1))
+    S = harmonic[-1] - harmonic[nodes.astype(int) - 1]
+    return 2.0 * nodes * S / (T - 1), float(2.0 * (T - harmonic[-1]) / (T * (T - 1)))
 
 
 def _finite_stats(v, rho, n, d_head, full):
@@ -69,50 +83,55 @@ def attention_stats(sigma_s, rho, T: int, *, d_head: int | None = None, causal: 
         shape = np.broadcast(beta, rho).shape
         ent = rem.entropy_asymptotic(beta, rho) if full else None
         wm = rem.wmax_asymptotic(beta, rho) if full else None
-        return AttentionStats(rem.y2_asymptotic(beta, rho), np.zeros(shape), ent, wm,
-                              np.zeros(shape))
+        zero = np.zeros(shape)
+        return AttentionStats(rem.y2_asymptotic(beta, rho), zero, ent, wm, zero, zero)
     v = sigma_s**2 * (1.0 - rho)
     if not causal:
         y2, yx, ent, wm = _finite_stats(v, rho, T, d_head, full)
-        return AttentionStats(y2, yx, ent, wm, np.full(np.shape(y2), 1.0 / T))
+        inv = np.full(np.shape(y2), 1.0 / T)
+        return AttentionStats(y2, yx, ent, wm, inv, inv)
     nodes, weights = _causal_nodes(T)
-    acc = [0.0, 0.0, 0.0, 0.0, 0.0]
-    for t, w in zip(nodes, weights, strict=True):
+    pair, inv_cross = _causal_pair_weights(T, nodes)
+    acc = [0.0, 0.0, 0.0, 0.0]
+    for t, w, pw in zip(nodes, weights, pair, strict=True):
         if t == 1:  # a single visible key: weight 1 on it
             vals = (np.ones_like(v), np.ones_like(v), np.ones_like(v), np.ones_like(v))
         else:
             vals = _finite_stats(v, rho, int(t), d_head, full)
         for i, val in enumerate(vals):
             if val is not None:
-                acc[i] = acc[i] + w * val
-        acc[4] = acc[4] + w / t
+                acc[i] = acc[i] + (w * pw if i == 1 else w) * val
+    shape = np.shape(acc[0])
     return AttentionStats(acc[0], acc[1], acc[2] if full else None, acc[3] if full else None,
-                          np.broadcast_to(acc[4], np.shape(acc[0])))
+                          np.full(shape, float(np.sum(weights / nodes))),
+                          np.full(shape, inv_cross))
 
 
 def uniform_stats(shape, T: int, *, causal: bool = False, asymptotic: bool = False):
     """Uniform attention (noci22 Assumption 3.1): every weight 1/#keys."""
     if asymptotic:
-        inv = 0.0
+        inv = inv_cross = 0.0
     elif causal:
         nodes, weights = _causal_nodes(T)
         inv = float(np.sum(weights / nodes))
+        inv_cross = _causal_pair_weights(T, nodes)[1]
     else:
-        inv = 1.0 / T
-    arr = np.full(shape, inv)
-    return AttentionStats(arr, arr, np.ones(shape), arr, arr)
+        inv = inv_cross = 1.0 / T
+    arr, cross = np.full(shape, inv), np.full(shape, inv_cross)
+    return AttentionStats(arr, cross, np.ones(shape), arr, arr, cross)
 
 
 def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o=None):
     """(q, p) after one attention layer (THEORY §2.4), before the residual.
 
     softmax/uniform: ``q_att = s_v^2 [p + (q-p) Y2] + s_b^2``, ``p_att = s_v^2 [p + (q-p) Yx]
-    + s_b^2``; centred (A - 11^T/T): ``s_v^2 (q-p)(Y2 - 1/T)`` and ``s_v^2 (q-p)(Yx - 1/T)``.
+    + s_b^2``; centred (A - 11^T/T): ``s_v^2 (q-p)(Y2 - 1/T)`` and ``s_v^2 (q-p)(Yx - 1/T)``
+    (causal: the row means 1/t, see :class:`AttentionStats`).
     With an output projection: ``q -> s_o^2 q + s_b^2`` (same for p).
     """
     if variant == "centred":
         qa = var_v * (q - p) * (st.y2 - st.inv_t)
-        pa = var_v * (q - p) * (st.yx - st.inv_t)
+        pa = var_v * (q - p) * (st.yx - st.inv_t_cross)
     else:
         qa = var_v * (p + (q - p) * st.y2) + var_b
         pa = var_v * (p + (q - p) * st.yx) + var_b
