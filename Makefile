@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml
 
 demo: setup
 	@mkdir -p $(OUT)
-	$(BIN)/sigprop predict
+	$(BIN)/sigprop diagnose
 	$(BIN)/sigprop diagram --depth 60 --out $(OUT)/diagram.png
 
 test: setup
