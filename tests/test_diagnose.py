@@ -81,3 +81,30 @@ def test_bert_base_default_acceptance():
     assert out["n_layers_measured"] >= 12 and abs(out["derived"]["beta"] - 0.123) < 5e-4
     assert out["verdict"] in ("trainable", "rank_collapse", "entropy_collapse")
     assert wall < 60
+
+
+def test_model_folder_weights_are_diagnosed_as_trained(tmp_path):
+    """A model folder with config.json + model.safetensors: its weights replace the init."""
+    import torch
+    from safetensors.torch import save_file
+
+    from sigprop import hf
+
+    cfg_path = _small_config(tmp_path, "bert-base-uncased", layers=2)
+    folder = tmp_path / "model"
+    folder.mkdir()
+    (folder / "config.json").write_text(cfg_path.read_text())
+    m = hf.model_at_init(hf.load_config(str(folder)), seed=5)
+    with torch.no_grad():  # make the weights unlike any init: Q/K scaled up 30x
+        for blk in m.encoder.layer:
+            blk.attention.self.query.weight.mul_(30.0)
+            blk.attention.self.key.weight.mul_(30.0)
+    save_file({k: v.contiguous() for k, v in m.state_dict().items()},
+              str(folder / "model.safetensors"))
+    trained = dg.diagnose(str(folder), seq_len=32, seeds=1, sequences=2)
+    init = dg.diagnose(str(cfg_path), seq_len=32, seeds=1, sequences=2)
+    assert trained.trained and not init.trained
+    ent = [d.trajectory.query("source == 'measured' and observable == 'entropy'")["value"].min()
+           for d in (trained, init)]
+    assert ent[0] < ent[1] - 0.1  # the 30x Q/K weights sharpen attention
+    assert trained.verdict == "entropy_collapse" and trained.failing_heads

@@ -19,6 +19,7 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
@@ -92,7 +93,7 @@ def _verdict(spec: ArchSpec, meas, heads) -> tuple[str, int | None, list[int]]:
     if spec.attention != "uniform" and (spec.beta_eff > bc or low_ent):
         first = low_ent[0] if low_ent else 1
         h = heads[(heads.layer == first) & (heads.observable == "entropy")]
-        return "entropy_collapse", first, sorted(int(x) for x in h[h.value < ENTROPY_MIN].head)
+        return "entropy_collapse", first, sorted(int(x) for x in h[h.value < ENTROPY_MIN]["head"])
     high = [int(layer) for layer, v in cos.items() if layer > 0 and v >= spec.rho_max]
     if high:
         return "rank_collapse", high[0], []
@@ -184,7 +185,8 @@ def diagnose(model: str = "bert-base-uncased", *, seq_len: int | None = None, se
                                    f"--sequences 1")
     ids = _text_ids(sequences, spec.seq_len, vocab, seed).to(device)
     probes, trained = [], False
-    folder = hf.local_folder(model) if hasattr(hf, "local_folder") else None
+    # a model folder's weights (safetensors, or weights_only pickles) replace the init
+    folder = Path(model) if Path(str(model)).is_dir() else None
     for s in range(seeds):
         m = hf.model_at_init(config, seed=seed + s, attn_implementation="sdpa",
                              vocab_size=vocab).to(device)
