@@ -12,7 +12,7 @@ import numpy as np
 
 from ..spec import ArchSpec
 from . import rem
-from .blocks import final_cos
+from .blocks import final_cos, verdict
 
 TRAINABLE, RANK_COLLAPSE, ENTROPY_COLLAPSE = 0, 1, 2
 REGIMES = ("trainable", "rank_collapse", "entropy_collapse")
@@ -117,12 +117,7 @@ def compute(spec: ArchSpec, *, n_beta: int = 256, n_alpha: int = 256,
     if spec.attention != "uniform":
         regime = np.where(betas[:, None] > bc, ENTROPY_COLLAPSE, regime)
     own_rho = float(final_cos(spec, rho0=r0, asymptotic=asymptotic))
-    if spec.attention != "uniform" and spec.beta_eff > bc:
-        own = ENTROPY_COLLAPSE
-    else:
-        own = RANK_COLLAPSE if own_rho >= spec.rho_max else TRAINABLE
     point = {"beta": spec.beta_eff, "alpha": spec.alpha_attn, "rho_L": own_rho,
-             "regime": REGIMES[own],
-             "alpha_crit": own_crit}
+             "regime": verdict(spec, rho0=r0, rho_l=own_rho), "alpha_crit": own_crit}
     return Diagram(betas, alphas, rho_l, regime.astype(np.int8), crit, bc, r0, spec.rho_max,
                    spec.depth, point)
