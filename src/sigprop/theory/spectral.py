@@ -40,6 +40,9 @@ __all__ = [
     "stable_rank",
     "sr_excess_uncentred",
     "sr_ratio_centred_gamma1",
+    "kq_bulk_m4",
+    "centred_outlier_rho",
+    "grad_norm_value",
 ]
 
 
@@ -329,3 +332,67 @@ def sr_ratio_centred_gamma1(l):
     s = 2.0 * np.asarray(l, dtype=np.float64)
     edge = (s + 1.0) ** (s + 1.0) / s**s
     return (s + 1.0) / edge**2
+
+
+# ---------------------------------------------------------------------------------------------
+# sigprop additions for the mindthegap experiments (Prop. 1 at finite d_qk, Props. 4 and 6)
+# ---------------------------------------------------------------------------------------------
+
+
+def kq_bulk_m4(sigma_A, c):
+    """``(1/T) tr((B B^T)^2)`` for ``B = sqrt(T) A_perp`` of first-layer key-query attention.
+
+    sigprop, not mindthegap (THEORY §5; mindthegap Prop. 1 claims a Random Markov matrix "when
+    d_qk is large"). The logits ``Q K^T / sqrt(d_qk)`` are not i.i.d.: their linear (first
+    Hermite) part, of variance ``s^2 = log(1 + sigma_A^2)``, is a product of two Gaussian
+    matrices (T x d_qk)(d_qk x T), whose 4th singular-value moment is ``(2 + c) s^4`` with
+    ``c = T / d_qk``; the higher Hermite parts act as free i.i.d. noise. Adding free cumulants
+    gives ``2 sigma_A^4 + c s^4``; ``c = 0`` is the quarter circle's ``2 sigma_A^4`` (Lemma 3).
+    Measured (T = 256-1024, sigma_A = 0.5 / 1 / 1.31): c = 1: 2.79-2.99 / 2.41-2.92 / 2.34-2.67
+    (x sigma_A^4; formula 2.80 / 2.48 / 2.34); c = 1/4: 2.19-2.21 / 2.11-2.15 / 2.13-2.38 (2.20 /
+    2.12 / 2.08). The bulk edge moves out with it: s2(sqrt(T) A) / (2 sigma_A) = 1.25 at
+    sigma_A = 0.5, c = 1. Vectorised.
+    """
+    sigma_A = np.asarray(sigma_A, dtype=np.float64)
+    return 2.0 * sigma_A**4 + np.asarray(c, dtype=np.float64) * np.log1p(sigma_A**2) ** 2
+
+
+def centred_outlier_rho(sigma_s, rho):
+    """``s_1(A_perp)`` left by centring key-query attention on tokens of cosine ``rho`` (sigprop).
+
+    Unit-norm tokens ``x_a = sqrt(1 - rho) e_a + sqrt(rho) u`` and logit std ``sigma_s`` for
+    unit-norm pairs (``sigma_qk^2`` in mindthegap Prop. 1): the logits split into a row constant
+    (cancels), an i.i.d. part of variance ``sigma_s^2 (1 - rho)^2`` and a *column* part
+    ``c_b`` of variance ``v = sigma_s^2 rho (1 - rho)`` shared by all rows. So ``A ~ 1 w^T +
+    bulk`` with ``w_b = e^{c_b} / sum e^c``, and ``A - 11^T / T`` (mindthegap Eq. 8) keeps the
+    rank-one part ``1 (w - 1/T)^T`` of norm ``sqrt(e^v - 1)``: an O(1) outlier, i.e. the gap is
+    only removed for orthonormal tokens (rho = 0). The bulk keeps the rest of the variance,
+    ``sigma_A^2 - (e^v - 1)``. Measured (sigma_A = 0.5, rho = 0.5, T = 128-256): outlier
+    0.32-0.39 vs 0.344, bulk variance 0.50-0.53 sigma_A^2 vs 0.53. Vectorised.
+    """
+    sigma_s = np.asarray(sigma_s, dtype=np.float64)
+    rho = np.asarray(rho, dtype=np.float64)
+    return np.sqrt(np.expm1(sigma_s**2 * rho * (1.0 - rho)))
+
+
+def grad_norm_value(L, sigma_A, sigma_V, T, d, centre=False):
+    """``E ||dX_L / dW_l^V||_F^2`` in the attention-only network, leading order (sigprop).
+
+    mindthegap Props. 4 and 6 (Eqs. 6, 7, 11; THEORY §5) bound this from below by ``T^(L-1)``
+    (uncentred) and state it is ``C d`` with ``A_perp``. By Eq. 19 the Jacobian is
+    ``P_1 (x) P_2`` with ``P_1 = A_L..A_1 X_0 W_1..W_(l-1)``, ``P_2 = W_(l+1)..W_L``, so its norm
+    is ``||P_1||_F^2 ||P_2||_F^2``. With ``E||A_perp M||_F^2 = (sigma_A^2 / T) ||M||_F^2``,
+    ``A_L..A_1 = 1 v^T + A_L^perp..A_1^perp`` (``v ~ 1/T``) and orthonormal ``X_0`` (T, d):
+    ``sigma_V^(2(L-1)) d^L (1 + sigma_A^(2L) T^(1-L))`` uncentred and
+    ``sigma_V^(2(L-1)) d^L sigma_A^(2L) T^(1-L)`` centred, the same for every ``l``. Hence the
+    uncentred norm grows like ``T^L`` at fixed gamma (Prop. 4's ``T^(L-1)`` is not tight) and the
+    centred one like ``sigma_A^(2L) gamma^(1-L) d`` (Prop. 6, with its constant). Corrections
+    are O(1/T) relative (row normalisation, column sums of A_perp). Vectorised.
+    """
+    L = np.asarray(L, dtype=np.float64)
+    T = np.asarray(T, dtype=np.float64)
+    bulk = np.asarray(sigma_A, dtype=np.float64) ** (2.0 * L) * T ** (1.0 - L)
+    scale = np.asarray(sigma_V, dtype=np.float64) ** (2.0 * (L - 1.0)) * np.asarray(
+        d, dtype=np.float64
+    ) ** L
+    return scale * (bulk if centre else 1.0 + bulk)
