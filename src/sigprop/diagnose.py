@@ -156,6 +156,14 @@ def recommend(spec: ArchSpec, rho0: float) -> list[dict]:
     return out
 
 
+def _folder(model) -> Path | None:
+    """``model`` as a local folder, or None (preset names, config files and dicts)."""
+    if not isinstance(model, str | Path):
+        return None
+    p = Path(model).expanduser()
+    return p if p.is_dir() else None
+
+
 def diagnose(model: str = "bert-base-uncased", *, seq_len: int | None = None, seeds: int = 2,
              sequences: int = 2, device: str = "cpu", seed: int = 0,
              on_seed: Callable[[int], None] | None = None) -> Diagnosis:
@@ -186,7 +194,7 @@ def diagnose(model: str = "bert-base-uncased", *, seq_len: int | None = None, se
     ids = _text_ids(sequences, spec.seq_len, vocab, seed).to(device)
     probes, trained = [], False
     # a model folder's weights (safetensors, or weights_only pickles) replace the init
-    folder = Path(model) if Path(str(model)).is_dir() else None
+    folder = _folder(model)
     for s in range(seeds):
         m = hf.model_at_init(config, seed=seed + s, attn_implementation="sdpa",
                              vocab_size=vocab).to(device)
@@ -199,6 +207,8 @@ def diagnose(model: str = "bert-base-uncased", *, seq_len: int | None = None, se
         del m
         if on_seed is not None:
             on_seed(s)
+        if trained:  # the folder's weights replace every draw: one realisation to measure
+            break
     meas_all = to_trajectory(probes, spec=spec, per_head=True)
     has_head = "head" in meas_all.columns
     heads = meas_all[meas_all["head"].notna()] if has_head else meas_all.iloc[:0]
@@ -240,3 +250,47 @@ def to_json(d: Diagnosis) -> dict:
             "rho0": d.rho0, "trained_weights": d.trained, "notes": d.notes,
             "seconds": d.seconds, "n_layers_measured": int(np.sum(
                 (d.trajectory.source == "measured") & (d.trajectory.observable == "ipr")))}
+
+
+def fix(model: str, out, *, beta: float | None = None, alpha_attn: float | str | None = None,
+        centred: bool = False, scaling: str | None = None, scaling_param: float | None = None,
+        seq_len: int | None = None, seeds: int = 2, sequences: int = 2, device: str = "cpu",
+        seed: int = 0, on_stage: Callable[[str], None] | None = None):
+    """``sigprop fix``: diagnose ``model``, patch the HF model built from it (its folder's
+    weights if it has them, else its init under ``seed``) with :func:`sigprop.hf.apply_fix`,
+    write config + safetensors to ``out`` with ``save_pretrained``, and re-diagnose ``out``
+    from disk (so the reload is what is measured). Returns ``(before, report, after)``."""
+    from . import hf
+
+    stage = on_stage or (lambda _s: None)
+    outp = Path(out).expanduser()
+    if outp.exists() and not outp.is_dir():
+        raise SpecError("out", f"{outp} exists and is not a folder")
+    if _folder(model) is not None and outp.resolve() == _folder(model).resolve():
+        raise SpecError("out", "must differ from the model folder (it would be overwritten)")
+    from . import hf_fix
+
+    spec0 = hf.spec_from_config(hf.load_config(model), seq_len)
+    # bad fix options fail here, before minutes of measuring
+    hf_fix.resolve(spec0, beta=beta, alpha_attn=alpha_attn, centred=centred, scaling=scaling,
+                   scaling_param=scaling_param)
+    stage("diagnosing the model as it is")
+    before = diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences, device=device,
+                      seed=seed)
+    stage("applying the fix")
+    config = hf.load_config(model)
+    m = hf.model_at_init(config, seed=seed, attn_implementation="sdpa")
+    folder = _folder(model)
+    if folder is not None:
+        hf.load_local_weights(m, folder)
+    report = hf.apply_fix(m, beta=beta, alpha_attn=alpha_attn, centred=centred,
+                          scaling=scaling, scaling_param=scaling_param,
+                          seq_len=before.spec.seq_len, rho0=before.rho0)
+    stage(f"writing {outp}")
+    outp.mkdir(parents=True, exist_ok=True)
+    m.save_pretrained(str(outp), safe_serialization=True)
+    del m
+    stage("re-diagnosing the written model")
+    after = diagnose(str(outp), seq_len=before.spec.seq_len, seeds=seeds, sequences=sequences,
+                     device=device, seed=seed)
+    return before, report, after

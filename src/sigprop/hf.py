@@ -286,6 +286,13 @@ def _analyse(config, seq_len, rho0, absorb_embedding) -> tuple[ArchSpec, HFInfo]
                     sigma_o2=var_o if explicit else None,
                     sigma_w2_out=var_w_out if explicit else None, sigma_b2=0.0,
                     activation=act, causal=causal, rho0=r0)
+    fix = getattr(cfg, "sigprop_fix", None)
+    if isinstance(fix, dict):
+        from .hf_fix import spec_with_record
+
+        spec = spec_with_record(spec, fix)
+        notes.append("sigprop fix in config.json: " + ", ".join(
+            f"{k}={v}" for k, v in fix.items() if k != "version" and v is not None))
     info = HFInfo(mt, H, kv, head_dim, cfg.vocab_size, positions, theta, rtype, a_rope,
                   scale, m, bool(getattr(cfg, "tie_word_embeddings", False)), max_pos, max_len,
                   embed_q, float(shared / tables), str(act_hf), qk_norm,
@@ -329,7 +336,8 @@ def model_at_init(config, seed: int = 0, attn_implementation: str = "eager",
     """``AutoModel.from_config`` (the base model, no LM head) with the model's own
     ``_init_weights`` drawn under ``torch.manual_seed(seed)`` (the caller's RNG state is
     restored), in eval mode (dropout off), KV cache off. Never downloads, never runs remote
-    code. ``vocab_size`` replaces the embedding table's size before building: at init the rows
+    code (a config recording a runtime ``sigprop fix`` gets the ``"sigprop"`` attention
+    function, :mod:`sigprop.hf_fix`). ``vocab_size`` replaces the embedding table's size before building: at init the rows
     are i.i.d., so a small table (e.g. 1024) changes nothing for signal propagation and saves
     memory (Llama-3.2-1B's real table is 1 GiB in float32). The config is not modified."""
     from transformers import AutoModel
@@ -337,6 +345,11 @@ def model_at_init(config, seed: int = 0, attn_implementation: str = "eager",
     if attn_implementation not in ("eager", "sdpa"):
         raise SpecError("attn_implementation", f"must be eager or sdpa ({attn_implementation!r})")
     cfg = copy.deepcopy(load_config(config))
+    from . import hf_fix
+
+    if hf_fix.needs_runtime(cfg):  # centred attention / length scaling from `sigprop fix`
+        hf_fix.register_attention()
+        attn_implementation = hf_fix.ATTN_NAME
     if vocab_size is not None:
         pad = getattr(cfg, "pad_token_id", None)
         low = pad + 1 if isinstance(pad, int) else 1
@@ -479,3 +492,11 @@ def qkv_names(model: nn.Module) -> list[dict[str, Any]]:
                 e[role] = full
         out.append(e)
     return out
+
+
+def apply_fix(model: nn.Module, **kwargs):
+    """Patch an HF model in place against rank / entropy collapse; see
+    :func:`sigprop.hf_fix.apply_fix` (beta, alpha_attn incl. ``"auto"``, centred, scaling)."""
+    from .hf_fix import apply_fix as _apply
+
+    return _apply(model, **kwargs)

@@ -212,3 +212,26 @@ def init_foreign(module: nn.Module, scheme: str, *, q: Sequence[str] = (),
                 m.bias.copy_(_draw(m.bias.shape, sb, False, g))
             applied[name] = role
     return applied
+
+
+@torch.no_grad()
+def scale_linear_(module: nn.Module, factor: float, *, out_slice: tuple[int, int] | None = None,
+                  out_axis: int = 0) -> nn.Module:
+    """Multiply a linear layer's weight and bias by ``factor`` in place (the rescaling form
+    of a scheme: a weight drawn N(0, s^2) becomes N(0, (factor s)^2)). ``out_slice = (start,
+    stop)`` limits it to those output features, found along the weight's ``out_axis`` (0 for
+    ``nn.Linear``'s (out, in), 1 for GPT-2's ``Conv1D`` (in, out)); e.g. the Q block of a fused
+    QKV projection. Works for trained weights as well as at init."""
+    if not math.isfinite(factor):
+        raise ValueError(f"factor must be finite (got {factor})")
+    w, b = module.weight, getattr(module, "bias", None)
+    if out_slice is None:
+        w.mul_(factor)
+        if b is not None:
+            b.mul_(factor)
+        return module
+    lo, hi = out_slice
+    w.narrow(out_axis, lo, hi - lo).mul_(factor)
+    if b is not None:
+        b.narrow(0, lo, hi - lo).mul_(factor)
+    return module

@@ -172,3 +172,23 @@ def print_diagnosis(d, console: Console | None = None) -> None:
         console.print("[bold]where the theory does not cover this model[/]")
         for n in d.notes:
             console.print(f"  • {n}")
+
+
+def print_fix(before, rep, after, out: str, console: Console | None = None) -> None:
+    """What ``sigprop fix`` changed, and the diagnosis of the written model (re-measured)."""
+    console = console or Console()
+    console.print(f"[bold]sigprop fix[/] {before.model} -> {out}")
+    for c in rep.changes:
+        console.print(f"  • {c}")
+    t = Table(title="before / after")
+    for name in ("", "verdict (measured)", "final cos (measured)", "final cos (theory)",
+                 "theory verdict"):
+        t.add_column(name, justify="right")
+    for label, d, key in (("before", before, "before"), ("after", after, "after")):
+        m = d.trajectory[(d.trajectory.source == "measured") & (d.trajectory.observable == "cos")]
+        last = float(m.sort_values("layer")["value"].iloc[-1]) if len(m) else float("nan")
+        style = _VERDICT_STYLE[d.verdict]
+        t.add_row(label, f"[{style}]{d.verdict}[/]", _fmt(last),
+                  _fmt(rep.predicted[key]["final_cos"]), rep.predicted[key]["verdict"])
+    console.print(t)
+    print_diagnosis(after, console)
