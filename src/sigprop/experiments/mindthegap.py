@@ -49,6 +49,10 @@ def _one_thread(fn: Callable) -> Callable:
     return wrapper
 
 
+def _rng(seed) -> np.random.Generator:
+    return seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
+
+
 def _check(name: str, ok: bool, allowed: str) -> None:
     if not ok:
         raise ValueError(f"{name} must be {allowed}")
@@ -70,7 +74,7 @@ def tokens(T: int, d: int, rho: float = 0.0, seed=0) -> np.ndarray:
     """
     _check("rho", 0.0 <= rho < 1.0, "in [0, 1)")
     _check("d", d >= T + (rho > 0), "at least T (T + 1 when rho > 0)")
-    rng = sp._rng(seed)
+    rng = _rng(seed)
     Q = np.linalg.qr(rng.standard_normal((d, T + (rho > 0))))[0].T  # orthonormal rows
     return Q[:T] if rho == 0 else math.sqrt(1.0 - rho) * Q[:T] + math.sqrt(rho) * Q[T]
 
@@ -127,7 +131,7 @@ def prop1(Ts: Sequence[int] = (256, 512, 1024), sigma_A: float = 0.5, qk_ratio: 
     _check("qk_ratio", qk_ratio > 0, "> 0")
     _check("n_seeds", n_seeds >= 1, ">= 1")
     _check("bins", bins >= 2, ">= 2")
-    rng = sp._rng(seed)
+    rng = _rng(seed)
     sigma_qk2 = float(sp.logit_std_for_sigma_A(sigma_A)) / math.sqrt(1.0 - rho)
     edges = np.linspace(0.0, 2.5 * sigma_A, bins + 1)
     qc_mass = np.diff(sp.quarter_circle_cdf(edges, sigma_A))
