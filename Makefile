@@ -18,7 +18,8 @@ $(STAMP): pyproject.toml
 
 demo: setup
 	@mkdir -p $(OUT)
-	$(BIN)/sigprop diagnose
+	$(BIN)/sigprop diagnose --report $(OUT)/report.html
+	@echo "report: $(OUT)/report.html"
 	$(BIN)/sigprop diagram --depth 60 --out $(OUT)/diagram.png
 
 test: setup

@@ -337,9 +337,10 @@ def model_at_init(config, seed: int = 0, attn_implementation: str = "eager",
     ``_init_weights`` drawn under ``torch.manual_seed(seed)`` (the caller's RNG state is
     restored), in eval mode (dropout off), KV cache off. Never downloads, never runs remote
     code (a config recording a runtime ``sigprop fix`` gets the ``"sigprop"`` attention
-    function, :mod:`sigprop.hf_fix`). ``vocab_size`` replaces the embedding table's size before building: at init the rows
-    are i.i.d., so a small table (e.g. 1024) changes nothing for signal propagation and saves
-    memory (Llama-3.2-1B's real table is 1 GiB in float32). The config is not modified."""
+    function, :mod:`sigprop.hf_fix`). ``vocab_size`` replaces the embedding table's size
+    before building: at init the rows are i.i.d., so a small table (e.g. 1024) changes
+    nothing for signal propagation and saves memory (Llama-3.2-1B's real table is 1 GiB in
+    float32). The config is not modified."""
     from transformers import AutoModel
 
     if attn_implementation not in ("eager", "sdpa"):

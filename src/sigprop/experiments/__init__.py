@@ -9,7 +9,7 @@ lazily by :func:`load_all`, so importing :mod:`sigprop.experiments` stays cheap.
 from __future__ import annotations
 
 import importlib
-from typing import Callable
+from collections.abc import Callable
 
 REGISTRY: dict[str, Callable] = {}
 
