@@ -1,0 +1,83 @@
+"""CLI contract of `sigprop train` and `sigprop trainability` (CLI.md): JSON rows, exit codes,
+one-line errors, files written. Tiny models; every call is a subprocess (~5 s each)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+TINY = ["--depth", "1", "--heads", "1", "--d-model", "16", "--seq-len", "16", "--beta", "0.5",
+        "--documents", "200", "--vocab-size", "300"]
+
+
+def run(*args, env=None, timeout=300):
+    return subprocess.run([sys.executable, "-m", "sigprop", *args], capture_output=True,
+                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def test_train_json_rows_plot_and_checkpoint(tmp_path):
+    png, ck = tmp_path / "loss.png", tmp_path / "ck"
+    p = run("train", *TINY, "--steps", "6", "--eval-every", "3", "--measure-every", "3",
+            "--plot", str(png), "--checkpoint", str(ck), "--format", "json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert {"spec", "config", "rows", "final_loss", "eval_loss", "baseline", "seconds"} <= set(out)
+    loss = [r for r in out["rows"] if r["observable"] == "loss"]
+    assert all(r["source"] == "measured" and r["layer"] == 1 for r in loss)
+    assert [r["step"] for r in loss if r["split"] == "eval"] == [0, 3, 6]
+    assert {r["split"] for r in loss} == {"train", "eval"}
+    cos = [r for r in out["rows"] if r["observable"] == "cos"]
+    assert {r["step"] for r in cos} == {0, 3, 6} and {r["layer"] for r in cos} == {0, 1}
+    assert any(r["observable"] == "entropy" for r in out["rows"])
+    assert png.stat().st_size > 5000
+    assert (ck / "model.safetensors").exists() and (ck / "spec.json").exists()
+
+
+def test_train_table_mode():
+    p = run("train", *TINY, "--steps", "2")
+    assert p.returncode == 0, p.stderr
+    assert "eval loss" in p.stdout and "baseline" in p.stdout
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--steps", "0"], "--steps"),
+    (["--task", "translate"], "--task"),
+    (["--lr", "-1"], "--lr"),
+    (["--batch-size", "0"], "--batch-size"),
+    (["--data", "/no/such/folder"], "--data"),
+    (["--task", "clm"], "--task"),  # a bidirectional spec cannot do next-token prediction
+    (["--device", "tpu"], "--device"),
+])
+def test_train_bad_values_exit_2(args, needle):
+    p = run("train", *TINY, "--steps", "1", *args)
+    assert p.returncode == 2
+    line = p.stderr.strip()
+    assert "\n" not in line and needle in line and "Traceback" not in p.stderr
+
+
+def test_tinystories_without_hub_is_one_clear_line():
+    p = run("train", *TINY, "--steps", "1", "--data", "tinystories",
+            env={"HF_HUB_OFFLINE": "1"})
+    assert p.returncode == 2
+    line = p.stderr.strip()
+    assert "\n" not in line and line.startswith("sigprop: error: --data: tinystories")
+
+
+def test_trainability_json_and_table(tmp_path):
+    args = ["--depth", "2", "--d-model", "16", "--heads", "2", "--seq-len", "16",
+            "--sigma-v2", "0.2", "--sigma-w2", "0.2", "--betas", "0.3,8", "--alphas", "2",
+            "--steps", "3", "--seeds", "1", "--batch-size", "4"]
+    p = run("trainability", *args, "--format", "json", "--plot", str(tmp_path / "t.png"))
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    assert "criterion" in out and "nats below" in out["criterion"]
+    pts = {(q["beta"], q["alpha"]): q for q in out["points"]}
+    assert set(pts) == {(0.3, 2.0), (8.0, 2.0)}
+    assert pts[(8.0, 2.0)]["theory"] == "entropy_collapse"
+    assert {q["outcome"] for q in pts.values()} <= {"learned", "stuck"}
+    assert out["disagreements"] == sum(not q["agree"] for q in pts.values())
+    assert (tmp_path / "t.png").stat().st_size > 5000
+    bad = run("trainability", *args[:-6], "--betas", "a,b")
+    assert bad.returncode == 2 and "--betas" in bad.stderr
