@@ -260,27 +260,23 @@ def fix(model: str, out, *, beta: float | None = None, alpha_attn: float | str |
     weights if it has them, else its init under ``seed``) with :func:`sigprop.hf.apply_fix`,
     write config + safetensors to ``out`` with ``save_pretrained``, and re-diagnose ``out``
     from disk (so the reload is what is measured). Returns ``(before, report, after)``."""
-    from . import hf
+    from . import hf, hf_fix
 
     stage = on_stage or (lambda _s: None)
-    outp = Path(out).expanduser()
+    outp, folder = Path(out).expanduser(), _folder(model)
     if outp.exists() and not outp.is_dir():
         raise SpecError("out", f"{outp} exists and is not a folder")
-    if _folder(model) is not None and outp.resolve() == _folder(model).resolve():
+    if folder is not None and outp.resolve() == folder.resolve():
         raise SpecError("out", "must differ from the model folder (it would be overwritten)")
-    from . import hf_fix
-
-    spec0 = hf.spec_from_config(hf.load_config(model), seq_len)
+    config = hf.load_config(model)
     # bad fix options fail here, before minutes of measuring
-    hf_fix.resolve(spec0, beta=beta, alpha_attn=alpha_attn, centred=centred, scaling=scaling,
-                   scaling_param=scaling_param)
+    hf_fix.resolve(hf.spec_from_config(config, seq_len), beta=beta, alpha_attn=alpha_attn,
+                   centred=centred, scaling=scaling, scaling_param=scaling_param)
     stage("diagnosing the model as it is")
     before = diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences, device=device,
                       seed=seed)
     stage("applying the fix")
-    config = hf.load_config(model)
     m = hf.model_at_init(config, seed=seed, attn_implementation="sdpa")
-    folder = _folder(model)
     if folder is not None:
         hf.load_local_weights(m, folder)
     report = hf.apply_fix(m, beta=beta, alpha_attn=alpha_attn, centred=centred,
