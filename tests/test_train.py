@@ -9,8 +9,15 @@ import torch
 
 from sigprop.data.corpus import load_corpus
 from sigprop.spec import ArchSpec, SpecError
-from sigprop.train import (TaskModel, TrainConfig, clip_per_slice, make_optimizer,
-                           save_checkpoint, train, trainability)
+from sigprop.train import (
+    TaskModel,
+    TrainConfig,
+    clip_per_slice,
+    make_optimizer,
+    save_checkpoint,
+    train,
+    trainability,
+)
 
 TINY = ArchSpec(depth=2, d_model=16, heads=2, seq_len=16, beta=0.5)
 
@@ -170,3 +177,13 @@ def test_trainability_table(corpus):
                                == (table["theory"] == "trainable"))).all()
     with pytest.raises(SpecError, match="betas"):
         trainability(spec, [-1.0], [1.0], cfg, corpus=corpus)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre", "none"])
+def test_masked_features_equal_full_forward(norm):
+    spec = ArchSpec(depth=2, d_model=16, heads=2, seq_len=12, beta=1.0, norm=norm)
+    m = TaskModel(spec, TrainConfig(seeds=2), vocab=40)
+    ids = torch.randint(0, 40, (3, 12), generator=torch.Generator().manual_seed(0))
+    keep = torch.rand(3, 12, generator=torch.Generator().manual_seed(1)) < 0.3
+    full = m.features(ids)[:, keep]
+    assert torch.allclose(m.features(ids, keep), full, atol=1e-5)

@@ -10,7 +10,11 @@ independent run; gradient clipping is applied to each slice's own norm.
 
 Optimiser defaults follow gg25 A.1/A.3 (AdamW, linear schedule with warmup ratio 0.05, weight
 decay 0.01 on matrices only (HF's convention: not on biases), gradient norm clipped at 1,
-batch 64, MLM masking 0.15; learning rate 5e-4 as in Fig. 4). Tasks:
+batch 64, MLM masking 0.15). Learning rate 2e-3 instead of Fig. 4's 5e-4: gg25 trains an
+epoch of TinyStories, a CPU check trains ~2,000 steps; measured on the built-in stories (1 layer,
+d = T = 64, 2,000 steps): at 5e-4 both beta = 0.5 and beta = 8 end at 5.15 nats (neither has
+started using the context yet, unigram baseline 5.27); at 1e-3: 4.54 vs 4.95; at 2e-3:
+3.48 vs 4.44. Tasks:
 
 * ``mlm``: BERT masked LM on a corpus (:mod:`sigprop.data.corpus`); ``clm``: next-token LM
   (needs a causal spec); both with a linear head to the vocabulary;
@@ -47,7 +51,7 @@ class TrainConfig:
     task: str = "mlm"
     steps: int = 1000
     batch_size: int = 64
-    lr: float = 5e-4
+    lr: float = 2e-3
     warmup_ratio: float = 0.05
     weight_decay: float = 0.01
     max_grad_norm: float = 1.0
@@ -140,10 +144,20 @@ class TaskModel(nn.Module):
                     p.requires_grad_(False)
                     p.data.zero_()
 
-    def features(self, x: Tensor) -> Tensor:
+    def features(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
+        """Output features (S, B, T, d), or (S, N, d) at the N positions where ``keep``
+        (B, T) is True: the last block then runs its attention for every query (keys and
+        values need all tokens) but its residual, LN and MLP only at the kept positions,
+        which is exact (they act per position) and ~2x cheaper for MLM's 15%."""
         from .nn.model import normalise
 
-        out = self.body(x, return_hidden=False, return_stats=False).output
+        if keep is None:
+            out = self.body(x, return_hidden=False, return_stats=False).output
+        else:
+            out = self.body._inputs(x)
+            for blk in self.body.blocks[:-1]:
+                out, _ = blk(out)
+            out = _last_block(self.body.blocks[-1], out, keep)
         return normalise(out, self.spec.ln_kind) if self.spec.norm == "pre" else out
 
     def logits(self, h: Tensor) -> Tensor:
@@ -154,17 +168,32 @@ class TaskModel(nn.Module):
         return torch.baddbmm(self.head_b.unsqueeze(1), h, self.head_w)
 
 
+def _last_block(blk, x: Tensor, keep: Tensor) -> Tensor:
+    """:class:`sigprop.nn.model.BatchedBlock`'s forward restricted to ``keep`` after the
+    attention (same three placements); returns (S, N, d)."""
+    sp, ln = blk.spec, blk._ln
+    a_att, a_mlp = sp.alpha_attn, sp.alpha_mlp
+    if sp.norm == "pre":
+        z = (a_att * x + blk.attn(ln(x)).out)[:, keep].unsqueeze(1)
+        return (a_mlp * z + blk.mlp(ln(z))).squeeze(1)
+    z = (a_att * x + blk.attn(x).out)[:, keep].unsqueeze(1)
+    if sp.norm == "post":
+        z = ln(z)
+        return ln(a_mlp * z + blk.mlp(z)).squeeze(1)
+    return (a_mlp * z + blk.mlp(z)).squeeze(1)
+
+
 def slice_losses(model: TaskModel, task: str, x: Tensor, y: Tensor) -> Tensor:
     """Per-slice mean loss, shape (S,): cross-entropy over labelled positions (labels != -100)
     for token tasks, mean squared error for ``heaviside``."""
     from .data.collate import IGNORE
 
-    h = model.features(x)
-    S = h.shape[0]
     if task == "heaviside":
+        h = model.features(x)
         return (h - y.unsqueeze(0)).square().mean(dim=(1, 2, 3))
     keep = y != IGNORE
-    logits = model.logits(h[:, keep])  # (S, N, V)
+    logits = model.logits(model.features(x, keep))  # (S, N, V)
+    S = logits.shape[0]
     target = y[keep].unsqueeze(0).expand(S, -1)
     ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
                          reduction="none")
