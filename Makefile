@@ -31,6 +31,7 @@ test-slow: setup
 bench: setup
 	$(BIN)/python benchmarks/bench_theory.py
 	$(BIN)/python benchmarks/bench_measure.py
+	$(BIN)/python benchmarks/bench_longctx.py
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
