@@ -87,10 +87,7 @@ def part_svd(T: int, dense: bool) -> dict:
     s = sp.top_singular_values(op, 5)
     out = {"free_seconds": time.perf_counter() - t0, "free": s.tolist()}
     if dense:
-        a = torch.empty(T, T, dtype=op.dtype)  # materialise A (T x T float32), row blocks
-        for i0 in range(0, T, op.block):
-            rs, p, inv = op._block(i0)
-            a[rs] = p * inv[:, None]
+        a = op.to_dense()  # T x T float32
         torch.set_num_threads(1)  # fastest measured: 2.0 s vs 31 s with 2 threads at T = 2048
         t0 = time.perf_counter()
         sd = torch.linalg.svdvals(a)[:5].double()

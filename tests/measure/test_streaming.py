@@ -17,6 +17,16 @@ from sigprop.nn.init import init_batched
 from sigprop.spec import ArchSpec, score_multiplier
 
 
+@pytest.fixture(autouse=True)
+def _single_thread():
+    """Dense references single-threaded: two-thread ops stalled on the shared 2-core machine
+    (see measure.streaming.stream_attention); the streaming code uses its own threads."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
 def dense_rows(spec, x, rows, dtype, *, logits=None):
     """Per-row (ipr, entropy, wmax) as (R, H) and the layer output rows (R, d), densely."""
     attn = init_batched(BatchedAttention(spec, 1, dtype), "spec", 0, spec=spec)
@@ -81,7 +91,8 @@ def test_stream_float32_matches_dense_at_4096(beta):
     T = 4096
     src = st.token_source("rho", T, 128, rho=0.1, seed=1)
     rows = torch.arange(0, T, 16)
-    r = st.stream_attention(src, st.LayerWeights.from_spec(spec, 0), rows, chunk=1000)[0]
+    r = st.stream_attention(src, st.LayerWeights.from_spec(spec, 0), rows, chunk=1000,
+                            workers=2)[0]
     ipr, ent, wm, out = dense_rows(spec, src.chunk(0, T), rows, torch.float32)
     assert rel(r.ipr, ipr) < 1e-5 and rel(r.entropy, ent) < 1e-5 and rel(r.wmax, wm) < 1e-5
     assert float((r.out - out).abs().max() / out.abs().max()) < 1e-5

@@ -1,7 +1,8 @@
 """Matrix-free spectra of attention matrices and token covariances (THEORY §5, mindthegap).
 
-An operator exposes ``shape``, ``matmat(V)`` (= M V), ``rmatmat(U)`` (= M^T U) and
-``gram(V)`` (= M^T M V, one pass where the operator can fuse it). Three operators:
+An operator exposes ``shape``, ``matmat(V)`` (= M V), ``rmatmat(U)`` (= M^T U), ``gram(V)``
+(= M^T M V) and ``gram_mat(V)`` (= (M^T M V, M V), one pass where the operator can fuse it).
+Three operators:
 
 * :class:`DenseOperator` — a held matrix (tests, small T);
 * :class:`AttentionOperator` — ``A = softmax(q k^T)`` of one head, optionally causal and/or
@@ -12,13 +13,15 @@ An operator exposes ``shape``, ``matmat(V)`` (= M V), ``rmatmat(U)`` (= M^T U) a
 :func:`top_singular_values`: randomised block Krylov (Musco & Musco 2015): the Krylov space
 ``[W, (M^T M) W, ..., (M^T M)^q W]`` of a seeded Gaussian block W (b = k + oversample
 columns), orthonormalised block by block (twice, for stability), then Rayleigh-Ritz: the
-singular values of ``M Q``. Cost: q + 1 passes over M. Unlike plain power iteration it
+singular values of ``M Q``, whose blocks are by-products of the passes. Cost: q + 1 passes
+over M. Unlike plain power iteration it
 converges at the rate of a Chebyshev polynomial of degree q in M^T M, so singular values at
 the edge of a flat random-matrix bulk come out accurately. Measured relative error of s1..s5
-against dense ``svdvals`` (float64) at the defaults (b = k + 10, q = 12): ~1e-15 for key-query
-attention matrices (T = 1024, 4096; plain, causal, centred), 7e-6 for the hardest case tried,
-the flat quarter-circle edge of a centred softmax of i.i.d. N(0, 1) logits at T = 2048
-(q = 6: 5e-3; q = 20: 5e-11). Raise ``n_iter`` for flatter spectra.
+against dense ``svdvals`` (float64): at the defaults (b = k + 10, q = 8) 2e-8 for a key-query
+attention head at T = 4096 (q = 12: 1e-14); float32 at T = 16384, 5e-6 (float32 rounding);
+the hardest case tried, the flat quarter-circle edge of a centred softmax of i.i.d. N(0, 1)
+logits at T = 2048, needs more: q = 6: 5e-3, q = 12: 7e-6, q = 20: 5e-11. Raise ``n_iter``
+for flatter spectra.
 
 :func:`top_eigenvalues`: symmetric operators -> the same block Krylov space of M itself with
 Rayleigh-Ritz (Lanczos-like); non-symmetric (attention) -> Arnoldi with full
@@ -51,7 +54,11 @@ class DenseOperator:
         return self.a.T @ u
 
     def gram(self, v: Tensor) -> Tensor:
-        return self.a.T @ (self.a @ v)
+        return self.gram_mat(v)[0]
+
+    def gram_mat(self, v: Tensor) -> tuple[Tensor, Tensor]:
+        w = self.a @ v
+        return self.a.T @ w, w
 
 
 class CovarianceOperator:
@@ -72,7 +79,11 @@ class CovarianceOperator:
     rmatmat = matmat
 
     def gram(self, v: Tensor) -> Tensor:
-        return self.matmat(self.matmat(v))
+        return self.gram_mat(v)[0]
+
+    def gram_mat(self, v: Tensor) -> tuple[Tensor, Tensor]:
+        w = self.matmat(v)
+        return self.matmat(w), w
 
 
 class AttentionOperator:
@@ -86,7 +97,7 @@ class AttentionOperator:
     """
 
     def __init__(self, q: Tensor, k: Tensor, *, causal: bool = False, centred: bool = False,
-                 block: int = 128, workers: int | None = None):
+                 block: int = 64, workers: int | None = None):
         if causal and q.shape[0] != k.shape[0]:
             raise ValueError("causal attention needs as many queries as keys")
         self.q, self.k, self.causal, self.centred = q, k.to(q.dtype), causal, centred
@@ -104,20 +115,49 @@ class AttentionOperator:
         q = (x @ weights.w_q.to(x.dtype)[:, hs]) * (multiplier / math.sqrt(dh))
         return cls(q, x @ weights.w_k.to(x.dtype)[:, hs], **kw)
 
-    def _block(self, i0: int):
-        """Rows ``i0..i1-1``: (row slice, unnormalised P = exp(S - rowmax), 1 / row sums)."""
+    def _scores(self, i0: int, q: Tensor, k: Tensor):
+        """Rows ``i0..i1-1`` of ``q k^T`` (causal: future keys -inf, columns cut at i1)."""
         i1 = min(self.shape[0], i0 + self.block)
-        kk = self.k[:i1] if self.causal else self.k
-        s = self.q[i0:i1] @ kk.T
+        s = q[i0:i1] @ (k[:i1] if self.causal else k).T
         if self.causal:
             s[:, i0:].masked_fill_(torch.ones(i1 - i0, i1 - i0, dtype=torch.bool).triu(1),
                                    -math.inf)
-        s.sub_(s.amax(dim=1, keepdim=True))
-        p = s.exp_()
-        return slice(i0, i1), p, 1.0 / p.sum(dim=1)
+        return slice(i0, i1), s
+
+    def _prepare(self) -> None:
+        """One pass for each row's log-sum-exp ``l_i``; afterwards the queries carry ``-l_i``
+        as an extra column against a column of ones in the keys, so one matmul and one exp
+        give the normalised rows ``A = exp(q k^T - l)`` (no max, sum or scaling passes)."""
+        if getattr(self, "_qa", None) is not None:
+            return
+
+        def fn(i0, out):
+            rs, sc = self._scores(i0, self.q, self.k)
+            m = sc.amax(dim=1, keepdim=True)
+            out[rs, 0] = (m + torch.log(sc.sub_(m).exp_().sum(dim=1, keepdim=True)))[:, 0]
+
+        lse = self._pass(fn, torch.zeros(self.shape[0], 1, dtype=self.dtype))
+        one = torch.ones(self.shape[1], 1, dtype=self.dtype)
+        self._qa, self._ka = torch.cat([self.q, -lse], 1), torch.cat([self.k, one], 1)
+
+    def to_dense(self) -> Tensor:
+        """The matrix itself (T_q x T_k; small T, benchmarks)."""
+        self._prepare()
+        a = torch.empty(self.shape, dtype=self.dtype)
+        for i0 in range(0, self.shape[0], self.block):
+            rs, rows = self._block(i0)
+            a[rs] = 0.0
+            a[rs, :rows.shape[1]] = rows
+        return a - self._u_mat(torch.eye(self.shape[1], dtype=self.dtype)) if self.centred \
+            else a
+
+    def _block(self, i0: int):
+        """(row slice, the rows of A)."""
+        rs, sc = self._scores(i0, self._qa, self._ka)
+        return rs, sc.exp_()
 
     def _pass(self, fn, out: Tensor) -> Tensor:
-        """Run ``fn(rows, P, inv, out)`` over all row blocks; ``workers`` threads take blocks,
+        """Run ``fn(i0, out)`` for every row block start; ``workers`` threads take blocks,
         each adding into its own copy of ``out`` (summed at the end), with torch's intra-op
         pool at one thread meanwhile (restored): as in :mod:`.streaming`, two-thread
         elementwise ops stalled on a shared 2-core machine."""
@@ -134,7 +174,7 @@ class AttentionOperator:
                         i0 = next(starts, None)
                     if i0 is None:
                         break
-                    fn(*self._block(i0), mine)
+                    fn(i0, mine)
             except BaseException as err:
                 errors.append(err)
             with lock:
@@ -169,30 +209,46 @@ class AttentionOperator:
         return (u.sum(dim=0, keepdim=True) / self.shape[1]).expand(self.shape[1], -1)
 
     def matmat(self, v: Tensor) -> Tensor:
-        def fn(rs, p, inv, out):
-            out[rs] = (p @ v[:p.shape[1]]) * inv[:, None]
+        def fn(i0, out):
+            rs, a = self._block(i0)
+            out[rs] = a @ v[:a.shape[1]]
+
+        self._prepare()
 
         out = self._pass(fn, torch.zeros(self.shape[0], v.shape[1], dtype=v.dtype))
         return out - self._u_mat(v) if self.centred else out
 
     def rmatmat(self, u: Tensor) -> Tensor:
-        def fn(rs, p, inv, out):
-            out[:p.shape[1]] += p.T @ (u[rs] * inv[:, None])
+        def fn(i0, out):
+            rs, a = self._block(i0)
+            out[:a.shape[1]] += a.T @ u[rs]
+
+        self._prepare()
 
         out = self._pass(fn, torch.zeros(self.shape[1], u.shape[1], dtype=u.dtype))
         return out - self._u_rmat(u) if self.centred else out
 
     def gram(self, v: Tensor) -> Tensor:
-        """``M^T M V`` in one pass over the row blocks (M = A or A - U)."""
-        if self.centred:  # (A - U)^T (A - U) V: the rows of (A - U) V are needed for U^T
+        return self.gram_mat(v)[0]
+
+    def gram_mat(self, v: Tensor) -> tuple[Tensor, Tensor]:
+        """``(M^T M V, M V)`` in one pass over the row blocks (M = A; two for A - U, whose
+        U^T needs every row of (A - U) V first)."""
+        if self.centred:
             w = self.matmat(v)
-            return self.rmatmat(w)
+            return self.rmatmat(w), w
+        nk = self.shape[1]
 
-        def fn(rs, p, inv, out):
-            w = (p @ v[:p.shape[1]]) * inv[:, None]
-            out[:p.shape[1]] += p.T @ (w * inv[:, None])
+        def fn(i0, out):  # rows [:nk] accumulate M^T W, rows nk + rs hold W = M V
+            rs, a = self._block(i0)
+            w = a @ v[:a.shape[1]]
+            out[nk + rs.start:nk + rs.stop] = w
+            out[:a.shape[1]] += a.T @ w
 
-        return self._pass(fn, torch.zeros(self.shape[1], v.shape[1], dtype=v.dtype))
+        self._prepare()
+
+        out = self._pass(fn, torch.zeros(nk + self.shape[0], v.shape[1], dtype=v.dtype))
+        return out[:nk], out[nk:]
 
 
 # ------------------------------------------------------------------------------ algorithms
@@ -209,6 +265,19 @@ def _orth(y: Tensor, basis: list[Tensor]) -> Tensor:
     return y
 
 
+class _one_thread:
+    """Dense linear algebra on thin matrices single-threaded (restored on exit): next to the
+    operator's worker threads, torch's two-thread pool made a 2048 x 195 svdvals take 4.5 s
+    on this shared 2-core machine (see also measure.observables._lapack)."""
+
+    def __enter__(self):
+        self.before = torch.get_num_threads()
+        torch.set_num_threads(1)
+
+    def __exit__(self, *exc):
+        torch.set_num_threads(self.before)
+
+
 def _gaussian(n: int, b: int, seed: int, dtype) -> Tensor:
     g = torch.Generator().manual_seed(int(seed))
     return torch.randn(n, b, generator=g, dtype=torch.float64).to(dtype)
@@ -219,24 +288,30 @@ def _check_k(op, k: int) -> None:
         raise ValueError(f"k must be in [1, {min(op.shape)}] (got {k})")
 
 
-def top_singular_values(op, k: int = 5, *, oversample: int = 10, n_iter: int = 12,
+def top_singular_values(op, k: int = 5, *, oversample: int = 10, n_iter: int = 8,
                         seed: int = 0) -> Tensor:
     """The k largest singular values of ``op`` (descending, float64) by randomised block
     Krylov with ``n_iter`` + 1 passes over the operator (module docstring for accuracy)."""
     _check_k(op, k)
     n = op.shape[1]
     b = min(k + oversample, n)
-    block = _orth(_gaussian(n, b, seed, op.dtype), [])
-    basis = [block]
-    for _ in range(n_iter):
-        if sum(x.shape[1] for x in basis) >= n:
-            break
-        block = _orth(op.gram(block), basis)
-        if block.shape[1] == 0:
-            break
-        basis.append(block)
-    q = torch.cat(basis, dim=1)
-    s = torch.linalg.svdvals(op.matmat(q).double())
+    with _one_thread():
+        block = _orth(_gaussian(n, b, seed, op.dtype), [])
+        basis, images = [block], []  # images: M applied to each basis block, from the passes
+        for _ in range(n_iter):
+            if sum(x.shape[1] for x in basis) >= n:
+                break
+            g, w = op.gram_mat(block)
+            images.append(w)
+            block = _orth(g, basis)
+            if block.shape[1] == 0:
+                break
+            basis.append(block)
+        if len(images) < len(basis):
+            images.append(op.matmat(basis[-1]))
+        mq = torch.cat(images, dim=1).double()
+        # singular values of the thin M Q through its small triangular factor
+        s = torch.linalg.svdvals(torch.linalg.qr(mq).R)
     return s[:k]
 
 
@@ -247,6 +322,11 @@ def top_eigenvalues(op, k: int = 5, *, n_iter: int | None = None, seed: int = 0)
     _check_k(op, k)
     if op.shape[0] != op.shape[1]:
         raise ValueError("eigenvalues need a square operator")
+    with _one_thread():
+        return _eigenvalues(op, k, n_iter, seed)
+
+
+def _eigenvalues(op, k, n_iter, seed):
     n = op.shape[0]
     if getattr(op, "symmetric", False):
         b = min(k + 10, n)
