@@ -619,9 +619,9 @@ def trainability(spec: ArchSpec,
                  alphas: str = typer.Option("0.2,0.5,2", "--alphas",
                                             help="comma-separated alpha_attn values"),
                  steps: int = typer.Option(300, "--steps", help="steps per grid point"),
-                 seeds: int = typer.Option(2, "--seeds", help="seeds per grid point"),
-                 batch_size: int = typer.Option(32, "--batch-size", help="sequences per step"),
-                 lr: float = typer.Option(1e-3, "--lr", help="peak learning rate"),
+                 seeds: int = typer.Option(1, "--seeds", help="seeds per grid point"),
+                 batch_size: int = typer.Option(16, "--batch-size", help="sequences per step"),
+                 lr: float = typer.Option(2e-3, "--lr", help="peak learning rate"),
                  margin: float = typer.Option(0.5, "--margin",
                                               help="nats below the baseline that count as learned"),
                  data: str = DataOpt, device: str = DeviceOpt, threads: int = ThreadsOpt,
@@ -629,7 +629,7 @@ def trainability(spec: ArchSpec,
                  fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
     """Train every (beta, alpha_attn) grid point briefly, classify it learned / stuck and
     show it beside the theory's regime. Without architecture options: a 24-layer post-LN
-    model, d=64, 2 heads, T=64, gg25 variances."""
+    model, d=32, 2 heads, T=32, gg25 variances."""
     from dataclasses import asdict, replace
 
     from . import trajectory
