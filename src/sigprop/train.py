@@ -276,18 +276,11 @@ def train(spec: ArchSpec, config: TrainConfig = TrainConfig(), *, data: str = "b
     On CPU, denormal floats are flushed to zero while training (and the flag reset after):
     condensed attention (large beta) fills the softmax backward with denormals, which made
     the beta = 8 acceptance run 1.5x slower on this machine for a change below 1e-38."""
-    n_threads = torch.get_num_threads()
+    from .measure._threads import cpu_settings
+
     cpu = config.device == "cpu"
-    if config.threads and cpu:
-        torch.set_num_threads(config.threads)
-    if cpu:
-        torch.set_flush_denormal(True)
-    try:
+    with cpu_settings(threads=config.threads if cpu else None, flush_denormal=cpu):
         return _train(spec, config, data, corpus, betas, on_step, keep_model)
-    finally:
-        torch.set_num_threads(n_threads)
-        if cpu:
-            torch.set_flush_denormal(False)
 
 
 def _train(spec, config, data, corpus, betas, on_step, keep_model) -> TrainResult:

@@ -38,6 +38,8 @@ import math
 import torch
 from torch import Tensor
 
+from ._threads import run_workers
+
 
 class DenseOperator:
     """A held (m, n) matrix."""
@@ -180,17 +182,7 @@ class AttentionOperator:
             with lock:
                 parts.append(mine)
 
-        before = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            pool = [threading.Thread(target=work, daemon=True) for _ in range(self.workers - 1)]
-            for th in pool:
-                th.start()
-            work()
-            for th in pool:
-                th.join()
-        finally:
-            torch.set_num_threads(before)
+        run_workers(work, self.workers)
         if errors:
             raise errors[0]
         return sum(parts[1:], parts[0])

@@ -35,6 +35,7 @@ import torch
 from torch import Tensor
 
 from . import inputs as _inputs
+from ._threads import run_workers
 
 #: rows per deterministic generator block (tokens and REM scores)
 BLOCK = 256
@@ -346,8 +347,7 @@ def stream_attention(source: TokenSource, weights: LayerWeights, rows, *,
                          for m in multipliers]) * (0.0 if variant == "uniform" else 1.0)
     if rem_std is not None:
         mults = mults * float(rem_std)
-    threads_before = torch.get_num_threads()
-    workers = max(1, int(workers or threads_before))
+    workers = max(1, int(workers or torch.get_num_threads()))
     job = _Job(source, weights, rows, mults, causal, rem_std is not None, seed, chunk, tile,
                variant == "centred")
     last = int(rows[-1]) + 1 if causal else T
@@ -377,18 +377,7 @@ def stream_attention(source: TokenSource, weights: LayerWeights, rows, *,
         with lock:
             results.append(state)
 
-    torch.set_num_threads(1)
-    torch.set_flush_denormal(True)
-    try:
-        pool = [threading.Thread(target=work, daemon=True) for _ in range(workers - 1)]
-        for th in pool:
-            th.start()
-        work()
-        for th in pool:
-            th.join()
-    finally:
-        torch.set_num_threads(threads_before)
-        torch.set_flush_denormal(False)
+    run_workers(work, workers, flush_denormal=True)
     if errors:
         raise errors[0]
     m, s1, s2, sx, o = _reduce(*[torch.stack(p) for p in zip(*results, strict=True)])
