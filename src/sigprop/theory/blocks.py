@@ -17,7 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..spec import ArchSpec, SpecError
-from . import kernels, rem
+from . import fluct, kernels, rem
 
 #: number of query positions sampled (log-spaced) for causal statistics
 CAUSAL_POSITIONS = 12
@@ -165,6 +165,8 @@ class BlockParams:
     seq_len: int
     d_head: int | None
     causal: bool
+    heads: int = 1
+    ln_fluct: bool = True
 
     @classmethod
     def from_spec(cls, spec: ArchSpec, **override) -> BlockParams:
@@ -173,7 +175,7 @@ class BlockParams:
             var_v=spec.var_v, var_w_in=spec.var_w_in, var_w_out=spec.var_w_out,
             var_b=spec.sigma_b2, var_o=spec.var_o, norm=spec.norm, attention=spec.attention,
             activation=spec.activation, seq_len=spec.seq_len, d_head=spec.d_head,
-            causal=spec.causal,
+            causal=spec.causal, heads=spec.heads,
         )
         base.update(override)
         return cls(**base)
@@ -188,12 +190,30 @@ def _cos(p, q):
         return np.where(q > 0, p / np.where(q > 0, q, 1.0), 1.0)
 
 
+def _ln_fluct_cos(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
+    """Cosine after the post-LN LayerNorm that follows attention + residual, averaged over
+    the tokens' own norms rather than taken as a ratio of averages (:mod:`.fluct`):
+    ``N_a = a0 + b Y2_a`` with ``b = s_o^2 s_v^2 (q - p)``, ``kappa = a0 / E N``, and
+    ``cos = (p_z / q_z) r(v, kappa)`` (capped at 1). Only the variant it was derived and
+    tested for: softmax, bidirectional, finite T."""
+    b = bp.var_v * (qa - pa) * (1.0 if bp.var_o is None else bp.var_o)
+    kappa = np.clip((q_z - b * st.y2) / np.where(q_z > 0, q_z, 1.0), 0.0, 1.0)
+    rho = np.clip(_cos(pa, qa), 0.0, 1.0)
+    v = (bp.sigma_s0 * qa) ** 2 * (1.0 - rho)
+    r = fluct.ln_factor(v, kappa, bp.seq_len, bp.d_head, bp.heads)
+    return np.minimum(_cos(p_z, q_z) * r, 1.0)
+
+
 def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False):
     """One transformer block (THEORY §2.6): returns ``(q, p, attention stats)``.
 
     post-LN: attention on the normalised input, residual, LN, MLP, residual, LN.
     pre-LN: attention and MLP read LN(residual stream), the stream itself is not normalised.
     none: no normalisation; the score std then scales with the input's q (THEORY §2.1).
+
+    Finite-T post-LN softmax blocks (bidirectional) average the first LayerNorm over the
+    row-to-row spread of the attention's participation ratio (:mod:`.fluct`, ``bp.ln_fluct``);
+    the T -> inf theory and the other variants use the ratio of averages.
     """
     normed = bp.norm in ("post", "pre")
     qa, pa = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
@@ -207,7 +227,10 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     a2 = np.asarray(bp.alpha_attn, dtype=np.float64) ** 2
     q, p = a2 * q + q_att, a2 * p + p_att
     if bp.norm == "post":
-        q, p = np.ones_like(q), _cos(p, q)
+        if (bp.ln_fluct and not asymptotic and not bp.causal and bp.attention == "softmax"):
+            q, p = np.ones_like(q), _ln_fluct_cos(q, p, qa, pa, bp, st)
+        else:
+            q, p = np.ones_like(q), _cos(p, q)
     qm, pm = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
     q_h, p_h = mlp_map(qm, pm, activation=bp.activation, var_w_in=bp.var_w_in,
                        var_w_out=bp.var_w_out, var_b=bp.var_b)
@@ -219,10 +242,11 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
 
 
 def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: int | None = None,
-              asymptotic: bool = False) -> np.ndarray:
+              asymptotic: bool = False, fluctuations: bool = True) -> np.ndarray:
     """rho_L after ``depth`` blocks, vectorised over arrays of ``beta`` (effective, including the
-    length scaling), ``alpha_attn`` and ``rho0`` (THEORY §2.7)."""
-    over = {}
+    length scaling), ``alpha_attn`` and ``rho0`` (THEORY §2.7). ``fluctuations``: see
+    :func:`block_step`."""
+    over = {"ln_fluct": bool(fluctuations)}
     if beta is not None:
         over["sigma_s0"] = np.asarray(beta, dtype=np.float64) * math.sqrt(math.log(spec.seq_len))
     if alpha_attn is not None:
@@ -238,17 +262,19 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
 
 
 def propagate(spec: ArchSpec, rho0: float | None = None, *,
-              asymptotic: bool = False):
+              asymptotic: bool = False, fluctuations: bool = True):
     """Theory Trajectory through the whole stack (THEORY §2.6): rows ``cos`` and ``q`` for
     layers 0..L (0 = the embeddings, q = 1, cos = rho0), and ``ipr``, ``ipr_cross``, ``entropy``,
     ``wmax`` of each block's attention for layers 1..L. Source ``theory`` (finite T, §2.3) or
-    ``theory_asymptotic`` (T -> inf, §2.2). Returns a Trajectory (pandas DataFrame)."""
+    ``theory_asymptotic`` (T -> inf, §2.2). ``fluctuations=False``: post-LN cosines as the
+    plain ratio of averages (gg25's map) instead of the LayerNorm average of :mod:`.fluct`.
+    Returns a Trajectory (pandas DataFrame)."""
     from .. import trajectory  # pandas: imported only where a table is built
     r0 = spec.rho_init if rho0 is None else float(rho0)
     if not 0.0 <= r0 <= 1.0:
         raise SpecError("rho0", f"must be a finite number in [0, 1] (got {rho0!r})")
     source = "theory_asymptotic" if asymptotic else "theory"
-    bp = BlockParams.from_spec(spec)
+    bp = BlockParams.from_spec(spec, ln_fluct=bool(fluctuations))
     q, p = np.float64(1.0), np.float64(r0)
     rows = [dict(layer=0, observable="cos", source=source, value=r0),
             dict(layer=0, observable="q", source=source, value=1.0)]

@@ -1,0 +1,163 @@
+"""Row-to-row fluctuations of attention seen through a per-token LayerNorm (THEORY §2.3, §2.6).
+
+The (q, p) recursion of :mod:`.blocks` is a map of Gram *averages*: after attention plus
+residual, token a has squared norm ``N_a = a0 + b Y2_a`` and pair (a, c) the overlap
+``C_ac = c0 + b Yx_ac`` (THEORY §2.4, ``b = sigma_v^2 (q - p)``), and the theory's cosine is
+``E C / E N``. A per-token LayerNorm instead divides every token by its own norm, so the cosine
+that the next layer sees (and that ``cos`` measures) is ``E[C_ac / sqrt(N_a N_c)]``. Near and
+above condensation ``Y2_a`` does not self-average (a REM row's participation ratio keeps an O(1)
+spread even as T -> inf), and the two differ: by +0.03 at gg25 Fig. 3's rho_in = 0.3,
+beta = 1.5-2 (T = 512), where the measured Fig. 3 points sit above the ratio of averages.
+
+Rows a != c are conditionally independent given the keys' shared energies; neglecting the
+residual correlations of (Y2_a, Y2_c, Yx_ac) (measured <= 0.003 on the cosine over the whole
+Fig. 3 grid) the LN average factorises::
+
+    E[C / sqrt(N_a N_c)] = E[C] E[N^-1/2]^2 = (E C / E N) * r,
+    r(v, kappa) = E[(kappa + (1 - kappa) Y2 / E Y2)^(-1/2)]^2  >= 1      (Jensen),
+
+with ``kappa = a0 / E N`` the share of the mean norm that does not fluctuate and ``Y2`` the
+participation ratio of one row of i.i.d. N(0, v) scores (averaged over the heads, and with the
+chi2(d_head) query-norm spread of THEORY §2.3 when d_head is given). At rho_in = 0 (independent
+rows) the factorisation is exact.
+
+``r`` needs the law of Y2, not only its mean, so it is computed by seeded Monte Carlo over the
+REM itself (THEORY §2.3 allows Monte Carlo over i.i.d. scores where no quadrature exists; these
+are draws of the idealised d -> inf model, not of a network) and kept as a cached spline per
+(T, d_head, heads). Rows are exact draws for T <= ``FULL_T``; longer rows draw their ``TOP_K``
+largest scores exactly (uniform order statistics through exponential spacings) and replace the
+remaining T - TOP_K keys, all below the K-th score, by their conditional means (a truncated
+Gaussian's exponential moments), which keeps the cost independent of T.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import numpy as np
+
+from ._lazy import LazyModule
+from .rem import _bicubic, _bicubic_coef, _disk_cached, y2_finite
+
+special = LazyModule("scipy.special")
+
+__all__ = ["sample_y2", "ln_factor_table", "ln_factor"]
+
+FULL_T = 512         #: rows up to this length are drawn in full
+TOP_K = 512          #: longer rows: the K largest scores exactly, the rest by their mean
+ROWS = 2048          #: Monte Carlo rows (head groups) per table
+SEED = 20261122      #: the tables' fixed seed (they are deterministic functions of T, d, H)
+_CHUNK = 1 << 21     #: scores held at once
+_LV = np.arange(np.log(1e-3), np.log(1e4) + 1e-9, 0.3)   # nodes in log v
+_KAPPA = np.linspace(0.0, 1.0, 21)                       # nodes in kappa
+
+
+def _chi(rng, shape, d_head):
+    return np.ones(shape) if d_head is None else rng.chisquare(d_head, shape) / d_head
+
+
+def _draw_full(rng, T, n):
+    """(n, T) standard normal scores."""
+    return rng.standard_normal((n, T))
+
+
+def _draw_top(rng, T, n, k):
+    """(n, k) exact top-k order statistics of T standard normals, descending, and the k-th
+    value's truncation point. The k smallest of T uniforms are ``G_j / G_{T+1}`` with ``G``
+    the cumulative sums of Exp(1) draws; ``G_{T+1} = G_k + Gamma(T + 1 - k)``."""
+    g = np.cumsum(rng.standard_exponential((n, k)), axis=1)
+    total = g[:, -1:] + rng.standard_gamma(T + 1 - k, (n, 1))
+    return -special.ndtri(g / total)
+
+
+def sample_y2(v, T: int, *, rows: int = ROWS, heads: int = 1, d_head: int | None = None,
+              seed: int = SEED) -> np.ndarray:
+    """Monte Carlo draws of a row's participation ratio ``Y2 = sum_b w_b^2``, ``w =
+    softmax(s)``, ``s_b`` i.i.d. N(0, v chi), averaged over ``heads`` independent rows; one
+    draw per row group, the same underlying draws for every v (common random numbers, so the
+    v-dependence is smooth). Returns ``(len(v), rows)``. ``chi ~ chi2(d_head)/d_head`` per row
+    (1 without d_head)."""
+    v = np.atleast_1d(np.asarray(v, dtype=np.float64))
+    if T < 1 or np.any(~(v >= 0)):
+        raise ValueError("need T >= 1 and v >= 0")
+    if T == 1:
+        return np.ones((v.size, rows))
+    rng = np.random.default_rng(seed)
+    full = T <= FULL_T
+    width = T if full else TOP_K
+    step = max(1, _CHUNK // (heads * width))  # row groups per chunk (bounded memory)
+    out = np.empty((v.size, rows))
+    for lo in range(0, rows, step):
+        hi = min(rows, lo + step)
+        n = (hi - lo) * heads
+        chi = _chi(rng, (n, 1), d_head)
+        x = _draw_full(rng, T, n) if full else _draw_top(rng, T, n, TOP_K)
+        if not full:
+            t = x[:, -1:]
+            log_t = special.log_ndtr(t)
+            bulk = np.log(T - TOP_K)
+        for i, vi in enumerate(v):
+            sig = np.sqrt(vi * chi)
+            s = sig * x
+            m = s[:, :1] if not full else s.max(axis=1, keepdims=True)
+            e = np.exp(s - m)
+            z, s2 = e.sum(axis=1), np.einsum("ij,ij->i", e, e)
+            if not full:  # the T - K keys below the K-th score, at their conditional means
+                lz = bulk + 0.5 * sig**2 + special.log_ndtr(t - sig) - log_t - m
+                ls2 = bulk + 2.0 * sig**2 + special.log_ndtr(t - 2 * sig) - log_t - 2 * m
+                z, s2 = z + np.exp(lz[:, 0]), s2 + np.exp(ls2[:, 0])
+            out[i, lo:hi] = (s2 / (z * z)).reshape(hi - lo, heads).mean(axis=1)
+    return out
+
+
+def _ratio(y2: np.ndarray, kappa: np.ndarray, mean: np.ndarray) -> np.ndarray:
+    """``r = mean_rows[(kappa + (1 - kappa) Y2 / E Y2)^(-1/2)]^2`` for (nv, rows) draws and
+    every kappa: (nv, nk). ``mean``: the exact E Y2 (quadrature) per v. Dividing by it rather
+    than by the draws' own mean keeps the summand bounded (Y2 >= 1/T): Y2's upper tail is
+    heavy near condensation, and a sample mean in the denominator made r 4x noisier. ``y - 1``
+    (exact mean 0) is a control variate for the mean of the summand (regression estimator;
+    it halves the spread of r between seeds near condensation, measured over 8 seeds)."""
+    y = y2 / mean[:, None]
+    f = (kappa[None, None, :] + (1 - kappa)[None, None, :] * y[:, :, None]) ** -0.5
+    yc = y - y.mean(axis=1, keepdims=True)
+    fc = f - f.mean(axis=1, keepdims=True)
+    slope = np.einsum("vrk,vr->vk", fc, yc) / np.maximum((yc * yc).sum(axis=1), 1e-300)[:, None]
+    return (f.mean(axis=1) - slope * (y.mean(axis=1) - 1.0)[:, None]) ** 2
+
+
+@functools.lru_cache(maxsize=64)
+def ln_factor_table(T: int, d_head: int | None = None, heads: int = 1
+                    ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``(v, kappa) -> r`` (module docstring) for rows of T keys: a bicubic spline on 56 x 21
+    nodes in (log v on [1e-3, 1e4], kappa), built from :data:`ROWS` seeded draws per node
+    (:func:`sample_y2`; ``ROWS / heads``, at least 256, with several heads) and cached on disk per (T, d_head, heads). Outside the v-range r is
+    held at the end value (below 1e-3, r - 1 < 1e-4)."""
+    T, heads = int(T), int(heads)
+    d_head = None if d_head is None else int(d_head)
+    if T == 1:
+        return lambda v, kappa: np.ones(np.broadcast(np.asarray(v), np.asarray(kappa)).shape)
+    rows = max(256, ROWS // heads)  # heads average out: r - 1 shrinks ~1/heads
+
+    def build():
+        v = np.exp(_LV)
+        y2 = sample_y2(v, T, rows=rows, heads=heads, d_head=d_head)
+        return {"coef": _bicubic_coef(_LV, _KAPPA, _ratio(y2, _KAPPA, y2_finite(v, T, d_head)))}
+
+    coef = _disk_cached(f"lnfluct-T{T}-d{d_head}-h{heads}-n{rows}-s{SEED}", build)["coef"]
+    spl = _bicubic(_LV, _KAPPA, coef)
+
+    def f(v, kappa):
+        v, kappa = np.broadcast_arrays(np.asarray(v, dtype=np.float64),
+                                       np.clip(np.asarray(kappa, dtype=np.float64), 0.0, 1.0))
+        shape = v.shape
+        lv = np.clip(np.log(np.maximum(v.ravel(), 1e-300)), _LV[0], _LV[-1])
+        out = np.maximum(spl(lv, kappa.ravel()), 1.0)
+        return out.reshape(shape)
+
+    return f
+
+
+def ln_factor(v, kappa, T: int, d_head: int | None = None, heads: int = 1) -> np.ndarray:
+    """The LayerNorm fluctuation factor r >= 1 (module docstring), vectorised."""
+    return ln_factor_table(T, d_head, heads)(v, kappa)
