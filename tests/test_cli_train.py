@@ -24,6 +24,7 @@ def test_train_json_rows_plot_and_checkpoint(tmp_path):
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert {"spec", "config", "rows", "final_loss", "eval_loss", "baseline", "seconds"} <= set(out)
+    assert out["config"]["bias_init"] == "unigram"  # the CLI's default readout bias
     loss = [r for r in out["rows"] if r["observable"] == "loss"]
     assert all(r["source"] == "measured" and r["layer"] == 1 for r in loss)
     assert [r["step"] for r in loss if r["split"] == "eval"] == [0, 3, 6]
@@ -49,6 +50,7 @@ def test_train_table_mode():
     (["--data", "/no/such/folder"], "--data"),
     (["--task", "clm"], "--task"),  # a bidirectional spec cannot do next-token prediction
     (["--device", "tpu"], "--device"),
+    (["--bias-init", "ones"], "--bias-init"),
 ])
 def test_train_bad_values_exit_2(args, needle):
     p = run("train", *TINY, "--steps", "1", *args)
@@ -73,6 +75,7 @@ def test_trainability_json_and_table(tmp_path):
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
     assert "criterion" in out and "nats below" in out["criterion"]
+    assert out["config"]["bias_init"] == "unigram" and out["config"]["lr"] == 2e-3
     pts = {(q["beta"], q["alpha"]): q for q in out["points"]}
     assert set(pts) == {(0.3, 2.0), (8.0, 2.0)}
     assert pts[(8.0, 2.0)]["theory"] == "entropy_collapse"

@@ -147,6 +147,8 @@ def test_task_needs_matching_mask(corpus):
         TrainConfig(steps=0)
     with pytest.raises(SpecError, match="task"):
         TrainConfig(task="translate")
+    with pytest.raises(SpecError, match="bias_init"):
+        TrainConfig(bias_init="ones")
 
 
 def test_clm_and_checkpoint(corpus, tmp_path):
@@ -177,6 +179,47 @@ def test_trainability_table(corpus):
                                == (table["theory"] == "trainable"))).all()
     with pytest.raises(SpecError, match="betas"):
         trainability(spec, [-1.0], [1.0], cfg, corpus=corpus)
+
+
+def test_unigram_bias_starts_at_the_baseline(corpus):
+    from sigprop.data.batches import Batches
+    from sigprop.train import slice_losses
+
+    cfg = TrainConfig(steps=1, batch_size=8, eval_sequences=64, bias_init="unigram", seeds=2)
+    batches = Batches(TINY, cfg, corpus=corpus)
+    # exact: with the readout weights at zero the logits are the log unigram frequencies, so
+    # the pooled eval loss IS the baseline (float32 log-softmax over V = 300: ~1e-6 relative)
+    def pooled(model):
+        tot, n = 0.0, 0
+        with torch.no_grad():
+            for x, y in batches.eval_batches("cpu"):
+                w = int((y != -100).sum())
+                tot, n = tot + slice_losses(model, "mlm", x, y).double() * w, n + w
+        return (tot / n).tolist()
+
+    model = TaskModel(TINY, cfg, batches.vocab, head_bias=batches.unigram_logp)
+    assert torch.equal(model.head_b[0], model.head_b[1])
+    at_init = pooled(model)
+    with torch.no_grad():
+        model.head_w.zero_()
+    assert pooled(model) == pytest.approx([batches.baseline] * 2, rel=1e-5)
+    # with the random readout h W (logit noise eps of std sigma = 1/sqrt(d)) the expected
+    # excess is sigma^2 (1 - sum p^2) / 2 <= 1/(2d) = 0.031 nats at d = 16; one draw also
+    # carries the zero-mean term -mean(eps_label). Measured on this eval set over 400 draws
+    # of W: excess 0.028 +- 0.022 (std), so the bound 0.1 is mean + 3.3 std. A zero bias
+    # starts near log V = 5.70 (measured 5.73-5.74), ~0.7 nats above the baseline 5.03.
+    uni = train(TINY, cfg, corpus=corpus).trajectory
+    zero = train(TINY, TrainConfig(**{**cfg.__dict__, "bias_init": "zero"}),
+                 corpus=corpus).trajectory
+    first = [t.query("observable == 'loss' and split == 'eval' and step == 0")["value"].iloc[0]
+             for t in (uni, zero)]
+    # train's eval pools the batches the same way (it reports the mean over seed slices)
+    assert first[0] == pytest.approx(np.mean(at_init), rel=1e-5)
+    base = batches.baseline
+    assert abs(first[0] - base) < 0.1, (first, base)
+    assert first[1] > base + 0.5
+    with pytest.raises(ValueError, match="head_bias"):
+        TaskModel(TINY, cfg, vocab=10, head_bias=np.zeros(9))
 
 
 @pytest.mark.parametrize("norm", ["post", "pre", "none"])

@@ -33,17 +33,27 @@ def test_acceptance_train_low_beta_beats_entropy_collapse():
     assert high["eval_loss"] - low["eval_loss"] >= 0.3
 
 
-@pytest.mark.xfail(strict=False, reason="measured with the defaults (300 steps): all 9 points "
-                   "stay above the unigram baseline, so the 2 trainable points count as stuck "
-                   "(2 disagreements); at 1,200 steps only the trainable points go below it, "
-                   "by 0.04-0.06 nats, still short of the 0.5-nat criterion")
 def test_acceptance_trainability_three_regimes():
+    # issue 7 acceptance: the default grid (DEEP_SMALL, betas 0.3/1/8 x alphas 0.2/0.5/2: 2
+    # trainable, 5 rank_collapse, 2 entropy_collapse points) with the default training
+    # (sigprop.train.TRAINABILITY_CONFIG: 500 steps, batch 64, lr 2e-3, unigram readout bias);
+    # criterion: learned = final eval loss >= 0.5 nats below the unigram baseline.
+    # Measured (seed 0): the trainable points gain 0.62 / 0.69 nats, all others <= 0.08
+    # (seed 1 on alpha 2: 0.65 / 0.72 / 0.02), ~15 min on one thread.
+    t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "sigprop", "trainability", "--format", "json"],
                        capture_output=True, text=True, timeout=3600)
     assert p.returncode == 0, p.stderr
     out = json.loads(p.stdout)
+    print(f"\n{out['criterion']} ({time.perf_counter() - t0:.0f} s)")
+    for q in out["points"]:
+        print(f"beta {q['beta']:g}, alpha {q['alpha']:g}: {q['theory']:16s} {q['outcome']:8s} "
+              f"eval {q['final_eval']:.3f}, baseline {q['baseline']:.3f}, gain {q['gain']:.3f}"
+              f"{'' if q['agree'] else '  DISAGREES'}")
+    assert "0.5 nats below" in out["criterion"]
     regimes = {q["theory"] for q in out["points"]}
     assert regimes == {"trainable", "rank_collapse", "entropy_collapse"}
+    assert out["disagreements"] == sum(not q["agree"] for q in out["points"])
     assert len(out["points"]) == 9 and out["disagreements"] <= 1
 
 

@@ -23,6 +23,7 @@ class Batches:
         self.task, self.T, self.B = config.task, spec.seq_len, config.batch_size
         self.config = config
         self.corpus = None
+        self.unigram_logp = None  #: (V,) log token frequencies of the training stream (LM tasks)
         g = torch.Generator().manual_seed(EVAL_SEED)
         if self.task in ("mlm", "clm"):
             if corpus is None:
@@ -37,6 +38,7 @@ class Batches:
             self._eval = [self._lm_pair(w[i:i + self.B], g) for i in range(0, len(w), self.B)]
             labels = torch.cat([y.reshape(-1) for _, y in self._eval])
             self.baseline = collate.unigram_loss(corpus.train, labels, self.vocab)
+            self.unigram_logp = collate.unigram_logp(corpus.train, self.vocab)
             self._probe = w[: min(len(w), 8), : self.T]
         elif self.task == "reverse":
             self.vocab, self.source = config.n_symbols, "reverse"

@@ -61,12 +61,19 @@ def clm_pair(windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return windows[:, :-1], windows[:, 1:]
 
 
+def unigram_logp(train: np.ndarray, vocab_size: int) -> np.ndarray:
+    """Log-probabilities (V,) of the add-one smoothed unigram distribution of the training
+    stream: the context-free predictor of :func:`unigram_loss`, and the readout bias of
+    :mod:`sigprop.train` with ``bias_init="unigram"``."""
+    counts = np.bincount(train, minlength=vocab_size).astype(np.float64) + 1.0
+    return np.log(counts / counts.sum())
+
+
 def unigram_loss(train: np.ndarray, labels: torch.Tensor, vocab_size: int) -> float:
     """Cross-entropy (nats) of the non-ignored ``labels`` under the unigram distribution of the
     training stream (add-one smoothed): the loss of a model that predicts token frequencies
     and ignores the context (the learned / stuck baseline of :mod:`sigprop.train`)."""
-    counts = np.bincount(train, minlength=vocab_size).astype(np.float64) + 1.0
-    logp = np.log(counts / counts.sum())
+    logp = unigram_logp(train, vocab_size)
     lab = labels[labels != IGNORE].numpy()
     if lab.size == 0:
         raise ValueError("no labelled positions")

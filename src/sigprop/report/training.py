@@ -56,13 +56,14 @@ def print_trainability(table, criterion: str, console: Console | None = None) ->
     """beta x alpha table: theory regime, outcome, final loss, agreement."""
     console = console or Console()
     t = Table(title="sigprop trainability — theory regime vs training outcome")
-    for c in ("beta", "alpha_attn", "theory", "outcome", "final eval loss", "gain (nats)",
-              "agree"):
+    for c in ("beta", "alpha_attn", "theory", "outcome", "final eval loss", "baseline",
+              "gain (nats)", "agree"):
         t.add_column(c, justify="right")
     for _, r in table.iterrows():
         st = _REGIME_STYLE[r["theory"]]
         t.add_row(_f(r["beta"]), _f(r["alpha"]), f"[{st}]{r['theory']}[/]", r["outcome"],
-                  f"{r['final_eval']:.4f} ± {_f(r['final_eval_stderr'], 2)}", _f(r["gain"], 3),
+                  f"{r['final_eval']:.4f} ± {_f(r['final_eval_stderr'], 2)}",
+                  f"{r['baseline']:.4f}", _f(r["gain"], 3),
                   "yes" if r["agree"] else "[bold red]NO[/]")
     console.print(t)
     n_bad = int((~table["agree"]).sum())
