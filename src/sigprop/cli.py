@@ -639,7 +639,7 @@ def trainability(spec: ArchSpec,
     show it beside the theory's regime. Without architecture options: a 24-layer post-LN
     model, d=32, 2 heads, T=32, gg25 variances; training defaults are
     sigprop.train.TRAINABILITY_CONFIG (500 steps, batch 64, lr 2e-3, unigram readout bias;
-    ~15 min on one CPU thread)."""
+    13-14 min on one CPU thread)."""
     from dataclasses import asdict, replace
 
     from . import trajectory

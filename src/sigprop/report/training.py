@@ -56,14 +56,16 @@ def print_trainability(table, criterion: str, console: Console | None = None) ->
     """beta x alpha table: theory regime, outcome, final loss, agreement."""
     console = console or Console()
     t = Table(title="sigprop trainability — theory regime vs training outcome")
-    for c in ("beta", "alpha_attn", "theory", "outcome", "final eval loss", "baseline",
-              "gain (nats)", "agree"):
-        t.add_column(c, justify="right")
+    for c in ("beta", "alpha", "theory", "outcome", "final eval", "baseline", "gain",
+              "agree"):
+        t.add_column(c, justify="right", no_wrap=c in ("alpha", "theory", "outcome", "agree"))
     for _, r in table.iterrows():
         st = _REGIME_STYLE[r["theory"]]
-        t.add_row(_f(r["beta"]), _f(r["alpha"]), f"[{st}]{r['theory']}[/]", r["outcome"],
-                  f"{r['final_eval']:.4f} ± {_f(r['final_eval_stderr'], 2)}",
-                  f"{r['baseline']:.4f}", _f(r["gain"], 3),
+        err = r["final_eval_stderr"]
+        ev = f"{r['final_eval']:.4f}" + ("" if err is None or not math.isfinite(err)
+                                               else f" ± {_f(err, 2)}")
+        t.add_row(_f(r["beta"]), _f(r["alpha"]), f"[{st}]{r['theory']}[/]", r["outcome"], ev,
+                  f"{r['baseline']:.4f}", f"{r['gain']:.3f}",
                   "yes" if r["agree"] else "[bold red]NO[/]")
     console.print(t)
     n_bad = int((~table["agree"]).sum())
