@@ -68,18 +68,11 @@ PRESETS: dict[str, dict[str, Any]] = {
         "sliding_window": 131072, "max_window_layers": 24, "attention_dropout": 0.0,
         "bos_token_id": 151643, "eos_token_id": 151643,
     },
-    # Not a released checkpoint: BERT-base's widths and init stretched to 48 post-LN layers, the
-    # depth at which gg25's alpha_crit(L) passes 1 (THEORY §2.7), so stock HF init collapses in
-    # rank; `sigprop fix bert-deep-48 --alpha-attn auto` is the worked example of the fix.
-    "bert-deep-48": {
-        "model_type": "bert", "architectures": ["BertForMaskedLM"], "vocab_size": 30522,
-        "hidden_size": 768, "num_hidden_layers": 48, "num_attention_heads": 12,
-        "intermediate_size": 3072, "hidden_act": "gelu", "hidden_dropout_prob": 0.1,
-        "attention_probs_dropout_prob": 0.1, "max_position_embeddings": 512,
-        "type_vocab_size": 2, "initializer_range": 0.02, "layer_norm_eps": 1e-12,
-        "pad_token_id": 0,
-    },
 }
+# Not a released checkpoint: BERT-base's widths and init stretched to 48 post-LN layers, the
+# depth at which gg25's alpha_crit(L) passes 1 (THEORY §2.7), so stock HF init collapses in
+# rank; `sigprop fix bert-deep-48 --alpha-attn auto` is the worked example of the fix.
+PRESETS["bert-deep-48"] = {**PRESETS["bert-base-uncased"], "num_hidden_layers": 48}
 
 # shrink() argument -> the config keys that hold it, per naming convention (GPT-2 uses n_*)
 _KEYS = {

@@ -37,8 +37,8 @@ class Batches:
                                    gen=None, extra=extra)
             self._eval = [self._lm_pair(w[i:i + self.B], g) for i in range(0, len(w), self.B)]
             labels = torch.cat([y.reshape(-1) for _, y in self._eval])
-            self.baseline = collate.unigram_loss(corpus.train, labels, self.vocab)
             self.unigram_logp = collate.unigram_logp(corpus.train, self.vocab)
+            self.baseline = collate.label_nll(self.unigram_logp, labels)
             self._probe = w[: min(len(w), 8), : self.T]
         elif self.task == "reverse":
             self.vocab, self.source = config.n_symbols, "reverse"

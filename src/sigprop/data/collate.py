@@ -73,7 +73,12 @@ def unigram_loss(train: np.ndarray, labels: torch.Tensor, vocab_size: int) -> fl
     """Cross-entropy (nats) of the non-ignored ``labels`` under the unigram distribution of the
     training stream (add-one smoothed): the loss of a model that predicts token frequencies
     and ignores the context (the learned / stuck baseline of :mod:`sigprop.train`)."""
-    logp = unigram_logp(train, vocab_size)
+    return label_nll(unigram_logp(train, vocab_size), labels)
+
+
+def label_nll(logp: np.ndarray, labels: torch.Tensor) -> float:
+    """Mean negative log-probability (nats) of the non-ignored ``labels`` under the fixed
+    distribution ``logp`` (V,)."""
     lab = labels[labels != IGNORE].numpy()
     if lab.size == 0:
         raise ValueError("no labelled positions")

@@ -227,10 +227,9 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     a2 = np.asarray(bp.alpha_attn, dtype=np.float64) ** 2
     q, p = a2 * q + q_att, a2 * p + p_att
     if bp.norm == "post":
-        if (bp.ln_fluct and not asymptotic and not bp.causal and bp.attention == "softmax"):
-            q, p = np.ones_like(q), _ln_fluct_cos(q, p, qa, pa, bp, st)
-        else:
-            q, p = np.ones_like(q), _cos(p, q)
+        fluct_ln = bp.ln_fluct and not asymptotic and not bp.causal and bp.attention == "softmax"
+        p = _ln_fluct_cos(q, p, qa, pa, bp, st) if fluct_ln else _cos(p, q)
+        q = np.ones_like(q)
     qm, pm = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
     q_h, p_h = mlp_map(qm, pm, activation=bp.activation, var_w_in=bp.var_w_in,
                        var_w_out=bp.var_w_out, var_b=bp.var_b)

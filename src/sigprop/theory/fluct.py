@@ -63,9 +63,10 @@ def _draw_full(rng, T, n):
 
 
 def _draw_top(rng, T, n, k):
-    """(n, k) exact top-k order statistics of T standard normals, descending, and the k-th
-    value's truncation point. The k smallest of T uniforms are ``G_j / G_{T+1}`` with ``G``
-    the cumulative sums of Exp(1) draws; ``G_{T+1} = G_k + Gamma(T + 1 - k)``."""
+    """(n, k) exact top-k order statistics of T standard normals, descending (the last column
+    is where the other T - k keys are truncated). The k smallest of T uniforms are
+    ``G_j / G_{T+1}`` with ``G`` the cumulative sums of Exp(1) draws;
+    ``G_{T+1} = G_k + Gamma(T + 1 - k)``."""
     g = np.cumsum(rng.standard_exponential((n, k)), axis=1)
     total = g[:, -1:] + rng.standard_gamma(T + 1 - k, (n, 1))
     return -special.ndtri(g / total)
@@ -131,8 +132,9 @@ def ln_factor_table(T: int, d_head: int | None = None, heads: int = 1
                     ) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """``(v, kappa) -> r`` (module docstring) for rows of T keys: a bicubic spline on 56 x 21
     nodes in (log v on [1e-3, 1e4], kappa), built from :data:`ROWS` seeded draws per node
-    (:func:`sample_y2`; ``ROWS / heads``, at least 256, with several heads) and cached on disk per (T, d_head, heads). Outside the v-range r is
-    held at the end value (below 1e-3, r - 1 < 1e-4)."""
+    (:func:`sample_y2`; ``ROWS / heads``, at least 256, with several heads) and cached on
+    disk per (T, d_head, heads). Outside the v-range r is held at the end value (below 1e-3,
+    r - 1 < 1e-4)."""
     T, heads = int(T), int(heads)
     d_head = None if d_head is None else int(d_head)
     if T == 1:
