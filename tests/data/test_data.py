@@ -1,5 +1,7 @@
 """Corpus, tokenizer and batch construction for training (issue 7, data/)."""
 
+from collections import Counter
+
 import numpy as np
 import pytest
 import torch
@@ -51,13 +53,52 @@ def test_wordpiece_special_tokens_and_cache():
     tok = train_wordpiece(texts, 400)
     assert [tok.token_to_id(s) for s in SPECIAL_TOKENS] == [0, 1, 2, 3, 4]
     assert 200 < tok.get_vocab_size() <= 400
-    cached = list((cache_dir() / "tokenizers").glob("wordpiece-*-400.json"))
+    cached = list((cache_dir() / "tokenizers").glob("wordpiece-v2-*-400.json"))
     assert len(cached) >= 1
     again = train_wordpiece(texts, 400)
     assert again.get_vocab() == tok.get_vocab()
     ids = tok.encode("Lily found a shiny ball.").ids
     assert 1 not in ids  # no [UNK] for words of the corpus
 
+
+
+def test_wordpiece_training_is_deterministic():
+    """Fresh trainings (no cache) on the same texts give the same ids for the same tokens.
+    The library's own WordPieceTrainer gave 5 different vocabularies in 5 trainings on these
+    texts (hash-ordered tie-breaking, see the tokenizer module); each training here builds new
+    hash maps with new random keys, so a tie broken by hash order would show up."""
+    texts = stories.generate_stories(300, seed=3)
+    vocabs = [train_wordpiece(texts, 400, cache=False).get_vocab() for _ in range(4)]
+    assert all(v == vocabs[0] for v in vocabs[1:])
+    # it is a WordPiece vocabulary of the usual shape: every character as a word start and
+    # as a ## continuation, then merged pieces
+    v = vocabs[0]
+    assert len(v) == 400 and {"a", "##a", "the", "##s"} <= set(v)
+    # the same tokens as the library's trainer up to the choice among tied merges
+    from tokenizers import trainers
+
+    from sigprop.data.tokenizer import _new_tokenizer
+
+    lib = _new_tokenizer()
+    lib.train_from_iterator(texts, trainers.WordPieceTrainer(
+        vocab_size=400, special_tokens=list(SPECIAL_TOKENS), show_progress=False))
+    assert len(set(v) & set(lib.get_vocab())) >= 0.95 * 400
+
+
+def test_word_counts_match_the_library_pipeline():
+    """Splitting at whitespace first and normalising each distinct chunk gives the counts of
+    the library's normaliser + BERT pre-tokeniser run on each whole text."""
+    from sigprop.data.tokenizer import _new_tokenizer, word_counts
+
+    texts = ["Héllo, WORLD!  it's\tme...\nagain", "naïve café: 日本語 text", "a\u00a0b (c) [d]",
+             "tab\there, and--dashes; quotes \"q\" end."] + stories.generate_stories(20, seed=1)
+    tok = _new_tokenizer()
+    ref = Counter(w for t in texts for w, _ in
+                  tok.pre_tokenizer.pre_tokenize_str(tok.normalizer.normalize_str(t)))
+    assert word_counts(tok, texts) == ref
+    # the cases the whitespace shortcut must not change: accents, CJK, punctuation, nbsp
+    assert ref["日"] == 1 and ref["cafe"] == 1 and ref["..."] == 0 and ref["."] >= 3
+    assert "héllo" not in ref and ref["hello"] >= 1 and ref["b"] == 1
 
 def test_mlm_mask_rates():
     g = torch.Generator().manual_seed(0)

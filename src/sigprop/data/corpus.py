@@ -67,7 +67,7 @@ def load_corpus(data: str = "builtin", *, n_documents: int | None = None,
     n_eval = max(1, int(round(len(docs) * eval_fraction)))
     train_docs, eval_docs = docs[:-n_eval], docs[-n_eval:]
     tok = _tok.train_wordpiece(train_docs, vocab_size, cache=cache)
-    key = f"{_tok.corpus_hash(docs)}-{n_eval}-{vocab_size}"
+    key = f"{_tok.TRAINER_VERSION}-{_tok.corpus_hash(docs)}-{n_eval}-{vocab_size}"
     path = _tok.cache_dir() / "streams" / f"{key}.npz"
     if cache and path.exists():
         with np.load(path) as z:
