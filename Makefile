@@ -1,5 +1,6 @@
 # sigprop — `make demo` runs the main job, `make test` runs the tests. Both set up .venv first:
 # torch 2.13.0 (CPU wheel) is installed before the package so pip never pulls CUDA wheels.
+# `make test` lints first (ruff pinned to one minor release, so its verdict cannot drift).
 PYTHON ?= python3
 VENV   ?= .venv
 BIN    := $(VENV)/bin
@@ -23,6 +24,7 @@ demo: setup
 	$(BIN)/sigprop diagram --depth 60 --out $(OUT)/diagram.png
 
 test: setup
+	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/python -m pytest
 
 test-slow: setup
