@@ -16,8 +16,8 @@ from sigprop.train import (
     make_optimizer,
     save_checkpoint,
     train,
-    trainability,
 )
+from sigprop.trainability import trainability
 
 TINY = ArchSpec(depth=2, d_model=16, heads=2, seq_len=16, beta=0.5)
 

@@ -638,13 +638,13 @@ def trainability(spec: ArchSpec,
     """Train every (beta, alpha_attn) grid point briefly, classify it learned / stuck and
     show it beside the theory's regime. Without architecture options: a 24-layer post-LN
     model, d=32, 2 heads, T=32, gg25 variances; training defaults are
-    sigprop.train.TRAINABILITY_CONFIG (500 steps, batch 64, lr 2e-3, unigram readout bias;
+    sigprop.trainability.TRAINABILITY_CONFIG (500 steps, batch 64, lr 2e-3, unigram readout bias;
     13-14 min on one CPU thread)."""
     from dataclasses import asdict, replace
 
     from . import trajectory
-    from .train import DEEP_SMALL, criterion_text
-    from .train import trainability as run_grid
+    from .trainability import DEEP_SMALL, criterion_text
+    from .trainability import trainability as run_grid
 
     if spec == ArchSpec():
         spec = replace(spec, **DEEP_SMALL)

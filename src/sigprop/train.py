@@ -22,9 +22,10 @@ smoothed distribution as the baseline), so training starts from the context-free
 (plus the ~1/(2d) nats that the random ``h W`` term adds) and every nat of gain measures use of
 the context. With a zero bias Adam moves each of the V bias entries by ~lr per step, so a short
 run spends most of its budget learning token frequencies. Measured: the deep post-LN model of
-:data:`DEEP_SMALL` (alpha_attn = 2, beta = 0.3 and 1; batch 64, lr 2e-3, 500 steps) ends 0.62
-and 0.69 nats below the unigram baseline with ``unigram``, but 0.01 nats *above* it with
-``zero`` (from log V = 7.6 it reaches the baseline by step ~300 and stays there); the 1-layer
+:data:`sigprop.trainability.DEEP_SMALL` (alpha_attn = 2, beta = 0.3 and 1; batch 64, lr 2e-3,
+500 steps) ends 0.62 and 0.69 nats below the unigram baseline with ``unigram``, but 0.01 nats
+*above* it with ``zero`` (from log V = 7.6 it reaches the baseline by step ~300 and stays
+there); the 1-layer
 ``sigprop train`` acceptance pair (d = T = 64, 2,000 steps) ends at 2.21 (beta 0.5) vs 4.20
 nats (beta 8) with ``unigram`` against 3.52 vs 4.44 with ``zero``. The CLI commands default to
 ``unigram``; the library default stays ``zero`` so that existing callers (the registered
@@ -41,18 +42,20 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .nn.task import HEAD_SEED, TaskModel, slice_losses
 from .spec import ArchSpec, SpecError
+
+__all__ = ["HEAD_SEED", "TASKS", "BIAS_INITS", "TaskModel", "TrainConfig", "TrainResult",
+           "clip_per_slice", "make_optimizer", "save_checkpoint", "slice_losses", "train"]
 
 TASKS = ("mlm", "clm", "reverse", "heaviside")
 BIAS_INITS = ("zero", "unigram")
-HEAD_SEED = 7919  #: offset of the readout's seed from the body's
 
 
 @dataclass(frozen=True)
@@ -116,117 +119,6 @@ class TrainConfig:
         v = getattr(self, name)
         frac = {"eval_every": 10, "measure_every": 5, "log_every": 100}[name]
         return max(1, self.steps // frac) if v is None else v
-
-
-# --------------------------------------------------------------------------------------------
-# model: the sigprop stack plus a task readout
-# --------------------------------------------------------------------------------------------
-class TaskModel(nn.Module):
-    """:class:`SigpropTransformer` (``body``) plus, for token tasks, a linear readout to the
-    vocabulary: ``logits = h W + b`` with ``W ~ N(0, 1/d^2)`` (S, d, V), so initial logits
-    have std ``1/sqrt(d)`` for ``|h|^2 = d``, or, with ``tie``, ``h E^T / d`` with the token
-    embeddings ``E``. A pre-LN body's output is normalised first (GPT-2's final LN).
-    ``head_bias`` (V,): the initial ``b`` of every slice (default zeros), e.g. the log unigram
-    frequencies (``TrainConfig.bias_init``); with it the expected initial cross-entropy is the
-    unigram one plus about ``sigma^2 (1 - sum p^2) / 2 <= 1/(2d)`` nats (second order in the
-    logit noise of std ``sigma = 1/sqrt(d)``)."""
-
-    def __init__(self, spec: ArchSpec, config: TrainConfig, vocab: int | None,
-                 betas: Sequence[float] | None = None, dtype=torch.float32,
-                 head_bias: np.ndarray | None = None):
-        super().__init__()
-        from .nn.model import SigpropTransformer
-
-        S, nb = config.seeds, (1 if betas is None else len(betas))
-        self.spec, self.vocab, self.n_slices = spec, vocab, S * nb
-        init_spec = spec if betas is None else replace(spec, beta=1.0, qk_std=None)
-        base = SigpropTransformer(init_spec, S, config.seed, dtype=dtype, embeddings=vocab)
-        if nb == 1:
-            self.body = base
-        else:  # repeat the seeds for every beta, then rescale Q/K: std ~ sqrt(beta)
-            self.body = SigpropTransformer(spec, S * nb, config.seed, init=None, dtype=dtype,
-                                           embeddings=vocab)
-            scale = torch.tensor(betas, dtype=torch.float64).clamp_min(0).sqrt()
-            scale = scale.repeat_interleave(S).to(dtype)
-            with torch.no_grad():
-                src = dict(base.named_parameters())
-                for name, p in self.body.named_parameters():
-                    p.copy_(src[name].repeat(nb, *([1] * (p.dim() - 1))))
-                    if name.endswith(("attn.w_q", "attn.w_k")):
-                        p.mul_(scale.view(-1, 1, 1))
-        self.tie = config.tie and vocab is not None
-        if vocab is not None and not self.tie:
-            d = spec.d_model  # slice i from seed + i, as the body (independent of S)
-            w = torch.stack([torch.randn(d, vocab, dtype=torch.float64, generator=torch.Generator()
-                                         .manual_seed(config.seed + i + HEAD_SEED)) / d
-                             for i in range(S)])
-            self.head_w = nn.Parameter(w.repeat(nb, 1, 1).to(dtype))
-        if vocab is not None:
-            b0 = torch.zeros(vocab, dtype=dtype) if head_bias is None else \
-                torch.as_tensor(np.asarray(head_bias, dtype=np.float64)).to(dtype)
-            if b0.shape != (vocab,):
-                raise ValueError(f"head_bias must have shape ({vocab},) (got {tuple(b0.shape)})")
-            self.head_b = nn.Parameter(b0.expand(S * nb, vocab).clone())
-        if config.attention_only:
-            for blk in self.body.blocks:
-                for p in blk.mlp.parameters():
-                    p.requires_grad_(False)
-                    p.data.zero_()
-
-    def features(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
-        """Output features (S, B, T, d), or (S, N, d) at the N positions where ``keep``
-        (B, T) is True: the last block then runs its attention for every query (keys and
-        values need all tokens) but its residual, LN and MLP only at the kept positions,
-        which is exact (they act per position) and ~2x cheaper for MLM's 15%."""
-        from .nn.model import normalise
-
-        if keep is None:
-            out = self.body(x, return_hidden=False, return_stats=False).output
-        else:
-            out = self.body._inputs(x)
-            for blk in self.body.blocks[:-1]:
-                out, _ = blk(out)
-            out = _last_block(self.body.blocks[-1], out, keep)
-        return normalise(out, self.spec.ln_kind) if self.spec.norm == "pre" else out
-
-    def logits(self, h: Tensor) -> Tensor:
-        """(S, N, d) features -> (S, N, V) logits."""
-        if self.tie:
-            return torch.baddbmm(self.head_b.unsqueeze(1), h,
-                                 self.body.tok_emb.transpose(1, 2) / self.spec.d_model)
-        return torch.baddbmm(self.head_b.unsqueeze(1), h, self.head_w)
-
-
-def _last_block(blk, x: Tensor, keep: Tensor) -> Tensor:
-    """:class:`sigprop.nn.model.BatchedBlock`'s forward restricted to ``keep`` after the
-    attention (same three placements); returns (S, N, d)."""
-    sp, ln = blk.spec, blk._ln
-    a_att, a_mlp = sp.alpha_attn, sp.alpha_mlp
-    if sp.norm == "pre":
-        z = (a_att * x + blk.attn(ln(x)).out)[:, keep].unsqueeze(1)
-        return (a_mlp * z + blk.mlp(ln(z))).squeeze(1)
-    z = (a_att * x + blk.attn(x).out)[:, keep].unsqueeze(1)
-    if sp.norm == "post":
-        z = ln(z)
-        return ln(a_mlp * z + blk.mlp(z)).squeeze(1)
-    return (a_mlp * z + blk.mlp(z)).squeeze(1)
-
-
-def slice_losses(model: TaskModel, task: str, x: Tensor, y: Tensor) -> Tensor:
-    """Per-slice mean loss, shape (S,): cross-entropy over labelled positions (labels != -100)
-    for token tasks, mean squared error for ``heaviside``."""
-    from .data.collate import IGNORE
-
-    if task == "heaviside":
-        h = model.features(x)
-        return (h - y.unsqueeze(0)).square().mean(dim=(1, 2, 3))
-    keep = y != IGNORE
-    logits = model.logits(model.features(x, keep))  # (S, N, V)
-    S = logits.shape[0]
-    target = y[keep].unsqueeze(0).expand(S, -1)
-    ce = F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1),
-                         reduction="none")
-    return ce.view(S, -1).mean(dim=1)
 
 
 def clip_per_slice(params: Sequence[nn.Parameter], max_norm: float) -> Tensor:
@@ -440,89 +332,16 @@ def save_checkpoint(result: TrainResult, directory: str) -> list[str]:
     return [weights, meta]
 
 
-# --------------------------------------------------------------------------------------------
-# trainability grid (gg25 Fig. 1(c) regimes checked by training, Fig. 1(f))
-# --------------------------------------------------------------------------------------------
-#: the deep small model used when ``trainability`` gets no architecture: post-LN, gg25's
-#: variances (sigma_v^2 = sigma_w^2 = 0.2, sigma_b^2 = 4e-4, no W_O), 24 layers, d = T = 32
-#: (d = T = 64 measured 4.7x slower per step, out of reach of a few CPU minutes)
-DEEP_SMALL = dict(depth=24, d_model=32, heads=2, seq_len=32, norm="post", sigma_v2=0.2,
-                  sigma_w2=0.2, sigma_b2=4e-4)
-DEFAULT_BETAS = (0.3, 1.0, 8.0)
-DEFAULT_ALPHAS = (0.2, 0.5, 2.0)
-DEFAULT_MARGIN = 0.5
-#: ``trainability``'s training: gg25's batch 64 and lr 2e-3 (as ``train``), 500 steps per grid
-#: point, the readout bias at the unigram log frequencies, no observables measured. Measured on
-#: DEEP_SMALL, default grid, seed 0: alpha 2 with beta 0.3 / 1 ends 0.62 / 0.69 nats below the
-#: baseline, every other point within 0.08 nats of it (the five rank-collapse points within
-#: 0.003); ~0.6 s per step for the 3 betas of one alpha on 1 thread, 13-14 min for the grid.
-#: Spread of the alpha-2 gains (beta 0.3 / 1 / 8) over 5 runs (seeds 0 and 1, and seed 0 with
-#: three freshly trained tokenizers: HF's WordPiece trainer breaks ties in hash order, so a new
-#: cache directory gives a different vocabulary): 0.62-0.77 / 0.52-0.76 / 0.01-0.13.
-#: What did not work (alpha 2, beta 0.3): batch 16 (the old default; ~77 masked tokens per
-#: step) with a zero bias stays above the baseline after 600 steps at lr 5e-3, and with the
-#: unigram bias gains nothing at lr 2e-3, 1e-2 or 3e-2 in 300 steps; at batch 64, 300 steps, lr
-#: 1e-3 / 2e-3 / 3e-3 / 4e-3 gain 0.29 / 0.40 / 0.29 / 0.06 nats (at 4e-3 the loss climbs back
-#: to the baseline after step 120; a 20% warmup did not help at 2e-3 or 4e-3); with a zero bias
-#: (batch 64, 500 steps) beta 0.3 and 1 end 0.01 nats above the baseline; 450 steps gain 0.63 /
-#: 0.58, a thinner margin than 500 steps, and 600 steps would take ~17 min.
-TRAINABILITY_CONFIG = TrainConfig(steps=500, batch_size=64, lr=2e-3, bias_init="unigram",
-                                  measure_every=0)
+_MOVED = ("trainability", "criterion_text", "DEEP_SMALL", "DEFAULT_BETAS", "DEFAULT_ALPHAS",
+          "DEFAULT_MARGIN", "TRAINABILITY_CONFIG")
 
 
-def criterion_text(margin: float) -> str:
-    return (f"learned = final eval loss (mean over seeds) at least {margin:g} nats below the "
-            "context-free baseline (the unigram cross-entropy of the masked tokens); "
-            "stuck otherwise")
+def __getattr__(name: str):
+    """The trainability grid lives in :mod:`sigprop.trainability`; its names stay reachable
+    here for scripts written against the old location (imported lazily: that module imports
+    this one)."""
+    if name in _MOVED:
+        from . import trainability as _grid
 
-
-def trainability(spec: ArchSpec, betas: Sequence[float] = DEFAULT_BETAS,
-                 alphas: Sequence[float] = DEFAULT_ALPHAS,
-                 config: TrainConfig = TRAINABILITY_CONFIG,
-                 *, data: str = "builtin", corpus=None, margin: float = DEFAULT_MARGIN,
-                 on_step: Callable[[int, int], None] | None = None):
-    """Train every (beta, alpha_attn) point briefly and classify it (:func:`criterion_text`)
-    beside the theory's regime (:func:`sigprop.theory.blocks.verdict`, THEORY §2.7).
-
-    Betas of one alpha train together (one batched model, slices = betas x seeds). Returns
-    ``(table, trajectory)``: one table row per point with ``beta, alpha, theory, outcome,
-    final_eval, final_eval_stderr, baseline, gain, agree``; the trajectory carries ``beta``
-    and ``alpha`` columns. ``on_step(done, total)`` counts steps over the whole grid."""
-    import pandas as pd
-
-    from .theory import blocks
-
-    if not betas or not alphas:
-        raise SpecError("betas", "give at least one beta and one alpha")
-    for name, vals, hi in (("betas", betas, 1e4), ("alphas", alphas, 1e6)):
-        if any(not (math.isfinite(v) and 0 <= v <= hi) for v in vals):
-            raise SpecError(name, f"every value must be a number in [0, {hi:g}] (got "
-                                  f"{list(vals)})")
-    if corpus is None and config.task in ("mlm", "clm"):
-        from .data.corpus import load_corpus
-
-        corpus = load_corpus(data)
-    rows, trajs = [], []
-    for ai, a in enumerate(alphas):
-        sp = replace(spec, alpha_attn=float(a), beta=float(betas[0]), qk_std=None)
-        done = ai * config.steps
-
-        def step_cb(s, _total, done=done):
-            if on_step is not None:
-                on_step(done + s, len(alphas) * config.steps)
-
-        res = train(sp, config, data=data, corpus=corpus, betas=list(betas), on_step=step_cb)
-        t = res.trajectory.copy()
-        t["alpha"] = float(a)
-        trajs.append(t)
-        for bi, b in enumerate(betas):
-            final = res.final_eval[bi * config.seeds:(bi + 1) * config.seeds]
-            m, e = _mean_err(final)
-            theory = blocks.verdict(replace(sp, beta=float(b)))
-            learned = m <= res.baseline - margin
-            agree = learned == (theory == "trainable")
-            rows.append(dict(beta=float(b), alpha=float(a), theory=theory,
-                             outcome="learned" if learned else "stuck", final_eval=m,
-                             final_eval_stderr=e, baseline=res.baseline,
-                             gain=res.baseline - m, agree=agree))
-    return pd.DataFrame(rows), pd.concat(trajs, ignore_index=True)
+        return getattr(_grid, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -38,11 +38,12 @@ def test_acceptance_train_low_beta_beats_entropy_collapse():
 def test_acceptance_trainability_three_regimes():
     # issue 7 acceptance: the default grid (DEEP_SMALL, betas 0.3/1/8 x alphas 0.2/0.5/2: 2
     # trainable, 5 rank_collapse, 2 entropy_collapse points) with the default training
-    # (sigprop.train.TRAINABILITY_CONFIG: 500 steps, batch 64, lr 2e-3, unigram readout bias);
+    # (sigprop.trainability.TRAINABILITY_CONFIG: 500 steps, batch 64, lr 2e-3, unigram readout
+    # bias);
     # criterion: learned = final eval loss >= 0.5 nats below the unigram baseline.
     # Measured (seed 0): the trainable points gain 0.62 / 0.69 nats, all others <= 0.08, in
     # 13-14 min on one thread. Over 5 runs of alpha 2 (seeds 0, 1; three fresh tokenizers, see
-    # sigprop.train.TRAINABILITY_CONFIG) the gains of beta 0.3 / 1 / 8 spanned 0.62-0.77 /
+    # sigprop.trainability.TRAINABILITY_CONFIG) the gains of beta 0.3 / 1 / 8 spanned 0.62-0.77 /
     # 0.52-0.76 / 0.01-0.13; the rank-collapse points stay within 0.003 of the baseline.
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "sigprop", "trainability", "--format", "json"],

@@ -16,7 +16,8 @@ from dataclasses import replace
 import pandas as pd
 
 from ..spec import ArchSpec
-from ..train import DEEP_SMALL, TrainConfig, train
+from ..train import TrainConfig, train
+from ..trainability import DEEP_SMALL
 from . import register
 
 
