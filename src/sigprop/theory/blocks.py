@@ -204,6 +204,46 @@ def _ln_fluct_cos(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     return np.minimum(_cos(p_z, q_z) * r, 1.0)
 
 
+def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
+    """Causal version of :func:`_ln_fluct_cos`. The query at position t is a REM over t keys,
+    so both the mean and the spread of its norm ``N_t = a0 + b Y2_t`` depend on t (N_1 =
+    a0 + b: one visible key). Per token ``E[N_t^-1/2] = sqrt(r_t / E N_t)`` with r_t the
+    factor of rows of t keys at ``kappa_t = a0 / E N_t``, evaluated at the
+    :func:`_causal_nodes` positions; pairs (a < c) have ``C = c0 + b (a/c) Yx(N = a)``
+    (THEORY §2.4 causal) and the cosine is the pair average of ``C E[N_a^-1/2]
+    E[N_c^-1/2]`` (:func:`fluct.causal_pair_means`). ``a0``, ``c0``: the non-attention parts
+    of ``q_z``, ``p_z`` (the same at every position). Uniform causal attention (weights 1/t)
+    has no spread (r = 1) but the same position dependence, ``N_t = a0 + b / t``: without
+    residual at rho = 0 the pair (a < c) has cosine sqrt(a/c), 2/3 on average, where the
+    ratio of averages gives 0.31 at T = 256."""
+    b = bp.var_v * (qa - pa) * (1.0 if bp.var_o is None else bp.var_o)
+    a0, c0 = q_z - b * st.y2, p_z - b * st.yx
+    rho = np.clip(_cos(pa, qa), 0.0, 1.0)
+    v = (bp.sigma_s0 * qa) ** 2 * (1.0 - rho)
+    nodes, _ = _causal_nodes(bp.seq_len)
+    m, yx = [], []
+    for t in nodes:
+        if t == 1 or bp.attention == "uniform":  # weights 1/t: no spread, r = 1
+            y2_t = yx_t = np.full(np.shape(v), 1.0 / t)
+            r = 1.0
+        else:
+            y2_t = rem.y2_table(int(t), bp.d_head)(v)
+            yx_t = rem.yx_table(int(t), bp.d_head)(v, rho)
+        n_t = a0 + b * y2_t
+        ok = n_t > 0
+        safe = np.where(ok, n_t, 1.0)
+        if t > 1 and bp.attention != "uniform":
+            kappa = np.clip(a0 / safe, 0.0, 1.0)
+            r = fluct.ln_factor(v, kappa, int(t), bp.d_head, bp.heads)
+        m.append(np.where(ok, np.sqrt(r / safe), np.nan))
+        yx.append(yx_t)
+    p0, p1 = fluct.causal_pair_means(nodes, np.stack(np.broadcast_arrays(*m)),
+                                     np.stack(np.broadcast_arrays(*yx)), bp.seq_len)
+    cos = c0 * p0 + b * p1
+    cos = np.where(np.isfinite(cos), cos, _cos(p_z, q_z))  # a vanishing token norm
+    return np.minimum(cos, 1.0)
+
+
 def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False):
     """One transformer block (THEORY §2.6): returns ``(q, p, attention stats)``.
 
@@ -211,9 +251,11 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     pre-LN: attention and MLP read LN(residual stream), the stream itself is not normalised.
     none: no normalisation; the score std then scales with the input's q (THEORY §2.1).
 
-    Finite-T post-LN softmax blocks (bidirectional) average the first LayerNorm over the
-    row-to-row spread of the attention's participation ratio (:mod:`.fluct`, ``bp.ln_fluct``);
-    the T -> inf theory and the other variants use the ratio of averages.
+    Finite-T post-LN softmax blocks average the first LayerNorm over the row-to-row spread of
+    the attention's participation ratio (:mod:`.fluct`, ``bp.ln_fluct``); causal softmax and
+    uniform blocks also over the positions' different row lengths
+    (:func:`_ln_fluct_cos_causal`). The T -> inf theory, centred attention, pre-LN and no-LN
+    use the ratio of averages.
     """
     normed = bp.norm in ("post", "pre")
     qa, pa = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
@@ -227,8 +269,13 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     a2 = np.asarray(bp.alpha_attn, dtype=np.float64) ** 2
     q, p = a2 * q + q_att, a2 * p + p_att
     if bp.norm == "post":
-        fluct_ln = bp.ln_fluct and not asymptotic and not bp.causal and bp.attention == "softmax"
-        p = _ln_fluct_cos(q, p, qa, pa, bp, st) if fluct_ln else _cos(p, q)
+        ln_avg = bp.ln_fluct and not asymptotic
+        if ln_avg and bp.causal and bp.attention in ("softmax", "uniform"):
+            p = _ln_fluct_cos_causal(q, p, qa, pa, bp, st)
+        elif ln_avg and not bp.causal and bp.attention == "softmax":
+            p = _ln_fluct_cos(q, p, qa, pa, bp, st)
+        else:
+            p = _cos(p, q)
         q = np.ones_like(q)
     qm, pm = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
     q_h, p_h = mlp_map(qm, pm, activation=bp.activation, var_w_in=bp.var_w_in,

@@ -21,6 +21,12 @@ participation ratio of one row of i.i.d. N(0, v) scores (averaged over the heads
 chi2(d_head) query-norm spread of THEORY §2.3 when d_head is given). At rho_in = 0 (independent
 rows) the factorisation is exact.
 
+Causal rows: the query at position t is a REM over t keys, so ``E N_t`` and the spread of
+``N_t`` both depend on t (N_1 = a0 + b). Per token ``E[N_t^-1/2] = sqrt(r_t / E N_t)`` with
+``r_t`` the factor for rows of t keys, and the cosine is the pair average of
+``E[C_ac] E[N_a^-1/2] E[N_c^-1/2]`` over positions (:func:`causal_pair_means`), which also
+carries the purely deterministic position spread (uniform causal attention, r = 1).
+
 ``r`` needs the law of Y2, not only its mean, so it is computed by seeded Monte Carlo over the
 REM itself (THEORY §2.3 allows Monte Carlo over i.i.d. scores where no quadrature exists; these
 are draws of the idealised d -> inf model, not of a network) and kept as a cached spline per
@@ -42,13 +48,14 @@ from .rem import _bicubic, _bicubic_coef, _disk_cached, y2_finite
 
 special = LazyModule("scipy.special")
 
-__all__ = ["sample_y2", "ln_factor_table", "ln_factor"]
+__all__ = ["sample_y2", "ln_factor_table", "ln_factor", "causal_pair_means"]
 
 FULL_T = 512         #: rows up to this length are drawn in full
 TOP_K = 512          #: longer rows: the K largest scores exactly, the rest by their mean
 ROWS = 2048          #: Monte Carlo rows (head groups) per table
 SEED = 20261122      #: the tables' fixed seed (they are deterministic functions of T, d, H)
 _CHUNK = 1 << 21     #: scores held at once
+CAUSAL_BINS = 256    #: position bins of the causal pair sums (every position up to this T)
 _LV = np.arange(np.log(1e-3), np.log(1e4) + 1e-9, 0.3)   # nodes in log v
 _KAPPA = np.linspace(0.0, 1.0, 21)                       # nodes in kappa
 
@@ -163,3 +170,48 @@ def ln_factor_table(T: int, d_head: int | None = None, heads: int = 1
 def ln_factor(v, kappa, T: int, d_head: int | None = None, heads: int = 1) -> np.ndarray:
     """The LayerNorm fluctuation factor r >= 1 (module docstring), vectorised."""
     return ln_factor_table(T, d_head, heads)(v, kappa)
+
+
+def _position_bins(T: int, k: int = CAUSAL_BINS) -> tuple[np.ndarray, np.ndarray]:
+    """Log-spaced representative positions g (every integer while T <= k) and the number of
+    the T positions each stands for (the counts sum to T)."""
+    g = (np.arange(1, T + 1) if T <= k
+         else np.unique(np.round(np.geomspace(1, T, k)).astype(int)))
+    edges = np.concatenate([[0.5], 0.5 * (g[1:] + g[:-1]), [T + 0.5]])
+    counts = np.diff(np.ceil(edges))  # integers in each half-open bin
+    return g.astype(float), counts
+
+
+def causal_pair_means(nodes, m, yx, T: int) -> tuple[np.ndarray, np.ndarray]:
+    """Pair averages of a causal layer seen through a per-token LayerNorm (module docstring,
+    causal rows). The query at position t sees t keys, so its norm ``N_t = a0 + b Y2_t`` has a
+    law that depends on t; ``m`` holds ``E[N_t^-1/2]`` and ``yx`` the cross ipr ``Yx(N = t)``
+    at the positions ``nodes`` (axis 0; the other axes broadcast), both positive. Both are
+    interpolated linearly in (log t, log value) to :data:`CAUSAL_BINS` position bins (every
+    position while T <= CAUSAL_BINS), then averaged over the T (T - 1) ordered pairs a != c:
+
+        P0 = mean m(a) m(c),     P1 = mean (a/c) Yx(a) m(a) m(c)   (a < c; THEORY §2.4 causal:
+                                                                      row c puts mass a/c on
+                                                                      the first a keys)
+
+    so that the LN-averaged cosine is ``c0 P0 + b P1`` for pairs ``C = c0 + b Yx``. Pairs
+    inside one bin use the bin's value (a/c ~ 1 there)."""
+    nodes = np.asarray(nodes, dtype=np.float64)
+    m, yx = np.asarray(m, dtype=np.float64), np.asarray(yx, dtype=np.float64)
+    g, n = _position_bins(int(T))
+    idx = np.interp(np.log(g), np.log(nodes), np.arange(nodes.size, dtype=np.float64))
+    j = np.minimum(np.floor(idx).astype(int), max(nodes.size - 2, 0))
+    lam = (idx - j).reshape((-1,) + (1,) * (m.ndim - 1))
+    jn = np.minimum(j + 1, nodes.size - 1)
+    with np.errstate(divide="ignore", invalid="ignore"):  # geometric: exact for Yx = 1/t
+        mg = np.exp((1 - lam) * np.log(m[j]) + lam * np.log(m[jn]))
+        xg = np.exp((1 - lam) * np.log(yx[j]) + lam * np.log(yx[jn]))
+    nn = n.reshape(lam.shape)
+    gg = g.reshape(lam.shape)
+    pairs = float(T) * (T - 1)
+    p0 = ((nn * mg).sum(axis=0) ** 2 - (nn * mg * mg).sum(axis=0)) / pairs
+    w = nn * mg / gg  # sum over later positions c of m(c) / c
+    tail = np.cumsum(w[::-1], axis=0)[::-1] - w
+    p1 = 2.0 * ((nn * gg * xg * mg * tail).sum(axis=0)
+                + (0.5 * nn * (nn - 1) * xg * mg * mg).sum(axis=0)) / pairs
+    return p0, p1
