@@ -1,0 +1,91 @@
+"""The ``sigprop`` command line (CLI.md is the contract: option names and JSON shape).
+
+Thin by design: parse, validate (``SpecError`` -> one line on stderr, exit code 2), call the
+library, print. Heavy imports happen inside the commands so start-up stays fast.
+
+Layout: :mod:`.common` holds the typer ``app``, the output formats, the error helpers and the
+spec options; the commands live in ``cmd_theory`` (predict, diagram, translate), ``cmd_measure``
+(measure, longctx), ``cmd_models`` (diagnose, fix) and ``cmd_train`` (train, trainability).
+They are registered here, in the order ``sigprop --help`` lists them.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from ..spec import SpecError
+from .cmd_measure import _lengths, longctx, measure
+from .cmd_models import _alpha_value, diagnose, fix_cmd
+from .cmd_theory import TRANSLATE_KEYS, diagram_cmd, predict, translate, translations
+from .cmd_train import train_cmd, trainability
+from .common import (
+    AsymptoticOpt,
+    Fmt,
+    FormatOpt,
+    SeedOpt,
+    app,
+    fail,
+    fail_spec,
+    option_name,
+    spec_command,
+    write_figure,
+    write_report_file,
+)
+
+__all__ = [
+    "AsymptoticOpt", "Fmt", "FormatOpt", "SeedOpt", "TRANSLATE_KEYS", "app", "diagnose",
+    "diagram_cmd", "fail", "fail_spec", "fix_cmd", "longctx", "main", "measure", "option_name",
+    "predict", "spec_command", "train_cmd", "trainability", "translate", "translations",
+    "write_figure", "write_report_file", "_alpha_value", "_lengths",
+]
+
+app.command()(predict)
+app.command("diagram")(diagram_cmd)
+app.command()(measure)
+app.command()(diagnose)
+app.command()(longctx)
+app.command("fix")(fix_cmd)
+app.command()(translate)
+app.command("train")(train_cmd)
+app.command()(trainability)
+
+
+def _click_errors() -> tuple[tuple, tuple]:
+    """(usage-error, exit) exception classes: typer >= 0.2x vendors its own click, older
+    typer uses the click package; accept both."""
+    usage, exits = [], [typer.Exit]
+    try:
+        from typer._click import exceptions as vendored
+
+        usage.append(vendored.UsageError)
+    except ImportError:
+        pass
+    try:
+        from click import exceptions as ck
+
+        usage.append(ck.UsageError)
+        exits.append(ck.Exit)
+    except ImportError:
+        pass
+    return tuple(usage), tuple(exits)
+
+
+def main() -> None:
+    """Entry point: usage errors become one line on stderr and exit code 2 (no tracebacks)."""
+    usage, exits = _click_errors()
+    try:
+        rv = app(standalone_mode=False)
+    except usage as err:
+        typer.echo(f"sigprop: error: {err.format_message()}", err=True)
+        sys.exit(2)
+    except typer.Abort:
+        typer.echo("sigprop: aborted", err=True)
+        sys.exit(130)
+    except exits as err:
+        sys.exit(getattr(err, "exit_code", 1))
+    except SpecError as err:
+        typer.echo(f"sigprop: error: {err}", err=True)
+        sys.exit(2)
+    sys.exit(rv if isinstance(rv, int) else 0)

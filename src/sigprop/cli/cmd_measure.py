@@ -1,0 +1,155 @@
+"""Simulation commands: ``measure`` (depth) and ``longctx`` (context length)."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from ..spec import ArchSpec, SpecError
+from .common import (
+    AsymptoticOpt,
+    Fmt,
+    FormatOpt,
+    SeedOpt,
+    _emit_json,
+    fail,
+    fail_spec,
+    spec_command,
+    write_figure,
+)
+
+
+@spec_command
+def measure(spec: ArchSpec,
+            seeds: int = typer.Option(4, "--seeds", help="independent initialisations S"),
+            sequences: int = typer.Option(2, "--sequences", help="sequences per seed B"),
+            input: str = typer.Option("rho", "--input", help="inputs: rho|isometric|text"),
+            plot: str | None = typer.Option(None, "--plot", help="write depth curves PNG"),
+            grads: bool = typer.Option(False, "--grads", help="also Q/V gradient norms"),
+            float64: bool = typer.Option(False, "--float64", help="simulate in float64"),
+            asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatOpt,
+            seed: int = SeedOpt) -> None:
+    """Theory and simulation side by side: S seeds x B sequences through the torch model."""
+    import pandas as pd
+    import torch
+
+    from .. import trajectory
+    from ..measure.engine import compare
+    from ..measure.engine import measure as run_measure
+    from ..theory import blocks, diagram
+
+    if seed < 0:
+        fail(f"--seed: must be a non-negative integer (got {seed})")
+    try:
+        m = run_measure(spec, seeds=seeds, sequences=sequences, input=input, rho0=spec.rho0,
+                        seed=seed, dtype=torch.float64 if float64 else torch.float32,
+                        grads=grads)
+    except SpecError as err:
+        fail_spec(err)
+    # theory from the spec's rho0, else from the measured input cosine (CLI.md --rho0)
+    rho0 = spec.rho0 if spec.rho0 is not None else min(max(m.rho0, 0.0), 1.0)
+    theory = blocks.propagate(spec, rho0=rho0, asymptotic=asymptotic)
+    traj = pd.concat([theory, m.trajectory], ignore_index=True)
+    verdict = blocks.verdict(spec, theory, rho0=rho0, asymptotic=asymptotic)
+    a_crit = float(diagram.alpha_crit(spec, rho0=rho0, asymptotic=asymptotic)[0])
+    agreement = compare(theory, m.trajectory)
+    if plot:
+        from ..report.figures import plot_depth
+
+        write_figure("--plot", plot, plot_depth, traj, spec=spec)
+    if fmt == Fmt.json:
+        _emit_json({"spec": spec.to_dict(), "derived": spec.derived(rho0),
+                    "rows": trajectory.to_rows(traj), "verdict": verdict, "alpha_crit": a_crit,
+                    "rho0": rho0, "max_abs_error": agreement, "seconds": m.seconds, **m.info})
+    elif fmt == Fmt.csv:
+        traj.drop(columns=[c for c in traj.columns if c.startswith("spec.")]).to_csv(
+            sys.stdout, index=False)
+    else:
+        from ..report import console
+
+        console.print_measurement(spec, traj, agreement, verdict, m)
+
+
+def _lengths(text: str | None) -> list[int] | None:
+    """``--lengths``: comma-separated integers, each also accepted as ``2^k``."""
+    if text is None:
+        return None
+    out = []
+    for part in text.split(","):
+        p = part.strip()
+        try:
+            base, _, exp = p.partition("^")
+            out.append(int(base) ** int(exp) if exp else int(p))
+        except ValueError:
+            fail(f"--lengths: must be comma-separated integers >= 2, e.g. 512,4096 or 2^20 "
+                 f"(got {p!r})")
+    return out
+
+
+@spec_command
+def longctx(spec: ArchSpec,
+            lengths: str | None = typer.Option(None, "--lengths",
+                                               help="context lengths T (default 2^9..2^20)"),
+            queries: int = typer.Option(256, "--queries", help="sampled query rows R "
+                                        "(every row when T <= R)"),
+            chunk: int = typer.Option(8192, "--chunk", help="keys per streamed chunk"),
+            input: str = typer.Option("rho", "--input", help="inputs: rho|isometric|rem "
+                                      "(rem: i.i.d. Gaussian scores)"),
+            compare: bool = typer.Option(False, "--compare", help="none, gg25 sqrt(log T) and "
+                                         "clpr25 log T scalings side by side"),
+            plot: str | None = typer.Option(None, "--plot", help="write ipr/entropy/wmax vs T"),
+            fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
+    """One attention layer's ipr, entropy, wmax and output cosine against context length,
+    streamed without T x T (weights drawn once at --seq-len), finite-T theory beside them."""
+    from .. import longctx as lc
+    from .. import trajectory
+    from ..diagnose import available_memory
+
+    if seed < 0:
+        fail(f"--seed: must be a non-negative integer (got {seed})")
+    ts = _lengths(lengths) or lc.default_lengths()
+    try:
+        lc._check(ts, queries, chunk, input, spec)
+    except SpecError as err:
+        fail_spec(err)
+    import torch
+
+    need = max(lc.estimate_memory(spec, queries=queries, chunk=chunk, T=T, rem=input == "rem",
+                                  n_scalings=len(lc.scaling_kinds(spec, compare)),
+                                  workers=torch.get_num_threads()) for T in ts)
+    have = available_memory()
+    if need > have:
+        fail(f"--chunk/--queries: this run needs ~{need / 1e9:.1f} GB but "
+             f"{have / 1e9:.1f} GB are available; lower --chunk or --queries")
+    try:
+        if fmt == Fmt.table:
+            from rich.progress import Progress
+
+            with Progress(transient=True) as bar:
+                task = bar.add_task("streaming keys", total=sum(ts))
+                sw = lc.sweep(spec, ts, queries=queries, input=input, compare=compare,
+                              chunk=chunk, seed=seed, on_progress=lambda k: bar.advance(task, k))
+        else:
+            sw = lc.sweep(spec, ts, queries=queries, input=input, compare=compare, chunk=chunk,
+                          seed=seed)
+    except SpecError as err:
+        fail_spec(err)
+    if plot:
+        from ..report.longctx import plot_sweep
+
+        write_figure("--plot", plot, plot_sweep, sw.trajectory, spec=spec)
+    traj = sw.trajectory
+    if fmt == Fmt.json:
+        from ..report.longctx import trends
+
+        _emit_json({"spec": spec.to_dict(), "derived": spec.derived(),
+                    "rows": trajectory.to_rows(traj), "trends": trends(traj),
+                    "seconds": sw.seconds, "plot": plot, **sw.info})
+    elif fmt == Fmt.csv:
+        traj.drop(columns=[c for c in traj.columns if c.startswith("spec.")]).to_csv(
+            sys.stdout, index=False)
+    else:
+        from ..report.longctx import print_sweep
+
+        print_sweep(sw, spec)

@@ -1,0 +1,212 @@
+"""Training checks (issue 7): ``train`` and ``trainability``."""
+
+from __future__ import annotations
+
+import sys
+
+import typer
+
+from ..spec import ArchSpec, SpecError
+from .common import (
+    Fmt,
+    FormatOpt,
+    SeedOpt,
+    _emit_json,
+    fail,
+    fail_spec,
+    spec_command,
+    write_figure,
+)
+
+# ---- training checks (issue 7): sigprop train / sigprop trainability --------------------
+TaskOpt = typer.Option("mlm", "--task", help="mlm|clm|reverse|heaviside")
+DataOpt = typer.Option("builtin", "--data", help="builtin|tinystories|PATH (text file/folder)")
+DeviceOpt = typer.Option("cpu", "--device", help="cpu or cuda")
+ThreadsOpt = typer.Option(1, "--threads", help="CPU threads while training (0 = torch's)")
+
+
+def _bias_init_opt(default: str):
+    return typer.Option(default, "--bias-init",
+                        help="readout bias at init: unigram (log token frequencies) | zero")
+
+
+def _train_config(**kw):
+    """A TrainConfig from CLI values; bad values exit 2 naming the option."""
+    import torch
+
+    from ..train import TrainConfig
+
+    dev = kw.get("device", "cpu")
+    if dev != "cpu" and not (dev == "cuda" or dev.startswith("cuda:")):
+        fail(f"--device: must be cpu, cuda or cuda:N (got {dev!r})")
+    if dev.startswith("cuda") and not torch.cuda.is_available():
+        fail("--device: cuda is not available on this machine (use --device cpu)")
+    try:
+        return TrainConfig(**kw)
+    except SpecError as err:
+        fail_spec(err)
+
+
+def _corpus_or_fail(task: str, data: str, documents: int | None, vocab_size: int):
+    if task not in ("mlm", "clm"):
+        return None
+    from ..data.corpus import load_corpus
+    from ..data.text import CorpusError
+
+    if not 16 <= vocab_size <= 1_000_000:
+        fail(f"--vocab-size: must be an integer in [16, 1000000] (got {vocab_size})")
+    try:
+        return load_corpus(data, n_documents=documents, vocab_size=vocab_size)
+    except CorpusError as err:
+        fail(f"--data: {err}")
+
+
+def _progress(fmt: Fmt, label: str, total: int, run):
+    """Run ``run(on_step)`` under a rich progress bar in table mode."""
+    if fmt != Fmt.table:
+        return run(None)
+    from rich.progress import Progress
+
+    with Progress(transient=True) as bar:
+        task = bar.add_task(label, total=total)
+        return run(lambda s, _t: bar.update(task, completed=s))
+
+
+@spec_command
+def train_cmd(spec: ArchSpec,
+              steps: int = typer.Option(1000, "--steps", help="optimizer steps"),
+              task: str = TaskOpt, data: str = DataOpt,
+              documents: int | None = typer.Option(None, "--documents",
+                                                   help="corpus documents (default 10000)"),
+              vocab_size: int = typer.Option(2000, "--vocab-size", help="WordPiece vocabulary"),
+              batch_size: int = typer.Option(64, "--batch-size", help="sequences per step"),
+              lr: float = typer.Option(2e-3, "--lr", help="peak learning rate (AdamW)"),
+              warmup_ratio: float = typer.Option(0.05, "--warmup-ratio", help="warmup fraction"),
+              weight_decay: float = typer.Option(0.01, "--weight-decay", help="AdamW decay"),
+              max_grad_norm: float = typer.Option(1.0, "--max-grad-norm",
+                                                  help="per-seed clipping (0 = off)"),
+              eval_every: int | None = typer.Option(None, "--eval-every",
+                                                    help="eval loss every K steps"),
+              measure_every: int | None = typer.Option(None, "--measure-every",
+                                                       help="cos/entropy every K steps (0=off)"),
+              seeds: int = typer.Option(1, "--seeds", help="independent runs trained at once"),
+              attention_only: bool = typer.Option(False, "--attention-only",
+                                                  help="freeze the MLPs at zero"),
+              tie: bool = typer.Option(False, "--tie", help="tie the LM head to embeddings"),
+              bias_init: str = _bias_init_opt("unigram"),
+              device: str = DeviceOpt, threads: int = ThreadsOpt,
+              plot: str | None = typer.Option(None, "--plot", help="write loss curves PNG"),
+              checkpoint: str | None = typer.Option(None, "--checkpoint",
+                                                    help="write safetensors + spec.json here"),
+              fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
+    """Train the spec's model (MLM by default on the built-in stories) and record the loss
+    and the signal-propagation observables during training."""
+    from .. import trajectory
+    from ..train import save_checkpoint, train
+
+    cfg = _train_config(task=task, steps=steps, batch_size=batch_size, lr=lr,
+                        warmup_ratio=warmup_ratio, weight_decay=weight_decay,
+                        max_grad_norm=max_grad_norm, eval_every=eval_every,
+                        measure_every=measure_every, seeds=seeds, seed=seed, device=device,
+                        attention_only=attention_only, tie=tie, threads=threads,
+                        bias_init=bias_init)
+    corpus = _corpus_or_fail(task, data, documents, vocab_size)
+    try:
+        res = _progress(fmt, f"training ({task})", steps,
+                        lambda cb: train(spec, cfg, corpus=corpus, on_step=cb,
+                                         keep_model=checkpoint is not None))
+        written = save_checkpoint(res, checkpoint) if checkpoint else []
+    except SpecError as err:
+        fail_spec(err)
+    except ValueError as err:
+        fail(str(err))
+    except OSError as err:
+        fail(f"--checkpoint: cannot write {checkpoint!r} ({err.strerror or err})")
+    if plot:
+        from ..report.training import plot_training
+
+        write_figure("--plot", plot, plot_training, res.trajectory,
+                     title=f"{task}, L={spec.depth}, beta_eff={spec.beta_eff:.3g}")
+    if fmt == Fmt.json:
+        from dataclasses import asdict
+
+        _emit_json({"spec": spec.to_dict(), "config": asdict(cfg),
+                    "rows": trajectory.to_rows(res.trajectory),
+                    "final_loss": float(res.final_train.mean()),
+                    "eval_loss": float(res.final_eval.mean()), "baseline": res.baseline,
+                    "seconds": res.seconds, "checkpoint": written, **res.info})
+    elif fmt == Fmt.csv:
+        res.trajectory.drop(columns=[c for c in res.trajectory.columns
+                                     if c.startswith("spec.")]).to_csv(sys.stdout, index=False)
+    else:
+        from ..report.training import print_training
+
+        print_training(res)
+
+
+def _floats(option: str, text: str) -> list[float]:
+    try:
+        vals = [float(v) for v in text.replace(" ", "").split(",") if v]
+    except ValueError:
+        fail(f"{option}: must be comma-separated numbers (got {text!r})")
+    if not vals:
+        fail(f"{option}: give at least one number")
+    return vals
+
+
+@spec_command
+def trainability(spec: ArchSpec,
+                 betas: str = typer.Option("0.3,1,8", "--betas", help="comma-separated betas"),
+                 alphas: str = typer.Option("0.2,0.5,2", "--alphas",
+                                            help="comma-separated alpha_attn values"),
+                 steps: int = typer.Option(500, "--steps", help="steps per grid point"),
+                 seeds: int = typer.Option(1, "--seeds", help="seeds per grid point"),
+                 batch_size: int = typer.Option(64, "--batch-size", help="sequences per step"),
+                 lr: float = typer.Option(2e-3, "--lr", help="peak learning rate"),
+                 margin: float = typer.Option(0.5, "--margin",
+                                              help="nats below the baseline that count as learned"),
+                 bias_init: str = _bias_init_opt("unigram"),
+                 data: str = DataOpt, device: str = DeviceOpt, threads: int = ThreadsOpt,
+                 plot: str | None = typer.Option(None, "--plot", help="write loss curves PNG"),
+                 fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
+    """Train every (beta, alpha_attn) grid point briefly, classify it learned / stuck and
+    show it beside the theory's regime. Without architecture options: a 24-layer post-LN
+    model, d=32, 2 heads, T=32, gg25 variances; training defaults are
+    sigprop.trainability.TRAINABILITY_CONFIG (500 steps, batch 64, lr 2e-3, unigram readout bias;
+    13-14 min on one CPU thread)."""
+    from dataclasses import asdict, replace
+
+    from .. import trajectory
+    from ..trainability import DEEP_SMALL, criterion_text
+    from ..trainability import trainability as run_grid
+
+    if spec == ArchSpec():
+        spec = replace(spec, **DEEP_SMALL)
+    if not 0 < margin <= 100:
+        fail(f"--margin: must be a number in (0, 100] (got {margin})")
+    b, a = _floats("--betas", betas), _floats("--alphas", alphas)
+    cfg = _train_config(steps=steps, batch_size=batch_size, lr=lr, seeds=seeds, seed=seed,
+                        device=device, measure_every=0, threads=threads, bias_init=bias_init)
+    corpus = _corpus_or_fail("mlm", data, None, 2000)
+    try:
+        table, traj = _progress(fmt, f"trainability ({len(b)}x{len(a)} points)", steps * len(a),
+                                lambda cb: run_grid(spec, b, a, cfg, corpus=corpus,
+                                                    margin=margin, on_step=cb))
+    except SpecError as err:
+        fail_spec(err)
+    if plot:
+        from ..report.training import plot_trainability
+
+        write_figure("--plot", plot, plot_trainability, traj, table)
+    crit = criterion_text(margin)
+    if fmt == Fmt.json:
+        _emit_json({"spec": spec.to_dict(), "config": asdict(cfg), "criterion": crit,
+                    "points": table.to_dict(orient="records"),
+                    "disagreements": int((~table["agree"]).sum()),
+                    "rows": trajectory.to_rows(traj)})
+    elif fmt == Fmt.csv:
+        table.to_csv(sys.stdout, index=False)
+    else:
+        from ..report.training import print_trainability
+
+        print_trainability(table, crit)
