@@ -1,0 +1,246 @@
+"""Cached spline tables of the finite-T REM expectations (THEORY §2.3). NumPy/SciPy, float64.
+
+Re-exported by :mod:`sigprop.theory.rem`. ``*_table(T, d_head)`` returns a fast function of the
+row variance (and rho for Yx): a spline through :mod:`.rem_finite` values, cached in memory per
+(T, d_head) and on disk (:func:`_disk_cached`). The spline evaluators and the disk cache are
+shared with :mod:`.fluct`.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import Callable
+
+import numpy as np
+
+from ._lazy import LazyModule
+from .rem_finite import _arr, _chi_nodes, _inv, entropy_finite, wmax_finite, y2_finite, yx_finite
+
+special = LazyModule("scipy.special")
+
+__all__ = ["y2_table", "yx_table", "entropy_table", "wmax_table"]
+
+
+def _expit(x: np.ndarray) -> np.ndarray:
+    """Logistic function without SciPy, overflow-free: ``exp(-log1p(exp(-x)))``."""
+    return np.exp(-np.logaddexp(0.0, -x))
+
+
+# ------------------------------------------------------------------ splines and the disk cache
+def _cell(grid, q):
+    """Cell index of q on a uniform grid (clipped to the end cells) and the offset in it."""
+    i = np.clip(((q - grid[0]) * ((grid.size - 1) / (grid[-1] - grid[0]))).astype(np.intp),
+                0, grid.size - 2)
+    return i, q - grid[i]
+
+
+def _spline1_coef(x, vals):
+    """Not-a-knot cubic spline coefficients (4, n-1) on the grid x."""
+    from scipy import interpolate  # only when a table is built (slow import)
+
+    return interpolate.CubicSpline(x, vals).c
+
+
+def _spline1(x, c):
+    """Fast evaluator of spline coefficients ``c`` on a uniform grid (arithmetic cell lookup)."""
+
+    def ev(xq):
+        i, d = _cell(x, xq)
+        return ((c[0][i] * d + c[1][i]) * d + c[2][i]) * d + c[3][i]
+
+    return ev
+
+
+def _bicubic_coef(x, y, vals):
+    """Tensor-product not-a-knot cubic spline on a uniform (x, y) grid as per-cell bicubic
+    polynomials: (x-power, y-power, cell), highest power first."""
+    from scipy import interpolate
+
+    cx = interpolate.CubicSpline(x, vals, axis=0).c                # (4, nx-1, ny)
+    c = interpolate.CubicSpline(y, cx, axis=2).c                   # (4, ny-1, 4, nx-1)
+    return c.transpose(2, 0, 3, 1).reshape(4, 4, -1)
+
+
+def _bicubic(x, y, coef):
+    """Fast evaluator of :func:`_bicubic_coef` (arithmetic cell lookup, 16 coefficients)."""
+
+    def ev(xq, yq):
+        (i, dx), (j, dy) = _cell(x, xq), _cell(y, yq)
+        cell, out = i * (y.size - 1) + j, 0.0
+        for ck in coef:
+            out = out * dx + ((ck[0][cell] * dy + ck[1][cell]) * dy + ck[2][cell]) * dy \
+                + ck[3][cell]
+        return out
+
+    return ev
+
+
+_CACHE_VERSION = "rem-v1"  # bump whenever a table's nodes or quadrature change
+
+
+def _cache_dir() -> str:
+    root = os.environ.get("SIGPROP_CACHE_DIR") or os.path.join(
+        os.path.expanduser("~"), ".cache", "sigprop")
+    return os.path.join(root, _CACHE_VERSION)
+
+
+def _disk_cached(key: str, compute: Callable[[], dict]) -> dict:
+    """Table coefficients are deterministic functions of (kind, T, d_head): keep them in
+    ``$SIGPROP_CACHE_DIR`` (default ``~/.cache/sigprop``) so a new process skips the
+    quadrature. ``SIGPROP_NO_CACHE=1`` disables it; an unwritable cache is silently skipped."""
+    if os.environ.get("SIGPROP_NO_CACHE"):
+        return compute()
+    path = os.path.join(_cache_dir(), key + ".npz")
+    try:
+        with np.load(path) as z:
+            return {k: z[k] for k in z.files}
+    except (OSError, ValueError, KeyError, EOFError):
+        pass
+    out = compute()
+    try:
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.tmp"
+        with open(tmp, "wb") as fh:
+            np.savez(fh, **out)
+        os.replace(tmp, path)
+    except OSError:
+        pass
+    return out
+
+
+# ------------------------------------------------------------------------------------ tables
+_LMIN, _LMAX = np.log(1e-3), np.log(1e4)
+_KINDS = {  # finite function, node spacing in log v, small-v power of F - F(0), F(0), F(inf)
+    "y2": (y2_finite, 0.1, 1.0, _inv, 1.0),
+    "entropy": (entropy_finite, 0.1, 1.0, np.ones_like, 0.0),
+    "wmax": (wmax_finite, 0.2, 0.5, _inv, 1.0),
+}
+
+
+@functools.lru_cache(maxsize=256)
+def _table1d(kind: str, T: float, d_head: int | None, lmax: float = _LMAX):
+    """Cubic spline in ``l = log v`` on [1e-3, e^lmax] of ``logit p``,
+    ``p = (F - F(0)) / (F(inf) - F(0))`` (nearly linear in l at both ends). Below 1e-3:
+    ``p = c1 t + c2 t^2``, ``t = (v/1e-3)^power`` (p is analytic in v^power at 0), matched in
+    value and slope at the first node. Above the grid: exact. With d_head: the chi-average of
+    the plain table (extended to cover v chi_max) at the nodes."""
+    fin, lh, power, at0, at_inf = _KINDS[kind]
+    if T == 1:
+        return lambda v: np.ones(np.shape(v))
+    y0, lv = at0(T), np.linspace(_LMIN, lmax, int(round((lmax - _LMIN) / lh)) + 1)
+
+    def build():
+        if d_head is None:
+            vals = fin(np.exp(lv), T)
+        else:
+            chi, wc = _chi_nodes(d_head)
+            base = _table1d(kind, T, None, _LMAX + lh * np.ceil(np.log(chi[-1]) / lh))
+            vals = base(np.multiply.outer(np.exp(lv), chi)) @ wc
+        p = np.clip((vals - y0) / (at_inf - y0), 1e-300, 1 - 1e-16)
+        return {"c": _spline1_coef(lv, special.logit(p)), "p": p}
+
+    z = _disk_cached(f"{kind}-T{T!r}-d{d_head}-l{lmax:.9g}", build)
+    p, coef = z["p"], z["c"]
+    spl = _spline1(lv, coef)
+    dp = p[0] * (1 - p[0]) * coef[2][0] / power  # spline slope at the first node
+
+    def f(v):
+        shape, v = np.shape(v), _arr(v).ravel()
+        out = _expit(spl(np.log(np.clip(v, np.exp(lv[0]), None))))
+        low = v < np.exp(lv[0])
+        t = (v[low] / np.exp(lv[0])) ** power
+        out[low] = (2 * p[0] - dp) * t + (dp - p[0]) * t * t
+        out = y0 + (at_inf - y0) * out
+        high = v > np.exp(lv[-1]) * (1 + 1e-12)
+        if high.any():
+            out[high] = fin(v[high], T, d_head)
+        return out.reshape(shape)
+
+    return f
+
+
+def y2_table(T, d_head=None) -> Callable[[np.ndarray], np.ndarray]:
+    """``v -> y2_finite(v, T, d_head)``: cubic spline in log v (nodes 0.1 apart on [1e-3, 1e4])
+    of the logit of ``(Y2 - 1/T)/(1 - 1/T)``, cached per (T, d_head); v < 1e-3 continued
+    analytically (Y2 - 1/T ~ v), v > 1e4 evaluated exactly."""
+    return _table1d("y2", float(T), None if d_head is None else int(d_head))
+
+
+def entropy_table(T, d_head=None) -> Callable[[np.ndarray], np.ndarray]:
+    """``v -> entropy_finite(v, T, d_head)``, as :func:`y2_table` (1 - entropy ~ v)."""
+    return _table1d("entropy", float(T), None if d_head is None else int(d_head))
+
+
+def wmax_table(T, d_head=None) -> Callable[[np.ndarray], np.ndarray]:
+    """``v -> wmax_finite(v, T, d_head)``, as :func:`y2_table` (nodes 0.2 apart;
+    wmax - 1/T ~ sqrt v)."""
+    return _table1d("wmax", float(T), None if d_head is None else int(d_head))
+
+
+_XI, _ALPHA = np.linspace(0.0, 1.0, 21), 0.5
+_LV2MIN = np.log(1e-2)
+_LH2 = (_LMAX - _LV2MIN) / 23                         # 24 nodes in log v on [1e-2, 1e4]
+
+
+def _xi(v, rho):
+    """Yx table coordinate for rho at fixed v: ``a (1-rho) + (1-a) log1p(v_p) / log1p(v)``,
+    ``v_p = v (1 - rho)``: linear in rho near rho = 0 and logarithmic in the private variance
+    near rho = 1, where Yx moves when v_p ~ 1 (xi = 0: rho = 1, xi = 1: rho = 0)."""
+    return _ALPHA * (1 - rho) + (1 - _ALPHA) * np.log1p(v * (1 - rho)) / np.log1p(v)
+
+
+def _rho_of_xi(v, xi):
+    lo, hi = np.zeros(np.broadcast(v, xi).shape), np.ones(np.broadcast(v, xi).shape)
+    for _ in range(60):                                # bisection: xi decreases in rho
+        mid = 0.5 * (lo + hi)
+        big = _xi(v, mid) > xi
+        lo, hi = np.where(big, mid, lo), np.where(big, hi, mid)
+    return 0.5 * (lo + hi)
+
+
+@functools.lru_cache(maxsize=256)
+def _table2d(T: float, d_head: int | None, lmax: float = _LMAX):
+    """Bicubic spline on (log v, xi) of ``R = (Yx - 1/T) / (Y2 - 1/T)`` (R = 1 at rho = 1,
+    0 at rho = 0, ~rho at small v); ``Yx = 1/T + R (Y2 - 1/T)`` with the Y2 table. Dividing
+    out Y2 removes the steep condensation step in v. Below v = 1e-2, R is frozen at its value
+    there (error O(1e-2) * (Y2 - 1/T)); above the grid: exact."""
+    y2 = _table1d("y2", T, d_head, _LMAX + 0.1 * np.ceil((lmax - _LMAX) / 0.1 - 1e-9))
+    if T == 1:
+        return lambda v, rho: np.ones(np.broadcast(_arr(v), _arr(rho)).shape)
+    lv = np.arange(_LV2MIN, lmax + 1e-9, _LH2)
+    vt = np.exp(lv)[:, None]
+
+    def build():
+        rho = _rho_of_xi(vt, _XI[1:-1])
+        if d_head is None:
+            inner = yx_finite(vt * rho, vt * (1 - rho), T)
+        else:
+            chi, wc = _chi_nodes(d_head)
+            base = _table2d(T, None, lv[-1] + _LH2 * np.ceil(np.log(chi[-1]) / _LH2))
+            inner = base(np.multiply.outer(vt, chi), rho[..., None]) @ wc
+        r = np.concatenate([np.ones_like(vt), (inner - 1 / T) / (y2(vt) - 1 / T), 0 * vt],
+                           axis=1)
+        return {"coef": _bicubic_coef(lv, _XI, r)}
+
+    coef = _disk_cached(f"yx-T{T!r}-d{d_head}-l{lmax:.9g}", build)["coef"]
+    spl, vmin, vmax = _bicubic(lv, _XI, coef), vt[0, 0], vt[-1, 0]
+
+    def f(v, rho):
+        v, rho = np.broadcast_arrays(_arr(v), np.clip(_arr(rho), 0.0, 1.0))
+        shape, v, rho = v.shape, v.ravel(), rho.ravel()
+        vc = np.clip(v, vmin, vmax)
+        out = 1.0 / T + spl(np.log(vc), _xi(vc, rho)) * (y2(v) - 1.0 / T)
+        high = v > vmax * (1 + 1e-12)
+        if high.any():
+            out[high] = yx_finite(v[high] * rho[high], v[high] * (1 - rho[high]), T, d_head)
+        return out.reshape(shape)
+
+    return f
+
+
+def yx_table(T, d_head=None) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
+    """``(v, rho) -> yx_finite(v rho, v (1 - rho), T, d_head)``, v the row variance
+    ``sigma_s^2 (1 - rho)`` (THEORY §2.3): bicubic spline of the ratio to Y2 on 24 x 21 nodes
+    in (log v, :func:`_xi`), cached per (T, d_head); v > 1e4 evaluated exactly."""
+    return _table2d(float(T), None if d_head is None else int(d_head))
