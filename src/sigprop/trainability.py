@@ -22,12 +22,13 @@ DEFAULT_ALPHAS = (0.2, 0.5, 2.0)
 DEFAULT_MARGIN = 0.5
 #: ``trainability``'s training: gg25's batch 64 and lr 2e-3 (as ``train``), 500 steps per grid
 #: point, the readout bias at the unigram log frequencies, no observables measured. Measured on
-#: DEEP_SMALL, default grid, seed 0: alpha 2 with beta 0.3 / 1 ends 0.62 / 0.69 nats below the
-#: baseline, every other point within 0.08 nats of it (the five rank-collapse points within
-#: 0.003); ~0.6 s per step for the 3 betas of one alpha on 1 thread, 13-14 min for the grid.
-#: Spread of the alpha-2 gains (beta 0.3 / 1 / 8) over 5 runs (seeds 0 and 1, and seed 0 with
-#: three freshly trained tokenizers: HF's WordPiece trainer breaks ties in hash order, so a new
-#: cache directory gives a different vocabulary): 0.62-0.77 / 0.52-0.76 / 0.01-0.13.
+#: DEEP_SMALL, default grid, seed 0, the deterministic tokenizer (sigprop.data.tokenizer): alpha
+#: 2 with beta 0.3 / 1 ends 0.72 / 0.70 nats below the baseline (5.315), beta 8 0.065, every
+#: alpha 0.2 / 0.5 point within 0.03 of it; ~0.6 s per step for the 3 betas of one alpha on 1
+#: thread, 13-14 min for the grid. Spread of the alpha-2 gains (beta 0.3 / 1 / 8) over 5
+#: earlier runs (seeds 0 and 1, and seed 0 with three vocabularies from the library's own
+#: WordPiece trainer, which broke ties in hash order before sigprop made training
+#: deterministic): 0.62-0.77 / 0.52-0.76 / 0.01-0.13.
 #: What did not work (alpha 2, beta 0.3): batch 16 (the old default; ~77 masked tokens per
 #: step) with a zero bias stays above the baseline after 600 steps at lr 5e-3, and with the
 #: unigram bias gains nothing at lr 2e-3, 1e-2 or 3e-2 in 300 steps; at batch 64, 300 steps, lr
