@@ -28,13 +28,10 @@ from sigprop.nn.model import SigpropTransformer
 from sigprop.spec import ArchSpec
 
 
-def _sync(device: torch.device) -> None:
+def _now(device: torch.device) -> float:
+    """perf_counter after the device's queued work has finished (CUDA runs asynchronously)."""
     if device.type == "cuda":
         torch.cuda.synchronize(device)
-
-
-def _now(device: torch.device) -> float:
-    _sync(device)
     return time.perf_counter()
 
 

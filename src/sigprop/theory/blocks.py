@@ -190,16 +190,23 @@ def _cos(p, q):
         return np.where(q > 0, p / np.where(q > 0, q, 1.0), 1.0)
 
 
+def _ln_fluct_inputs(qa, pa, bp: BlockParams):
+    """What the LN averages of :mod:`.fluct` need from the attention input (q, p) = (qa, pa):
+    ``b = s_o^2 s_v^2 (q - p)``, the weight of Y2 in a token's norm; ``rho`` = p / q; ``v``, a
+    row's REM score variance (THEORY §2.1)."""
+    b = bp.var_v * (qa - pa) * (1.0 if bp.var_o is None else bp.var_o)
+    rho = np.clip(_cos(pa, qa), 0.0, 1.0)
+    return b, rho, (bp.sigma_s0 * qa) ** 2 * (1.0 - rho)
+
+
 def _ln_fluct_cos(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     """Cosine after the post-LN LayerNorm that follows attention + residual, averaged over
     the tokens' own norms rather than taken as a ratio of averages (:mod:`.fluct`):
     ``N_a = a0 + b Y2_a`` with ``b = s_o^2 s_v^2 (q - p)``, ``kappa = a0 / E N``, and
     ``cos = (p_z / q_z) r(v, kappa)`` (capped at 1). Only the variant it was derived and
     tested for: softmax, bidirectional, finite T."""
-    b = bp.var_v * (qa - pa) * (1.0 if bp.var_o is None else bp.var_o)
+    b, rho, v = _ln_fluct_inputs(qa, pa, bp)
     kappa = np.clip((q_z - b * st.y2) / np.where(q_z > 0, q_z, 1.0), 0.0, 1.0)
-    rho = np.clip(_cos(pa, qa), 0.0, 1.0)
-    v = (bp.sigma_s0 * qa) ** 2 * (1.0 - rho)
     r = fluct.ln_factor(v, kappa, bp.seq_len, bp.d_head, bp.heads)
     return np.minimum(_cos(p_z, q_z) * r, 1.0)
 
@@ -216,25 +223,22 @@ def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     has no spread (r = 1) but the same position dependence, ``N_t = a0 + b / t``: without
     residual at rho = 0 the pair (a < c) has cosine sqrt(a/c), 2/3 on average, where the
     ratio of averages gives 0.31 at T = 256."""
-    b = bp.var_v * (qa - pa) * (1.0 if bp.var_o is None else bp.var_o)
+    b, rho, v = _ln_fluct_inputs(qa, pa, bp)
     a0, c0 = q_z - b * st.y2, p_z - b * st.yx
-    rho = np.clip(_cos(pa, qa), 0.0, 1.0)
-    v = (bp.sigma_s0 * qa) ** 2 * (1.0 - rho)
     nodes, _ = _causal_nodes(bp.seq_len)
     m, yx = [], []
     for t in nodes:
-        if t == 1 or bp.attention == "uniform":  # weights 1/t: no spread, r = 1
+        fixed = t == 1 or bp.attention == "uniform"  # weights 1/t: no spread, r = 1
+        if fixed:
             y2_t = yx_t = np.full(np.shape(v), 1.0 / t)
-            r = 1.0
         else:
             y2_t = rem.y2_table(int(t), bp.d_head)(v)
             yx_t = rem.yx_table(int(t), bp.d_head)(v, rho)
         n_t = a0 + b * y2_t
         ok = n_t > 0
         safe = np.where(ok, n_t, 1.0)
-        if t > 1 and bp.attention != "uniform":
-            kappa = np.clip(a0 / safe, 0.0, 1.0)
-            r = fluct.ln_factor(v, kappa, int(t), bp.d_head, bp.heads)
+        r = 1.0 if fixed else fluct.ln_factor(v, np.clip(a0 / safe, 0.0, 1.0), int(t),
+                                                bp.d_head, bp.heads)
         m.append(np.where(ok, np.sqrt(r / safe), np.nan))
         yx.append(yx_t)
     p0, p1 = fluct.causal_pair_means(nodes, np.stack(np.broadcast_arrays(*m)),

@@ -204,13 +204,15 @@ def causal_pair_means(nodes, m, yx, T: int) -> tuple[np.ndarray, np.ndarray]:
     lam = (idx - j).reshape((-1,) + (1,) * (m.ndim - 1))
     jn = np.minimum(j + 1, nodes.size - 1)
     with np.errstate(divide="ignore", invalid="ignore"):  # geometric: exact for Yx = 1/t
-        mg = np.exp((1 - lam) * np.log(m[j]) + lam * np.log(m[jn]))
-        xg = np.exp((1 - lam) * np.log(yx[j]) + lam * np.log(yx[jn]))
+        lm, lx = np.log(m), np.log(yx)  # at the nodes, then gathered to the bins
+        mg = np.exp((1 - lam) * lm[j] + lam * lm[jn])
+        xg = np.exp((1 - lam) * lx[j] + lam * lx[jn])
     nn = n.reshape(lam.shape)
     gg = g.reshape(lam.shape)
     pairs = float(T) * (T - 1)
-    p0 = ((nn * mg).sum(axis=0) ** 2 - (nn * mg * mg).sum(axis=0)) / pairs
-    w = nn * mg / gg  # sum over later positions c of m(c) / c
+    nm = nn * mg
+    p0 = (nm.sum(axis=0) ** 2 - (nm * mg).sum(axis=0)) / pairs
+    w = nm / gg  # sum over later positions c of m(c) / c
     tail = np.cumsum(w[::-1], axis=0)[::-1] - w
     p1 = 2.0 * ((nn * gg * xg * mg * tail).sum(axis=0)
                 + (0.5 * nn * (nn - 1) * xg * mg * mg).sum(axis=0)) / pairs
