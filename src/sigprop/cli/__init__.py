@@ -37,7 +37,7 @@ from .common import (
 __all__ = [
     "AsymptoticOpt", "Fmt", "FormatOpt", "SeedOpt", "TRANSLATE_KEYS", "app", "diagnose",
     "diagram_cmd", "fail", "fail_spec", "fix_cmd", "longctx", "main", "measure", "option_name",
-    "predict", "spec_command", "train_cmd", "trainability", "translate", "translations",
+    "predict", "run", "spec_command", "train_cmd", "trainability", "translate", "translations",
     "write_figure", "write_report_file", "_alpha_value", "_lengths",
 ]
 
@@ -72,20 +72,26 @@ def _click_errors() -> tuple[tuple, tuple]:
     return tuple(usage), tuple(exits)
 
 
-def main() -> None:
-    """Entry point: usage errors become one line on stderr and exit code 2 (no tracebacks)."""
+def run(args: list[str] | None = None) -> int:
+    """Run the command line on ``args`` (default ``sys.argv[1:]``) in this process and return
+    the exit code: usage errors become one line on stderr and code 2 (no tracebacks)."""
     usage, exits = _click_errors()
     try:
-        rv = app(standalone_mode=False)
+        rv = app(args=args, standalone_mode=False, prog_name="sigprop")
     except usage as err:
         typer.echo(f"sigprop: error: {err.format_message()}", err=True)
-        sys.exit(2)
+        return 2
     except typer.Abort:
         typer.echo("sigprop: aborted", err=True)
-        sys.exit(130)
+        return 130
     except exits as err:
-        sys.exit(getattr(err, "exit_code", 1))
+        return int(getattr(err, "exit_code", 1) or 0)
     except SpecError as err:
         typer.echo(f"sigprop: error: {err}", err=True)
-        sys.exit(2)
-    sys.exit(rv if isinstance(rv, int) else 0)
+        return 2
+    return rv if isinstance(rv, int) else 0
+
+
+def main() -> None:
+    """Entry point of the ``sigprop`` script."""
+    sys.exit(run())
