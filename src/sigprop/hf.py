@@ -88,14 +88,20 @@ def model_at_init(config, seed: int = 0, attn_implementation: str = "eager",
         pad = getattr(cfg, "pad_token_id", None)
         low = pad + 1 if isinstance(pad, int) else 1
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < low:
-            raise SpecError("vocab_size", f"must be an integer >= {low} (got {vocab_size!r})")
+            raise SpecError("vocab_size", f"must be an integer >= {low} (pad_token_id + 1; "
+                                          f"got {vocab_size!r})")
         cfg.vocab_size = vocab_size
     if hasattr(cfg, "use_cache"):
         cfg.use_cache = False
     with torch.random.fork_rng(devices=[]):
         torch.manual_seed(int(seed))
-        model = AutoModel.from_config(cfg, attn_implementation=attn_implementation, dtype=dtype,
-                                      trust_remote_code=False)
+        try:
+            model = AutoModel.from_config(cfg, attn_implementation=attn_implementation,
+                                          dtype=dtype, trust_remote_code=False)
+        except Exception as err:  # noqa: BLE001 - third-party code on an arbitrary config
+            msg = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+            raise SpecError("model", f"cannot build a {cfg.model_type!r} model from this "
+                                     f"config ({msg})") from None
     return model.eval()
 
 

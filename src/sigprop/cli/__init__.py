@@ -75,6 +75,11 @@ def _click_errors() -> tuple[tuple, tuple]:
 def run(args: list[str] | None = None) -> int:
     """Run the command line on ``args`` (default ``sys.argv[1:]``) in this process and return
     the exit code: usage errors become one line on stderr and code 2 (no tracebacks)."""
+    import os
+
+    # the CLI owns the terminal: transformers' advisory warnings and bars stay quiet
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
     usage, exits = _click_errors()
     try:
         rv = app(args=args, standalone_mode=False, prog_name="sigprop")

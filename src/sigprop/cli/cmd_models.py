@@ -10,8 +10,11 @@ from ..spec import SpecError
 from .common import (
     Fmt,
     FormatOpt,
+    NoTimingOpt,
     SeedOpt,
     _emit_json,
+    check_output_dir,
+    check_output_file,
     fail,
     fail_spec,
     write_report_file,
@@ -26,15 +29,14 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
              device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
              report: str | None = typer.Option(None, "--report",
                                                help="write a self-contained HTML report"),
-             fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
+             fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt) -> None:
     """A real HuggingFace architecture at init: measured per layer, theory beside it, verdict
     and recommendations."""
     from .. import diagnose as dg
 
     if seq_len is not None and not 2 <= seq_len <= 2**20:
         fail(f"--seq-len: must be an integer in [2, 1048576] (got {seq_len})")
-    if seed < 0:
-        fail(f"--seed: must be a non-negative integer (got {seed})")
+    check_output_file("--report", report, ("html", "htm"))
     try:
         if fmt == Fmt.table:
             from rich.progress import Progress
@@ -48,11 +50,11 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
             d = dg.diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences,
                             device=device, seed=seed)
     except SpecError as err:
-        fail_spec(err) if err.field != "model" else fail(str(err).split(": ", 1)[1])
+        fail_spec(err)
     if report is not None:
         write_report_file(report, d)
     if fmt == Fmt.json:
-        _emit_json(dg.to_json(d))
+        _emit_json(dg.to_json(d, timing=not no_timing))
     elif fmt == Fmt.csv:
         d.trajectory.drop(columns=[c for c in d.trajectory.columns
                                    if c.startswith("spec.")]).to_csv(sys.stdout, index=False)
@@ -88,7 +90,7 @@ def fix_cmd(model: str = typer.Argument(..., help="preset name or local path"),
             device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
             report: str | None = typer.Option(None, "--report",
                                               help="HTML report of the fixed model"),
-            fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
+            fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt) -> None:
     """Patch a model against rank / entropy collapse, write it to --out (config.json +
     safetensors, reloadable without remote code) and show the diagnosis before and after."""
     from .. import diagnose as dg
@@ -101,8 +103,8 @@ def fix_cmd(model: str = typer.Argument(..., help="preset name or local path"),
         fail(f"--scaling: must be one of {', '.join(SCALINGS)} (got {scaling!r})")
     if seq_len is not None and not 2 <= seq_len <= 2**20:
         fail(f"--seq-len: must be an integer in [2, 1048576] (got {seq_len})")
-    if seed < 0:
-        fail(f"--seed: must be a non-negative integer (got {seed})")
+    check_output_dir("--out", out)
+    check_output_file("--report", report, ("html", "htm"))
     kw = dict(beta=beta, alpha_attn=a, centred=centred, scaling=scaling,
               scaling_param=scaling_param, seq_len=seq_len, seeds=seeds, sequences=sequences,
               device=device, seed=seed)
@@ -117,12 +119,13 @@ def fix_cmd(model: str = typer.Argument(..., help="preset name or local path"),
         else:
             before, rep, after = dg.fix(model, out, **kw)
     except SpecError as err:
-        fail_spec(err) if err.field != "model" else fail(str(err).split(": ", 1)[1])
+        fail_spec(err)
     if report is not None:
         write_report_file(report, after, fix=(before, rep))
     if fmt == Fmt.json:
         _emit_json({"model": model, "out": out, "fix": rep.to_dict(),
-                    "before": dg.to_json(before), "after": dg.to_json(after),
+                    "before": dg.to_json(before, timing=not no_timing),
+                    "after": dg.to_json(after, timing=not no_timing),
                     "verdict_before": before.verdict, "verdict": after.verdict})
     elif fmt == Fmt.csv:
         import pandas as pd

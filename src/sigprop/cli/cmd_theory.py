@@ -13,6 +13,7 @@ from .common import (
     FormatOpt,
     SeedOpt,
     _emit_json,
+    check_figure_path,
     fail,
     spec_command,
     write_figure,
@@ -44,7 +45,8 @@ def predict(spec: ArchSpec, asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatO
 
 @spec_command
 def diagram_cmd(spec: ArchSpec,
-                out: str | None = typer.Option(None, "--out", help="write the diagram PNG"),
+                out: str | None = typer.Option(None, "--out",
+                                               help="write the diagram (.png, .svg, .pdf)"),
                 grid: int = typer.Option(256, "--grid", help="grid points per axis"),
                 beta_max: float | None = typer.Option(None, "--beta-max", help="beta axis end"),
                 alpha_max: float | None = typer.Option(None, "--alpha-max",
@@ -59,6 +61,7 @@ def diagram_cmd(spec: ArchSpec,
     for name, val in (("--beta-max", beta_max), ("--alpha-max", alpha_max)):
         if val is not None and not 0 < val <= 1e3:
             fail(f"{name}: must be a number in (0, 1000] (got {val})")
+    check_figure_path("--out", out)
     d = diagram.compute(spec, n_beta=grid, n_alpha=grid, beta_max=beta_max,
                         alpha_max=alpha_max, asymptotic=asymptotic)
     if out:

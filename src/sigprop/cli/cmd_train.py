@@ -10,8 +10,12 @@ from ..spec import ArchSpec, SpecError
 from .common import (
     Fmt,
     FormatOpt,
+    NoTimingOpt,
     SeedOpt,
     _emit_json,
+    _timing,
+    check_figure_path,
+    check_output_dir,
     fail,
     fail_spec,
     spec_command,
@@ -98,7 +102,7 @@ def train_cmd(spec: ArchSpec,
               plot: str | None = typer.Option(None, "--plot", help="write loss curves PNG"),
               checkpoint: str | None = typer.Option(None, "--checkpoint",
                                                     help="write safetensors + spec.json here"),
-              fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
+              fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt) -> None:
     """Train the spec's model (MLM by default on the built-in stories) and record the loss
     and the signal-propagation observables during training."""
     from .. import trajectory
@@ -110,6 +114,8 @@ def train_cmd(spec: ArchSpec,
                         measure_every=measure_every, seeds=seeds, seed=seed, device=device,
                         attention_only=attention_only, tie=tie, threads=threads,
                         bias_init=bias_init)
+    check_figure_path("--plot", plot)
+    check_output_dir("--checkpoint", checkpoint)
     corpus = _corpus_or_fail(task, data, documents, vocab_size)
     try:
         res = _progress(fmt, f"training ({task})", steps,
@@ -134,7 +140,7 @@ def train_cmd(spec: ArchSpec,
                     "rows": trajectory.to_rows(res.trajectory),
                     "final_loss": float(res.final_train.mean()),
                     "eval_loss": float(res.final_eval.mean()), "baseline": res.baseline,
-                    "seconds": res.seconds, "checkpoint": written, **res.info})
+                    **_timing(res.seconds, no_timing), "checkpoint": written, **res.info})
     elif fmt == Fmt.csv:
         res.trajectory.drop(columns=[c for c in res.trajectory.columns
                                      if c.startswith("spec.")]).to_csv(sys.stdout, index=False)
@@ -144,13 +150,24 @@ def train_cmd(spec: ArchSpec,
         print_training(res)
 
 
-def _floats(option: str, text: str) -> list[float]:
-    try:
-        vals = [float(v) for v in text.replace(" ", "").split(",") if v]
-    except ValueError:
-        fail(f"{option}: must be comma-separated numbers (got {text!r})")
-    if not vals:
-        fail(f"{option}: give at least one number")
+def _floats(option: str, text: str, hi: float) -> list[float]:
+    """A comma-separated list of finite numbers in [0, hi] (``--betas``, ``--alphas``); every
+    item must parse on its own (``'1 2'`` is an error, not 12)."""
+    import math
+
+    usage = f"must be comma-separated numbers in [0, {hi:g}], e.g. 0.3,1,8"
+    items = [v.strip() for v in text.split(",")]
+    if not any(items) or len(items) > 64:
+        fail(f"{option}: {usage}, at most 64 (got {text!r})")
+    vals = []
+    for v in items:
+        try:
+            x = float(v)
+        except ValueError:
+            fail(f"{option}: {usage} (got {v!r})")
+        if not (math.isfinite(x) and 0 <= x <= hi):
+            fail(f"{option}: {usage} (got {v!r})")
+        vals.append(x)
     return vals
 
 
@@ -184,7 +201,8 @@ def trainability(spec: ArchSpec,
         spec = replace(spec, **DEEP_SMALL)
     if not 0 < margin <= 100:
         fail(f"--margin: must be a number in (0, 100] (got {margin})")
-    b, a = _floats("--betas", betas), _floats("--alphas", alphas)
+    b, a = _floats("--betas", betas, 1e4), _floats("--alphas", alphas, 1e6)
+    check_figure_path("--plot", plot)
     cfg = _train_config(steps=steps, batch_size=batch_size, lr=lr, seeds=seeds, seed=seed,
                         device=device, measure_every=0, threads=threads, bias_init=bias_init)
     corpus = _corpus_or_fail("mlm", data, None, 2000)

@@ -3,9 +3,11 @@ options every architecture command takes (CLI.md "Spec options")."""
 
 from __future__ import annotations
 
+import errno
 import functools
 import inspect
 import json
+import os
 import sys
 from enum import StrEnum
 from typing import Any
@@ -39,17 +41,121 @@ def option_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
+def _command_options() -> set[str]:
+    """Long option names of the command being run (empty outside a click context)."""
+    ctx = None
+    try:  # typer >= 0.2x vendors its own click
+        from typer._click.globals import get_current_context
+
+        ctx = get_current_context(silent=True)
+    except ImportError:
+        pass
+    if ctx is None:
+        try:
+            import click
+
+            ctx = click.get_current_context(silent=True)
+        except ImportError:
+            pass
+    if ctx is None:
+        return set()
+    return {o for p in ctx.command.params for o in getattr(p, "opts", ()) if o.startswith("--")}
+
+
 def fail_spec(err: SpecError):
-    """A SpecError as the CLI's one-line message, naming the option instead of the field."""
-    fail(f"{option_name(err.field)}: {str(err).split(': ', 1)[1]}")
+    """A SpecError as the CLI's one-line message: a field that is an option of this command is
+    named as the option (``--seq-len``), ``model`` as the MODEL argument, anything else (a
+    config.json field, ``weights``) by its own name."""
+    msg = str(err).split(": ", 1)[1]
+    name = option_name(err.field)
+    if err.field == "model":
+        fail(f"MODEL: {msg}")
+    fail(f"{name}: {msg}" if name in _command_options() else f"{err.field}: {msg}")
+
+
+# ---- output paths, checked before any work ---------------------------------------------------
+#: figure formats matplotlib writes (``--out``, ``--plot``)
+FIGURE_FORMATS = ("png", "svg", "pdf", "jpg", "jpeg", "eps", "ps", "tif", "tiff", "webp")
+
+
+def _probe_writable(option: str, folder: str) -> None:
+    """``folder`` must exist and accept a new file (tried, so read-only mounts and /sys fail)."""
+    import tempfile
+
+    if not os.path.isdir(folder):
+        fail(f"{option}: folder {folder!r} does not exist")
+    try:
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".sigprop-probe-"):
+            pass
+    except OSError as err:
+        fail(f"{option}: cannot write in {folder!r} ({err.strerror or err})")
+
+
+def _check_name(option: str, path: str) -> str:
+    if not path or not path.strip():
+        fail(f"{option}: must be a non-empty path")
+    if "\0" in path:
+        fail(f"{option}: path contains a NUL byte")
+    full = os.path.abspath(os.path.expanduser(path))
+    for part in full.split(os.sep):
+        if len(part.encode()) > 255:
+            fail(f"{option}: a path component is longer than 255 bytes")
+    if len(full.encode()) > 4000:
+        fail(f"{option}: path longer than 4000 bytes")
+    return full
+
+
+def check_output_file(option: str, path: str | None, formats: tuple[str, ...] | None = None
+                      ) -> None:
+    """Validate a file to be written (``--report``, ``--plot``, ``--out`` of diagram) before
+    any work: non-empty, not a folder, an allowed extension, a writable existing folder."""
+    if path is None:
+        return
+    full = _check_name(option, path)
+    if os.path.isdir(full):
+        fail(f"{option}: {path!r} is a folder; give a file name")
+    if formats is not None:
+        ext = os.path.splitext(full)[1].lower().lstrip(".")
+        if ext not in formats:
+            fail(f"{option}: file name must end in one of .{', .'.join(formats)} "
+                 f"(got {path!r})")
+    _probe_writable(option, os.path.dirname(full))
+
+
+def check_figure_path(option: str, path: str | None) -> None:
+    check_output_file(option, path, FIGURE_FORMATS)
+
+
+def check_output_dir(option: str, path: str | None) -> None:
+    """A folder to be created or filled (``fix --out``, ``train --checkpoint``): non-empty,
+    not an existing file, its nearest existing ancestor writable."""
+    if path is None:
+        return
+    full = _check_name(option, path)
+    if os.path.exists(full) and not os.path.isdir(full):
+        fail(f"{option}: {path!r} exists and is not a folder")
+    probe = full
+    while not os.path.isdir(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            break
+        probe = parent
+    _probe_writable(option, probe)
+
+
+def _check_seed(value: int) -> int:
+    if value is not None and not 0 <= value < 2**63:
+        fail(f"--seed: must be an integer in [0, 2^63) (got {value})")
+    return value
 
 
 def write_figure(option: str, path: str, draw, *args, **kwargs) -> None:
-    """Draw a figure to ``path``; an unwritable path is a bad value of ``option`` (exit 2)."""
+    """Draw a figure to ``path`` (validated up front with :func:`check_figure_path`); a write
+    that still fails is a bad value of ``option`` (exit 2)."""
     try:
         draw(*args, path, **kwargs)
     except OSError as err:
-        fail(f"{option}: cannot write {path!r} ({err.strerror or err})")
+        fail(f"{option}: cannot write {path!r} ({err.strerror or errno.errorcode.get(err.errno)})")
 
 
 # Spec options shared by every command that takes an architecture (CLI.md "Spec options").
@@ -107,7 +213,15 @@ def spec_command(fn):
 
 FormatOpt = typer.Option(Fmt.table, "--format", help="output format")
 AsymptoticOpt = typer.Option(False, "--asymptotic", help="T -> inf theory (THEORY §2.2)")
-SeedOpt = typer.Option(0, "--seed", help="randomness seed")
+SeedOpt = typer.Option(0, "--seed", help="randomness seed, 0 <= seed < 2^63",
+                       callback=_check_seed)
+NoTimingOpt = typer.Option(False, "--no-timing",
+                           help="leave wall-clock fields out of the JSON (byte-reproducible)")
+
+
+def _timing(seconds: float, no_timing: bool) -> dict:
+    """The wall-clock field of a JSON result, or nothing under ``--no-timing``."""
+    return {} if no_timing else {"seconds": seconds}
 
 
 def _emit_json(obj: dict) -> None:
