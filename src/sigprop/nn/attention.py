@@ -76,7 +76,10 @@ def softmax_with_stats(logits: Tensor, n_keys: Tensor) -> tuple[Tensor, dict[str
     A_ab = exp(z_ab - m_a) / Z_a, the row maximum of A is 1 / Z_a, so log Z_a = -log max_b A_ab
     and the entropy is H_a = log Z_a + m_a - sum_b A_ab z_ab. Masked logits must be finite
     (the most negative float, see the causal mask) so that 0 * z = 0. In float32 at score
-    std 100 (|z| ~ 300) the cancellation costs ~1e-5 nats, far below any tolerance used.
+    std 100 (|z| ~ 300) the cancellation costs ~1e-5 nats, far below any tolerance used, but
+    it can push a frozen row (exact entropy 0) to -1e-5 or a uniform row above log n: each
+    row is therefore clamped to [0, log n_a], the range its exact value lies in (the clamp
+    moves a row by at most that roundoff; a test compares with float64).
     The probabilities keep their autograd history; the statistics are detached.
     """
     a = torch.softmax(logits, dim=-1)
@@ -84,6 +87,8 @@ def softmax_with_stats(logits: Tensor, n_keys: Tensor) -> tuple[Tensor, dict[str
         ad, z = a.detach(), logits.detach()
         amax = ad.amax(-1)
         ent_rows = (z.amax(-1) - torch.log(amax)) - torch.einsum("...i,...i->...", ad, z)
+        log_n = torch.log(n_keys.to(ad.dtype).clamp_min(1.0))
+        ent_rows = torch.minimum(ent_rows.clamp_min(0.0), log_n)
         return a, _reduce_rows(ad, ent_rows, amax, n_keys)
 
 
