@@ -7,7 +7,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.sigprop-installed
 OUT    ?= out
 
-.PHONY: setup demo test test-slow bench lint clean
+.PHONY: setup demo test test-slow bench lint docs clean
 
 setup: $(STAMP)
 
@@ -38,5 +38,12 @@ bench: setup
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
 
+# the documentation site (docs/, mkdocs.yml) into site/; the docs extra holds only mkdocs packages
+# (torch is already there from setup). NO_MKDOCS_2_WARNING silences mkdocs-material's
+# end-of-life banner, which is not a build warning; --strict fails on every real one.
+docs: setup
+	$(BIN)/python -m pip install -q -e '.[docs]'
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
+
 clean:
-	rm -rf $(VENV) $(OUT) .pytest_cache
+	rm -rf $(VENV) $(OUT) .pytest_cache site
