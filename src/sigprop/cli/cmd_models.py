@@ -12,6 +12,7 @@ from .common import (
     FormatOpt,
     NoTimingOpt,
     SeedOpt,
+    WideOpt,
     _emit_json,
     check_output_dir,
     check_output_file,
@@ -29,7 +30,8 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
              device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
              report: str | None = typer.Option(None, "--report",
                                                help="write a self-contained HTML report"),
-             fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt) -> None:
+             fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt,
+             wide: bool = WideOpt) -> None:
     """A real HuggingFace architecture at init: measured per layer, theory beside it, verdict
     and recommendations."""
     from .. import diagnose as dg
@@ -61,7 +63,7 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
     else:
         from ..report import console
 
-        console.print_diagnosis(d)
+        console.print_diagnosis(d, wide=wide)
 
 
 def _alpha_value(text: str | None) -> float | str | None:
@@ -90,7 +92,8 @@ def fix_cmd(model: str = typer.Argument(..., help="preset name or local path"),
             device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
             report: str | None = typer.Option(None, "--report",
                                               help="HTML report of the fixed model"),
-            fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt) -> None:
+            fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt,
+            wide: bool = WideOpt) -> None:
     """Patch a model against rank / entropy collapse, write it to --out (config.json +
     safetensors, reloadable without remote code) and show the diagnosis before and after."""
     from .. import diagnose as dg
@@ -137,4 +140,4 @@ def fix_cmd(model: str = typer.Argument(..., help="preset name or local path"),
     else:
         from ..report import console
 
-        console.print_fix(before, rep, after, out)
+        console.print_fix(before, rep, after, out, wide=wide)

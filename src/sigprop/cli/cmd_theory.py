@@ -12,6 +12,7 @@ from .common import (
     Fmt,
     FormatOpt,
     SeedOpt,
+    WideOpt,
     _emit_json,
     check_figure_path,
     fail,
@@ -22,7 +23,7 @@ from .common import (
 
 @spec_command
 def predict(spec: ArchSpec, asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatOpt,
-            seed: int = SeedOpt) -> None:
+            seed: int = SeedOpt, wide: bool = WideOpt) -> None:
     """Theory trajectory (cos, q, ipr, entropy, wmax per layer), verdict and alpha_crit."""
     from .. import trajectory
     from ..theory import blocks, diagram
@@ -40,7 +41,7 @@ def predict(spec: ArchSpec, asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatO
     else:
         from ..report import console
 
-        console.print_prediction(spec, traj, derived, verdict, a_crit)
+        console.print_prediction(spec, traj, derived, verdict, a_crit, wide=wide)
 
 
 @spec_command
@@ -52,7 +53,7 @@ def diagram_cmd(spec: ArchSpec,
                 alpha_max: float | None = typer.Option(None, "--alpha-max",
                                                        help="alpha_attn axis end"),
                 asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatOpt,
-                seed: int = SeedOpt) -> None:
+                seed: int = SeedOpt, wide: bool = WideOpt) -> None:
     """(beta, alpha_attn) trainability diagram for the spec's depth (THEORY §2.7)."""
     from ..theory import diagram
 
@@ -79,7 +80,7 @@ def diagram_cmd(spec: ArchSpec,
     else:
         from ..report import console
 
-        console.print_diagram(spec, d, out)
+        console.print_diagram(spec, d, out, wide=wide)
 
 
 TRANSLATE_KEYS = ("sigma_s", "beta", "beta_c", "beta_over_beta_c", "gamma", "gamma_c",
@@ -99,7 +100,8 @@ def translations(spec: ArchSpec) -> dict:
 
 
 @spec_command
-def translate(spec: ArchSpec, fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
+def translate(spec: ArchSpec, fmt: Fmt = FormatOpt, seed: int = SeedOpt,
+              wide: bool = WideOpt) -> None:
     """The score scale in all five papers' terms (THEORY §6)."""
     d = translations(spec)
     if fmt == Fmt.json:
@@ -111,4 +113,4 @@ def translate(spec: ArchSpec, fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None
     else:
         from ..report import console
 
-        console.print_translation(spec, d)
+        console.print_translation(spec, d, wide=wide)

@@ -12,6 +12,7 @@ from .common import (
     FormatOpt,
     NoTimingOpt,
     SeedOpt,
+    WideOpt,
     _emit_json,
     _timing,
     check_figure_path,
@@ -102,7 +103,8 @@ def train_cmd(spec: ArchSpec,
               plot: str | None = typer.Option(None, "--plot", help="write loss curves PNG"),
               checkpoint: str | None = typer.Option(None, "--checkpoint",
                                                     help="write safetensors + spec.json here"),
-              fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt) -> None:
+              fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt,
+              wide: bool = WideOpt) -> None:
     """Train the spec's model (MLM by default on the built-in stories) and record the loss
     and the signal-propagation observables during training."""
     from .. import trajectory
@@ -147,7 +149,7 @@ def train_cmd(spec: ArchSpec,
     else:
         from ..report.training import print_training
 
-        print_training(res)
+        print_training(res, wide=wide)
 
 
 def _floats(option: str, text: str, hi: float) -> list[float]:
@@ -185,7 +187,7 @@ def trainability(spec: ArchSpec,
                  bias_init: str = _bias_init_opt("unigram"),
                  data: str = DataOpt, device: str = DeviceOpt, threads: int = ThreadsOpt,
                  plot: str | None = typer.Option(None, "--plot", help="write loss curves PNG"),
-                 fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
+                 fmt: Fmt = FormatOpt, seed: int = SeedOpt, wide: bool = WideOpt) -> None:
     """Train every (beta, alpha_attn) grid point briefly, classify it learned / stuck and
     show it beside the theory's regime. Without architecture options: a 24-layer post-LN
     model, d=32, 2 heads, T=32, gg25 variances; training defaults are
@@ -227,4 +229,4 @@ def trainability(spec: ArchSpec,
     else:
         from ..report.training import print_trainability
 
-        print_trainability(table, crit)
+        print_trainability(table, crit, wide=wide)

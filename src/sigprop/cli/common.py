@@ -25,6 +25,24 @@ app = typer.Typer(
 )
 
 
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            v = version("sigprop")
+        except PackageNotFoundError:
+            v = "unknown"
+        typer.echo(f"sigprop {v}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="print the version and exit")) -> None:
+    """Predict, measure and prevent rank collapse and entropy collapse in transformers."""
+
+
 class Fmt(StrEnum):
     table = "table"
     json = "json"
@@ -215,6 +233,8 @@ FormatOpt = typer.Option(Fmt.table, "--format", help="output format")
 AsymptoticOpt = typer.Option(False, "--asymptotic", help="T -> inf theory (THEORY §2.2)")
 SeedOpt = typer.Option(0, "--seed", help="randomness seed, 0 <= seed < 2^63",
                        callback=_check_seed)
+WideOpt = typer.Option(False, "--wide", help="tables with every column, never cut to the "
+                       "terminal's width")
 NoTimingOpt = typer.Option(False, "--no-timing",
                            help="leave wall-clock fields out of the JSON (byte-reproducible)")
 

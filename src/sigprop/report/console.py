@@ -8,60 +8,74 @@ from rich.console import Console
 from rich.table import Table
 
 from ..spec import ArchSpec
+from . import tables
 
 _VERDICT_STYLE = {"trainable": "bold green", "rank_collapse": "bold yellow",
                   "entropy_collapse": "bold red"}
 _COLUMNS = ("cos", "q", "ipr", "ipr_cross", "entropy", "wmax")
+_ABBR = {"entropy": "ent", "stable_rank": "srank"}
 
 
-def _fmt(x: float) -> str:
+def _fmt(x) -> str:
+    """A lone number (not in a column): 4 significant digits."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "inf" if x == math.inf else "–"
     return f"{x:.4g}"
 
 
 def _derived_table(derived: dict) -> Table:
-    t = Table(title="derived (THEORY §6)", show_header=False, box=None)
+    t = tables.table("derived", "value", right=("value",))
     for k, v in derived.items():
         t.add_row(k, _fmt(float(v)))
     return t
 
 
-def print_prediction(spec: ArchSpec, traj, derived: dict, verdict: str,
-                     alpha_crit: float, console: Console | None = None) -> None:
-    import pandas as pd
+def _wide_columns(w, names, stderr=None) -> dict[str, list[str]]:
+    """Formatted columns of a layer x observable frame (shared decimals per column)."""
+    out = {}
+    for c in names:
+        vals = list(w[c])
+        se = list(stderr[c].reindex(w.index)) if stderr is not None and c in stderr else None
+        out[c] = tables.column(vals, se)
+    return out
 
+
+def print_prediction(spec: ArchSpec, traj, derived: dict, verdict: str,
+                     alpha_crit: float | None, console: Console | None = None,
+                     wide: bool = False) -> None:
     from .. import trajectory
 
-    console = console or Console()
+    console = console or tables.console(wide)
     src = traj["source"].iloc[0]
     w = trajectory.wide(traj)
-    t = Table(title=f"sigprop predict — {spec.norm}-LN, L={spec.depth}, T={spec.seq_len}, "
-                    f"{spec.attention} attention, {spec.activation} ({src})")
-    t.add_column("layer", justify="right")
+    console.print(f"[bold]sigprop predict[/] {spec.norm}-LN, L={spec.depth}, T={spec.seq_len}, "
+                  f"{spec.attention}, {spec.activation} ({src})")
     cols = [c for c in _COLUMNS if c in w.columns]
-    for c in cols:
-        t.add_column(c, justify="right")
-    for layer, row in w.iterrows():
-        t.add_row(str(layer), *(_fmt(row[c]) if pd.notna(row[c]) else "" for c in cols))
+    t = tables.table("layer", *cols, right=("layer", *cols))
+    cells = _wide_columns(w, cols)
+    for i, layer in enumerate(w.index):
+        t.add_row(str(layer), *(cells[c][i] if cells[c][i] != "–" else "" for c in cols))
     console.print(t)
     console.print(_derived_table(derived))
     console.print(f"verdict: [{_VERDICT_STYLE[verdict]}]{verdict}[/]   "
-                  f"alpha_crit(L={spec.depth}) = {_fmt(alpha_crit)}   "
-                  f"(spec alpha_attn = {spec.alpha_attn:g}, rho_max = {spec.rho_max:g})")
+                  f"alpha_crit(L={spec.depth}) = {_fmt(alpha_crit)}")
+    console.print(f"(spec alpha_attn = {spec.alpha_attn:g}, rho_max = {spec.rho_max:g})")
 
 
-def print_diagram(spec: ArchSpec, d, out: str | None, console: Console | None = None) -> None:
+def print_diagram(spec: ArchSpec, d, out: str | None, console: Console | None = None,
+                  wide: bool = False) -> None:
     import numpy as np
 
-    console = console or Console()
-    t = Table(title=f"trainability diagram — L={d.depth}, rho0={d.rho0:g}, "
-                    f"beta_c={d.beta_c:.4g}, rho_max={d.rho_max:g}")
-    t.add_column("beta", justify="right")
-    t.add_column("alpha_crit", justify="right")
-    idx = np.unique(np.linspace(0, len(d.betas) - 1, 12).round().astype(int))
-    for i in idx:
-        t.add_row(_fmt(float(d.betas[i])), _fmt(float(d.alpha_crit[i])))
+    console = console or tables.console(wide)
+    console.print(f"[bold]trainability diagram[/] L={d.depth}, rho0={d.rho0:g}, "
+                  f"beta_c={d.beta_c:.4g}, rho_max={d.rho_max:g}")
+    t = tables.table("beta", "alpha_crit", right=("beta", "alpha_crit"))
+    idx = np.unique(np.linspace(0, len(d.betas) - 1, len(d.betas) if wide else 12)
+                    .round().astype(int))
+    b = tables.column([float(d.betas[i]) for i in idx])
+    a = tables.column([float(d.alpha_crit[i]) for i in idx])
+    for bi, ai in zip(b, a, strict=True):
+        t.add_row(bi, ai)
     console.print(t)
     shares = np.bincount(d.regime.ravel(), minlength=3) / d.regime.size
     console.print("grid shares: " + ", ".join(
@@ -69,97 +83,115 @@ def print_diagram(spec: ArchSpec, d, out: str | None, console: Console | None = 
         zip(("trainable", "rank_collapse", "entropy_collapse"), shares, strict=True)))
     p = d.point
     console.print(f"this spec: beta={p['beta']:.4g}, alpha_attn={p['alpha']:g} -> "
-                  f"[{_VERDICT_STYLE[p['regime']]}]{p['regime']}[/] "
-                  f"(rho_L={p['rho_L']:.4g}, alpha_crit={_fmt(p['alpha_crit'])})")
+                  f"[{_VERDICT_STYLE[p['regime']]}]{p['regime']}[/]")
+    console.print(f"  (rho_L={p['rho_L']:.4g}, alpha_crit={_fmt(p['alpha_crit'])})")
     if out:
         console.print(f"wrote {out}")
 
 
-_PAPER = {"sigma_s": "score std", "beta": "gg25 (Eq. 11)", "beta_c": "gg25 (THEORY §2.2)",
+_PAPER = {"sigma_s": "score std", "beta": "gg25 (Eq. 11)", "beta_c": "gg25 (beta_c)",
           "beta_over_beta_c": "gg25", "gamma": "clpr25 (sigma_s / log T)",
           "gamma_c": "clpr25 (1/(1-rho))", "gamma_one_minus_rho": "clpr25",
           "deshpande_ratio": "deshpande26 (beta/beta_c)", "sigma_A": "mindthegap",
           "tau": "noci22 temperature", "tau_star": "noci22 Eq. 47"}
 
 
-def print_translation(spec: ArchSpec, derived: dict, console: Console | None = None) -> None:
-    console = console or Console()
-    t = Table(title=f"one parameter, five names (THEORY §6) — T={spec.seq_len}, "
-                    f"d_head={spec.d_head}, rho0={derived['rho0']:g}")
-    t.add_column("name")
-    t.add_column("value", justify="right")
-    t.add_column("paper")
+def print_translation(spec: ArchSpec, derived: dict, console: Console | None = None,
+                      wide: bool = False) -> None:
+    console = console or tables.console(wide)
+    console.print(f"[bold]one parameter, five names[/] T={spec.seq_len}, d_head={spec.d_head}, "
+                  f"rho0={derived['rho0']:g}")
+    t = tables.table("name", "value", "paper", right=("value",))
     for k, v in derived.items():
         t.add_row(k, _fmt(float(v)), _PAPER.get(k, ""))
     console.print(t)
 
 
 def print_measurement(spec: ArchSpec, traj, agreement: dict, verdict: str, m,
-                      console: Console | None = None) -> None:
-    """Theory vs measured per layer for the main observables."""
-    import pandas as pd
-
+                      console: Console | None = None, wide: bool = False) -> None:
+    """Theory beside measured ± stderr per layer; cos, ipr, entropy (``wide``: all)."""
     from .. import trajectory
 
-    console = console or Console()
+    console = console or tables.console(wide)
     theory = traj[traj["source"] != "measured"]
     meas = traj[traj["source"] == "measured"]
     tw, mw = trajectory.wide(theory), trajectory.wide(meas)
     se = meas.pivot_table(index="layer", columns="observable", values="stderr", aggfunc="first")
-    cols = [c for c in ("cos", "ipr", "entropy", "wmax", "stable_rank") if c in mw.columns]
-    t = Table(title=f"sigprop measure — {m.info['seeds']} seeds x {m.info['sequences']} "
-                    f"sequences, input {m.info['input']} ({m.seconds:.1f} s)")
-    t.add_column("layer", justify="right")
+    names = ("cos", "ipr", "entropy", "wmax", "stable_rank") if wide else ("cos", "ipr",
+                                                                            "entropy")
+    cols = [c for c in names if c in mw.columns]
+    console.print(f"[bold]sigprop measure[/] {m.info['seeds']} seeds x {m.info['sequences']} "
+                  f"sequences, input {m.info['input']} ({m.seconds:.1f} s)")
+    heads = ["layer"]
+    for c in cols:  # theory beside the measured mean ± stderr, headed by the observable
+        heads += [f"{_ABBR.get(c, c)} th", _ABBR.get(c, c)]
+    t = tables.table(*heads, right=heads)
+    layers = list(mw.index)
+    cells = []
     for c in cols:
-        t.add_column(f"{c}\ntheory / measured", justify="right")
-    for layer in mw.index:
-        cells = []
-        for c in cols:
-            tv = tw[c].get(layer) if c in tw.columns else None
-            mv, sv = mw[c].get(layer), se[c].get(layer) if c in se.columns else None
-            left = "–" if tv is None or pd.isna(tv) else _fmt(float(tv))
-            right = "" if mv is None or pd.isna(mv) else _fmt(float(mv))
-            if right and sv is not None and not pd.isna(sv):
-                right += f"±{float(sv):.1g}"
-            cells.append(f"{left} / {right}" if right else left)
-        t.add_row(str(layer), *cells)
+        tv = [tw[c].get(layer) if c in tw.columns else None for layer in layers]
+        mv = [mw[c].get(layer) for layer in layers]
+        sv = [se[c].get(layer) if c in se.columns else None for layer in layers]
+        dec = tables.decimals([*tv, *mv])
+        cells.append([tables.fmt(v, dec) for v in tv])
+        cells.append([tables.fmt_pm(v, s, dec) for v, s in zip(mv, sv, strict=True)])
+    for i, layer in enumerate(layers):
+        t.add_row(str(layer), *(col[i] for col in cells))
     console.print(t)
+    shown = sorted(agreement) if wide else [k for k in ("cos", "ipr", "entropy", "wmax")
+                                            if k in agreement]
     console.print("max |theory - measured|: " + ", ".join(
-        f"{k} {v:.3g}" for k, v in sorted(agreement.items())))
+        f"{k} {agreement[k]:.2g}" for k in shown))
     console.print(f"verdict (theory): [{_VERDICT_STYLE[verdict]}]{verdict}[/]")
 
 
-def print_diagnosis(d, console: Console | None = None) -> None:
-    """Per-layer measurement with theory beside it, head extremes, verdict, recommendations."""
-    import pandas as pd
-
+def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> None:
+    """Per-layer measurement with theory beside it, the range of head entropies, verdict,
+    recommendations. ``wide`` adds ± on every measured column and the extreme heads."""
     from .. import trajectory
     from ..diagnose import head_extremes
 
-    console = console or Console()
+    console = console or tables.console(wide)
     traj = d.trajectory
+    meas = traj[traj.source == "measured"]
     mw = trajectory.wide(traj, "measured")
     tw = trajectory.wide(traj, "theory")
+    se = meas.pivot_table(index="layer", columns="observable", values="stderr", aggfunc="first")
     ext = {e["layer"]: e for e in head_extremes(d.heads)}
-    t = Table(title=f"sigprop diagnose {d.model} — L={d.spec.depth}, d={d.spec.d_model}, "
-                    f"H={d.spec.heads}, T={d.spec.seq_len}, {d.spec.norm}-LN "
-                    f"({d.seconds:.1f} s)")
-    for name in ("layer", "cos", "cos theory", "ipr", "entropy", "wmax", "stable rank",
-                 "entropy heads min/max"):
-        t.add_column(name, justify="right")
-    for layer in mw.index:
-        row = mw.loc[layer]
+    console.print(f"[bold]sigprop diagnose[/] {d.model}: L={d.spec.depth}, d={d.spec.d_model}, "
+                  f"H={d.spec.heads}, T={d.spec.seq_len}, {d.spec.norm}-LN")
+    layers = list(mw.index)
+    obs = [c for c in ("ipr", "entropy", "wmax", "stable_rank") if c in mw.columns]
 
-        def g(col, src=row):
-            v = src.get(col) if hasattr(src, "get") else None
-            return "" if v is None or pd.isna(v) else _fmt(float(v))
+    def col(c, with_se):
+        vals = [mw[c].get(layer) for layer in layers]
+        errs = [se[c].get(layer) if c in se.columns else None for layer in layers]
+        return tables.column(vals, errs if with_se else None)
 
-        th = tw.loc[layer] if layer in tw.index else None
+    cos_th = [tw["cos"].get(layer) if "cos" in tw.columns else None for layer in layers]
+    dec = tables.decimals([*mw["cos"], *cos_th])  # measured and theory cos read alike
+    cos_m = [tables.fmt_pm(mw["cos"].get(layer), se["cos"].get(layer) if "cos" in se else None,
+                           dec) for layer in layers]
+    cos_t = [tables.fmt(v, dec) for v in cos_th]
+    other = {c: col(c, wide) for c in obs}
+    lo = tables.column([ext[layer]["min_entropy"] if layer in ext else None for layer in layers])
+    hi = tables.column([ext[layer]["max_entropy"] if layer in ext else None for layer in layers])
+    head_cells = []
+    for i, layer in enumerate(layers):
         e = ext.get(layer)
-        heads = (f"h{e['min_entropy_head']} {e['min_entropy']:.2f} / h{e['max_entropy_head']} "
-                 f"{e['max_entropy']:.2f}") if e else ""
-        t.add_row(str(layer), g("cos"), g("cos", th) if th is not None else "", g("ipr"),
-                  g("entropy"), g("wmax"), g("stable_rank"), heads)
+        if e is None:
+            head_cells.append("")
+        elif wide:
+            head_cells.append(f"h{e['min_entropy_head']} {lo[i]} – h{e['max_entropy_head']} "
+                              f"{hi[i]}")
+        else:
+            head_cells.append(f"{lo[i]}–{hi[i]}")
+    names = ["layer", "cos", "cos th", *[c.replace("stable_rank", "srank") for c in obs],
+             "head entropy"]
+    t = tables.table(*names, right=names)
+    for i, layer in enumerate(layers):
+        t.add_row(str(layer), cos_m[i], "" if cos_t[i] == "–" else cos_t[i],
+                  *("" if other[c][i] == "–" else other[c][i] for c in obs), head_cells[i])
     console.print(t)
     console.print(_derived_table(d.derived))
     where = "" if d.first_failing_layer is None else f" from layer {d.first_failing_layer}"
@@ -172,23 +204,55 @@ def print_diagnosis(d, console: Console | None = None) -> None:
         console.print("[bold]where the theory does not cover this model[/]")
         for n in d.notes:
             console.print(f"  • {n}")
+    console.print(f"{d.seconds:.1f} s")
 
 
-def print_fix(before, rep, after, out: str, console: Console | None = None) -> None:
-    """What ``sigprop fix`` changed, and the diagnosis of the written model (re-measured)."""
-    console = console or Console()
+def _sampled_layers(layers: list, wide: bool, most: int = 13) -> list:
+    """All layers (``wide`` or few), else ``most`` evenly spaced ones incl. first and last."""
+    if wide or len(layers) <= most:
+        return layers
+    import numpy as np
+
+    idx = np.unique(np.linspace(0, len(layers) - 1, most).round().astype(int))
+    return [layers[i] for i in idx]
+
+
+def print_fix(before, rep, after, out: str, console: Console | None = None,
+              wide: bool = False) -> None:
+    """What ``sigprop fix`` changed; before / after per layer (measured cos and entropy, the
+    theory's cos), a sample of layers on deep models (``wide``: all); the verdicts."""
+    from .. import trajectory
+
+    console = console or tables.console(wide)
     console.print(f"[bold]sigprop fix[/] {before.model} -> {out}")
     for c in rep.changes:
         console.print(f"  • {c}")
-    t = Table(title="before / after")
-    for name in ("", "verdict (measured)", "final cos (measured)", "final cos (theory)",
-                 "theory verdict"):
-        t.add_column(name, justify="right")
-    for label, d, key in (("before", before, "before"), ("after", after, "after")):
-        m = d.trajectory[(d.trajectory.source == "measured") & (d.trajectory.observable == "cos")]
-        last = float(m.sort_values("layer")["value"].iloc[-1]) if len(m) else float("nan")
-        style = _VERDICT_STYLE[d.verdict]
-        t.add_row(label, f"[{style}]{d.verdict}[/]", _fmt(last),
-                  _fmt(rep.predicted[key]["final_cos"]), rep.predicted[key]["verdict"])
+    mb, ma = trajectory.wide(before.trajectory, "measured"), trajectory.wide(
+        after.trajectory, "measured")
+    tb, ta = trajectory.wide(before.trajectory, "theory"), trajectory.wide(
+        after.trajectory, "theory")
+    layers = _sampled_layers([x for x in mb.index if x in ma.index], wide)
+
+    def col(frame, name):
+        return tables.column([frame[name].get(x) if name in frame.columns else None
+                              for x in layers])
+
+    cols = {"cos before": col(mb, "cos"), "cos after": col(ma, "cos"),
+            "th before": col(tb, "cos"), "th after": col(ta, "cos"),
+            "ent before": col(mb, "entropy"), "ent after": col(ma, "entropy")}
+    names = ["layer", *cols]
+    t = tables.table(*names, right=names)
+    for i, x in enumerate(layers):
+        t.add_row(str(x), *("" if v[i] == "–" else v[i] for v in cols.values()))
+    if len(layers) < len(mb.index):
+        console.print(f"{len(layers)} of {len(mb.index)} layers (--wide: all)")
     console.print(t)
-    print_diagnosis(after, console)
+    for label, d, key in (("before", before, "before"), ("after", after, "after")):
+        style = _VERDICT_STYLE[d.verdict]
+        console.print(f"{label}: measured [{style}]{d.verdict}[/], theory "
+                      f"{rep.predicted[key]['verdict']} (final cos theory "
+                      f"{_fmt(rep.predicted[key]['final_cos'])})")
+    if after.recommendations:
+        console.print("[bold]recommendations for the fixed model[/]")
+        for r in after.recommendations:
+            console.print(f"  • {r['text']}")

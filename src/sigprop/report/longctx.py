@@ -44,41 +44,43 @@ def trends(traj) -> dict[str, dict]:
     return out
 
 
-def print_sweep(sw, spec, console=None) -> None:
+def print_sweep(sw, spec, console=None, wide: bool = False) -> None:
     """Rich table, one line per (scaling, T, observable): measured ± stderr, finite-T theory
     and the T -> infinity limit; then the trend per scaling."""
-    from rich.console import Console
-    from rich.table import Table
+    from . import tables
 
-    console = console or Console()
+    console = console or tables.console(wide)
     df = _layer1(sw.trajectory)
-    t = Table(title=f"sigprop longctx — d={spec.d_model}, H={spec.heads}, weights at "
-                    f"T_ref={spec.seq_len}, {spec.attention}{' causal' if spec.causal else ''}"
-                    f", input {sw.info['input']}, R={sw.info['queries']} rows")
-    for col in ("scaling", "T", "sigma_s", "observable", "measured", "theory", "T → ∞"):
-        t.add_column(col, justify="left" if col in ("scaling", "observable") else "right")
+    console.print(f"[bold]sigprop longctx[/] d={spec.d_model}, H={spec.heads}, weights at "
+                  f"T_ref={spec.seq_len}, {spec.attention}{' causal' if spec.causal else ''}, "
+                  f"input {sw.info['input']}, R={sw.info['queries']} rows")
+    names = ("scaling", "T", "sigma_s", "observable", "measured", "theory", "T → ∞")
+    t = tables.table(*names, right=("T", "sigma_s", "measured", "theory", "T → ∞"))
     piv = df.pivot_table(index=["scaling", "seq_len", "observable"], columns="source",
                          values=["value", "stderr"], aggfunc="first", sort=False)
     sig = df.groupby(["scaling", "seq_len"], sort=False)["sigma_s"].first()
+    # one number of decimals per observable, shared by its measured, theory and limit cells
+    dec = {name: tables.decimals(piv.xs(name, level="observable")["value"].to_numpy().ravel())
+           for name in piv.index.get_level_values("observable").unique()}
     last = None
     for (scaling, T, name), row in piv.iterrows():
         if last is not None and last != (scaling, T):
             t.add_section()
         first = last != (scaling, T)
         last = (scaling, T)
-        e = row[("stderr", "measured")]
-        meas = f"{row[('value', 'measured')]:.4f}" + (f" ± {e:.4f}" if math.isfinite(e) else "")
+        k = dec[name]
         t.add_row(str(scaling) if first else "", str(T) if first else "",
-                  f"{sig[(scaling, T)]:.3g}" if first else "", name, meas,
-                  f"{row[('value', 'theory')]:.4f}",
-                  f"{row[('value', 'theory_asymptotic')]:.4f}")
+                  f"{sig[(scaling, T)]:.3g}" if first else "", name,
+                  tables.fmt_pm(row[("value", "measured")], row[("stderr", "measured")], k),
+                  tables.fmt(row[("value", "theory")], k),
+                  tables.fmt(row[("value", "theory_asymptotic")], k))
     console.print(t)
     for scaling, tr in trends(sw.trajectory).items():
-        what = {"condenses": "[bold red]condenses[/] (towards entropy collapse)",
-                "spreads": "[bold yellow]spreads[/] (towards uniform attention: rank collapse)",
+        what = {"condenses": "[bold red]condenses[/] (→ entropy collapse)",
+                "spreads": "[bold yellow]spreads[/] (→ uniform: rank collapse)",
                 "steady": "[bold green]steady[/]", "n/a": "n/a (one length)"}[tr["direction"]]
-        console.print(f"{scaling}: ipr {tr['ipr_first']:.3f} → {tr['ipr_last']:.3f} from T = "
-                      f"{tr['T_first']} to {tr['T_last']}: attention {what}")
+        console.print(f"{scaling}: ipr {tr['ipr_first']:.3g} → {tr['ipr_last']:.3g} "
+                      f"(T {tr['T_first']} → {tr['T_last']}): {what}")
     console.print(f"{sw.seconds:.1f} s")
 
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import math
 
 from rich.console import Console
-from rich.table import Table
 
 _REGIME_STYLE = {"trainable": "green", "rank_collapse": "yellow", "entropy_collapse": "red"}
 _REGIME_COLOUR = {"trainable": "#4c72b0", "rank_collapse": "#e0a100",
@@ -28,45 +27,64 @@ def _curve(traj, observable: str, split: str | None = None, layer: int | None = 
     return sub.sort_values("step")
 
 
-def print_training(result, console: Console | None = None) -> None:
-    """Eval loss, last-layer cos and mean attention entropy at every evaluation step."""
-    console = console or Console()
+def loss_unit(task: str) -> str:
+    """The unit of a task's loss: cross-entropy tasks in nats, the Heaviside regression as
+    a mean squared error."""
+    return "MSE" if task == "heaviside" else "nats"
+
+
+#: regime names shortened to fit 80 columns
+_SHORT = {"trainable": "trainable", "rank_collapse": "rank coll.",
+          "entropy_collapse": "entropy coll."}
+
+
+def print_training(result, console: Console | None = None, wide: bool = False) -> None:
+    """Train and eval loss, last-layer cos and mean attention entropy at every evaluation."""
+    from . import tables
+
+    console = console or tables.console(wide)
     traj, spec = result.trajectory, result.spec
+    unit = loss_unit(result.config.task)
     ev = _curve(traj, "loss", "eval")
     tr = _curve(traj, "loss", "train")
     cos = _curve(traj, "cos", layer=spec.depth).set_index("step")["value"]
     ent = _curve(traj, "entropy").groupby("step")["value"].mean()
-    t = Table(title=f"sigprop train — {result.config.task} on {result.info['data']}, "
-                    f"L={spec.depth}, d={spec.d_model}, H={spec.heads}, T={spec.seq_len}, "
-                    f"beta_eff={spec.beta_eff:.3g}, {result.config.seeds} seed(s)")
-    for c in ("step", "train loss", "eval loss", f"cos (layer {spec.depth})",
-              "entropy (mean over layers)"):
-        t.add_column(c, justify="right")
+    console.print(f"[bold]sigprop train[/] {result.config.task} on {result.info['data']}, "
+                  f"L={spec.depth}, d={spec.d_model}, H={spec.heads}, T={spec.seq_len}, "
+                  f"beta_eff={spec.beta_eff:.3g}, {result.config.seeds} seed(s)")
+    names = ("step", f"train ({unit})", f"eval ({unit})", f"cos L{spec.depth}",
+             "entropy (mean)")
+    t = tables.table(*names, right=names)
     train_at = tr.set_index("step")["value"]
-    for _, r in ev.iterrows():
-        s = int(r["step"])
-        t.add_row(str(s), _f(train_at.get(s)), _f(r["value"]), _f(cos.get(s)), _f(ent.get(s)))
+    steps = [int(s) for s in ev["step"]]
+    cols = [tables.column([train_at.get(s) for s in steps]), tables.column(list(ev["value"])),
+            tables.column([cos.get(s) for s in steps]), tables.column([ent.get(s) for s in steps])]
+    for i, s in enumerate(steps):
+        t.add_row(str(s), *(c[i] for c in cols))
     console.print(t)
     gap = result.baseline - float(result.final_eval.mean())
-    console.print(f"final eval loss {result.final_eval.mean():.4f} nats; context-free baseline "
-                  f"{result.baseline:.4f} (gain {gap:.3f} nats); {result.seconds:.1f} s")
+    console.print(f"final eval loss {result.final_eval.mean():.4f} {unit}; context-free "
+                  f"baseline {result.baseline:.4f} (gain {gap:.3f} {unit}); "
+                  f"{result.seconds:.1f} s")
 
 
-def print_trainability(table, criterion: str, console: Console | None = None) -> None:
-    """beta x alpha table: theory regime, outcome, final loss, agreement."""
-    console = console or Console()
-    t = Table(title="sigprop trainability — theory regime vs training outcome")
-    for c in ("beta", "alpha", "theory", "outcome", "final eval", "baseline", "gain",
-              "agree"):
-        t.add_column(c, justify="right", no_wrap=c in ("alpha", "theory", "outcome", "agree"))
-    for _, r in table.iterrows():
+def print_trainability(table, criterion: str, console: Console | None = None,
+                       wide: bool = False) -> None:
+    """beta x alpha table: theory regime, outcome, final loss (nats), agreement."""
+    from . import tables
+
+    console = console or tables.console(wide)
+    console.print("[bold]sigprop trainability[/] theory regime vs training outcome")
+    names = ("beta", "alpha", "theory", "outcome", "eval (nats)", "baseline", "gain", "agree")
+    t = tables.table(*names, right=("beta", "alpha", "eval (nats)", "baseline", "gain"))
+    ev = tables.column(list(table["final_eval"]), list(table["final_eval_stderr"]))
+    base = tables.column(list(table["baseline"]))
+    gain = tables.column(list(table["gain"]))
+    for i, (_, r) in enumerate(table.iterrows()):
         st = _REGIME_STYLE[r["theory"]]
-        err = r["final_eval_stderr"]
-        ev = f"{r['final_eval']:.4f}" + ("" if err is None or not math.isfinite(err)
-                                               else f" ± {_f(err, 2)}")
-        t.add_row(_f(r["beta"]), _f(r["alpha"]), f"[{st}]{r['theory']}[/]", r["outcome"], ev,
-                  f"{r['baseline']:.4f}", f"{r['gain']:.3f}",
-                  "yes" if r["agree"] else "[bold red]NO[/]")
+        theory = r["theory"] if wide else _SHORT.get(r["theory"], r["theory"])
+        t.add_row(_f(r["beta"]), _f(r["alpha"]), f"[{st}]{theory}[/]", r["outcome"], ev[i],
+                  base[i], gain[i], "yes" if r["agree"] else "[bold red]NO[/]")
     console.print(t)
     n_bad = int((~table["agree"]).sum())
     console.print(f"criterion: {criterion}")
