@@ -36,11 +36,37 @@ def test_report_escapes_user_strings_and_is_self_contained(diagnosis):
     srcs = re.findall(r'(?:src|href)="([^"]*)"', page)
     assert len(srcs) == 3                          # depth curves, head heat map, diagram
     for s in srcs:
-        assert s.startswith("data:image/png;base64,")
-        png = base64.b64decode(s.split(",", 1)[1])
-        assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 5000
-    assert not re.search(r"https?://", page)
+        assert s.startswith("data:image/svg+xml;base64,")
+        svg = base64.b64decode(s.split(",", 1)[1]).decode("utf-8")
+        assert "<svg" in svg[:2000] and len(svg) > 5000
+    # links inside the SVGs are namespace declarations, not fetched assets
+    assert not re.search(r"https?://(?!www\.w3\.org/)", page)
     assert f'class="verdict {diagnosis.verdict}"' in page
+
+
+def test_report_records_command_version_and_sampling(diagnosis):
+    page = render(diagnosis, diagram_grid=24, command="sigprop diagnose x --seeds 2")
+    assert "<code>sigprop diagnose x --seeds 2</code>" in page
+    from sigprop.cli.common import version
+
+    assert f"sigprop {version()}" in page
+    assert "2 seed(s) from 0 x 1 sequence(s)" in page
+    assert "±" in page  # measured values carry their standard error in the per-layer table
+
+
+def test_head_heatmap_has_a_fixed_scale_and_bounded_height():
+    """Entropy on [0, 1] whatever the data (a fitted scale paints 0.995 vs 0.997 noise as
+    structure), and a 48-layer model stays under 5.5 inches tall."""
+    import pandas as pd
+
+    from sigprop.report.html import plot_head_heatmap
+
+    rows = [{"layer": la, "head": h, "observable": "entropy", "value": 0.995 + 0.002 * (h % 2)}
+            for la in range(1, 49) for h in range(12)]
+    fig = plot_head_heatmap(pd.DataFrame(rows))
+    norm = fig.axes[0].images[0].norm
+    assert (norm.vmin, norm.vmax) == (0.0, 1.0)
+    assert fig.get_figheight() <= 5.5
 
 
 def _chromium():
@@ -106,3 +132,24 @@ def test_memory_refusal_is_one_clear_line(monkeypatch):
     msg = str(err.value)
     assert "--seq-len 128" in msg and "--sequences 1" in msg and "GiB" in msg
     assert "\n" not in msg
+
+
+def test_figures_leave_matplotlib_state_alone(tmp_path):
+    """Library plots never switch the backend nor leave pyplot figures open; they return the
+    Figure and write it only when given a path (the format follows the extension)."""
+    import matplotlib
+
+    from sigprop.report.figures import plot_diagram
+    from sigprop.spec import ArchSpec
+    from sigprop.theory import diagram
+
+    before = matplotlib.get_backend()
+    d = diagram.compute(ArchSpec(depth=4), n_beta=8, n_alpha=8)
+    fig = plot_diagram(d)
+    assert matplotlib.get_backend() == before
+    import matplotlib.pyplot as plt
+
+    assert plt.get_fignums() == []
+    assert fig.axes and not list(tmp_path.iterdir())
+    plot_diagram(d, str(tmp_path / "d.svg"))
+    assert (tmp_path / "d.svg").read_text().lstrip().startswith("<?xml")

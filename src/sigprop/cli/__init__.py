@@ -80,6 +80,9 @@ def run(args: list[str] | None = None) -> int:
     # the CLI owns the terminal: transformers' advisory warnings and bars stay quiet
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from . import common
+
+    common.ARGV[:] = list(sys.argv[1:] if args is None else args)
     usage, exits = _click_errors()
     try:
         rv = app(args=args, standalone_mode=False, prog_name="sigprop")

@@ -131,10 +131,11 @@ def train_cmd(spec: ArchSpec,
     except OSError as err:
         fail(f"--checkpoint: cannot write {checkpoint!r} ({err.strerror or err})")
     if plot:
-        from ..report.training import plot_training
+        from ..report.training import loss_unit, plot_training
 
         write_figure("--plot", plot, plot_training, res.trajectory,
-                     title=f"{task}, L={spec.depth}, beta_eff={spec.beta_eff:.3g}")
+                     title=f"{task}, L={spec.depth}, beta_eff={spec.beta_eff:.3g}",
+                     baseline=res.baseline, unit=loss_unit(task))
     if fmt == Fmt.json:
         from dataclasses import asdict
 

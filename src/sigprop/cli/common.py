@@ -27,13 +27,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        from importlib.metadata import PackageNotFoundError, version
-
-        try:
-            v = version("sigprop")
-        except PackageNotFoundError:
-            v = "unknown"
-        typer.echo(f"sigprop {v}")
+        typer.echo(f"sigprop {version()}")
         raise typer.Exit(0)
 
 
@@ -244,9 +238,31 @@ def _timing(seconds: float, no_timing: bool) -> dict:
     return {} if no_timing else {"seconds": seconds}
 
 
+#: the arguments of the command being run (set by :func:`sigprop.cli.run`)
+ARGV: list[str] = []
+
+
+def command_line() -> str:
+    import shlex
+
+    return shlex.join(["sigprop", *ARGV])
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _v
+
+    try:
+        return _v("sigprop")
+    except PackageNotFoundError:
+        return "unknown"
+
+
 def _emit_json(obj: dict) -> None:
+    """Print a result as JSON, with ``meta``: the command line and the sigprop version."""
     from ..jsonutil import clean_json
 
+    obj = {**obj, "meta": {"command": command_line(), "version": version()}}
     sys.stdout.write(json.dumps(clean_json(obj), indent=1) + "\n")
 
 
@@ -255,6 +271,6 @@ def write_report_file(path: str, d, **kwargs) -> None:
     from ..report.html import write_report
 
     try:
-        write_report(d, path, **kwargs)
+        write_report(d, path, command=command_line(), **kwargs)
     except OSError as err:
         fail(f"--report: cannot write {path!r} ({err.strerror or err})")

@@ -1,4 +1,10 @@
-"""Paper-ready matplotlib figures (Agg backend, no display needed)."""
+"""Paper-ready matplotlib figures.
+
+Figures are built as bare :class:`matplotlib.figure.Figure` objects, never through pyplot, so
+a library call never switches the user's backend or leaves figures open: each ``plot_*``
+returns its Figure (a notebook shows it) and writes it when given a path (the format follows
+the extension: .png, .svg, .pdf ...).
+"""
 
 from __future__ import annotations
 
@@ -9,23 +15,28 @@ from ..spec import ArchSpec
 REGIME_COLOURS = ("#4c72b0", "#f2c14e", "#d1495b")  # trainable, rank, entropy collapse
 
 
-def _pyplot():
-    import matplotlib
+def new_figure(figsize: tuple[float, float], layout: str | None = None):
+    """A Figure outside pyplot (no backend, no global state)."""
+    from matplotlib.figure import Figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
+    return Figure(figsize=figsize, layout=layout)
 
 
-def plot_diagram(d, path: str, spec: ArchSpec | None = None, dpi: int = 150) -> None:
+def finish(fig, path: str | None, dpi: int):
+    """Write ``fig`` to ``path`` when given; return it."""
+    if path is not None:
+        fig.savefig(path, dpi=dpi)
+    return fig
+
+
+def plot_diagram(d, path: str | None = None, spec: ArchSpec | None = None, dpi: int = 150):
     """gg25 Fig. 1(c)-style diagram: the three regimes over (beta, alpha_attn), the
     alpha_crit(L) curve, beta_c and the spec's own point."""
-    plt = _pyplot()
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    fig, ax = plt.subplots(figsize=(5.6, 4.2))
+    fig = new_figure((5.6, 4.2))
+    ax = fig.subplots()
     fig.subplots_adjust(left=0.12, right=0.97, bottom=0.12, top=0.92)  # one draw, not two
     extent = (d.betas[0], d.betas[-1], d.alphas[0], d.alphas[-1])
     ax.imshow(d.regime.T, origin="lower", aspect="auto", extent=extent,
@@ -51,18 +62,16 @@ def plot_diagram(d, path: str, spec: ArchSpec | None = None, dpi: int = 150) -> 
                    strict=True)]
     h2, _ = ax.get_legend_handles_labels()
     ax.legend(handles=handles + h2, fontsize=7, loc="upper right", framealpha=0.9)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    return finish(fig, path, dpi)
 
 
-def plot_depth(traj, path: str, spec: ArchSpec | None = None,
-               observables=("cos", "ipr", "entropy"), dpi: int = 150) -> None:
+def plot_depth(traj, path: str | None = None, spec: ArchSpec | None = None,
+               observables=("cos", "ipr", "entropy"), dpi: int = 150):
     """gg25 Fig. 1(d, e)-style depth curves: theory as lines, measurements as dots with
     standard-error bars, one panel per observable."""
-    plt = _pyplot()
     obs = [o for o in observables if o in set(traj["observable"])]
-    fig, axes = plt.subplots(1, len(obs), figsize=(3.6 * len(obs), 3.2), constrained_layout=True,
-                             squeeze=False)
+    fig = new_figure((3.6 * len(obs), 3.2), layout="constrained")
+    axes = fig.subplots(1, len(obs), squeeze=False)
     styles = {"theory": ("-", "C0"), "theory_asymptotic": ("--", "C2")}
     for ax, o in zip(axes[0], obs, strict=True):
         sub = traj[traj["observable"] == o]
@@ -82,5 +91,4 @@ def plot_depth(traj, path: str, spec: ArchSpec | None = None,
     if spec is not None:
         fig.suptitle(f"{spec.norm}-LN, L={spec.depth}, d={spec.d_model}, H={spec.heads}, "
                      f"T={spec.seq_len}, beta={spec.beta_eff:.3g}", fontsize=9)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    return finish(fig, path, dpi)

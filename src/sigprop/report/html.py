@@ -1,7 +1,9 @@
 """One self-contained HTML report of a diagnosis (``sigprop diagnose --report FILE.html``).
 
-Everything is inline: CSS in a ``<style>`` element, figures as base64 PNG ``data:`` URIs, no
-scripts, no external assets, so the file can be mailed or attached to a paper's supplement.
+Everything is inline: CSS in a ``<style>`` element, figures as base64 SVG ``data:`` URIs
+(vector: sharp at any zoom), no scripts, no external assets, so the file can be mailed or
+attached to a paper's supplement. The header records the command line, the sigprop version,
+the seeds and the sequences measured.
 Every string that comes from the user or the model (names, paths, notes) goes through
 :func:`html.escape`. Figures: depth curves (theory lines, measured dots with standard errors),
 a per-head heat map of attention entropy, and the (beta, alpha_attn) trainability diagram with
@@ -16,7 +18,7 @@ import io
 import math
 from typing import Any
 
-from .figures import _pyplot, plot_depth, plot_diagram
+from .figures import finish, new_figure, plot_depth, plot_diagram
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;
@@ -50,31 +52,38 @@ def _num(x: Any) -> str:
     return f"{x:.4g}"
 
 
-def _png(draw, *args, **kwargs) -> str:
-    """Run a path-taking figure function into memory; return an ``<img>`` data URI."""
+def _svg(draw, *args, **kwargs) -> str:
+    """Run a figure function; return its SVG as an ``<img>`` data URI."""
+    fig = draw(*args, **kwargs)
     buf = io.BytesIO()
-    draw(*args, buf, **kwargs)
-    return "data:image/png;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
+    fig.savefig(buf, format="svg")
+    return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
-def plot_head_heatmap(heads, path, observable: str = "entropy", dpi: int = 130) -> None:
-    """Layers x heads heat map of a per-head statistic (mean over seeds and sequences);
-    entropy is THEORY §1's normalised row entropy (1 = uniform, 0 = one-hot)."""
-    plt = _pyplot()
+#: fixed colour scales of the per-head heat map: entropy and wmax live on [0, 1]; a scale
+#: fitted to the data would paint seed noise (0.995 vs 0.997) as structure
+HEATMAP_RANGE = {"entropy": (0.0, 1.0), "wmax": (0.0, 1.0)}
+
+
+def plot_head_heatmap(heads, path=None, observable: str = "entropy", dpi: int = 130):
+    """Layers x heads heat map of a per-head statistic (mean over seeds and sequences) on a
+    fixed colour scale (:data:`HEATMAP_RANGE`); entropy is the row entropy over log(#keys)
+    (1 = uniform, 0 = one-hot). At most ~5.5 inches tall whatever the depth."""
     sub = heads[heads["observable"] == observable]
     grid = sub.pivot_table(index="layer", columns="head", values="value", aggfunc="mean")
-    fig, ax = plt.subplots(figsize=(min(2 + 0.35 * grid.shape[1], 9),
-                                    min(1.6 + 0.16 * grid.shape[0], 9)), constrained_layout=True)
+    fig = new_figure((min(2.5 + 0.3 * grid.shape[1], 9), min(1.8 + 0.09 * grid.shape[0], 5.5)),
+                     layout="constrained")
+    ax = fig.subplots()
+    lo, hi = HEATMAP_RANGE.get(observable, (None, None))
     im = ax.imshow(grid.to_numpy(), aspect="auto", cmap="viridis", origin="lower",
                    extent=(-0.5, grid.shape[1] - 0.5, grid.index.min() - 0.5,
-                           grid.index.max() + 0.5), interpolation="nearest")
+                           grid.index.max() + 0.5), interpolation="nearest", vmin=lo, vmax=hi)
     ax.set_xlabel("head")
     ax.set_ylabel("layer")
     label = "entropy / log(#keys)" if observable == "entropy" else observable
     fig.colorbar(im, ax=ax, label=label)
     ax.set_title(f"per-head {observable}", fontsize=10)
-    fig.savefig(path, dpi=dpi, format="png")
-    plt.close(fig)
+    return finish(fig, path, dpi)
 
 
 def _table(rows: list[dict], cols: list[str], left: tuple[str, ...] = ()) -> str:
@@ -86,15 +95,27 @@ def _table(rows: list[dict], cols: list[str], left: tuple[str, ...] = ()) -> str
 
 
 def _layer_rows(traj) -> tuple[list[dict], list[str]]:
+    """Per layer: measured mean ± stderr beside the theory, for each observable."""
+    from . import tables
+
     obs = ("cos", "ipr", "entropy", "wmax", "stable_rank")
     sub = traj[traj["observable"].isin(obs)]
-    wide = sub.pivot_table(index="layer", columns=["observable", "source"], values="value",
-                           aggfunc="mean")
-    cols = [c for o in obs for c in ((o, "measured"), (o, "theory")) if c in wide.columns]
-    names = ["layer"] + [f"{o} ({'meas' if s == 'measured' else 'theory'})" for o, s in cols]
-    rows = [{"layer": int(layer), **{n: float(wide.loc[layer, c])
-                                     for n, c in zip(names[1:], cols, strict=True)}}
-            for layer in wide.index]
+    val = sub.pivot_table(index="layer", columns=["observable", "source"], values="value",
+                          aggfunc="mean")
+    err = sub.pivot_table(index="layer", columns=["observable", "source"], values="stderr",
+                          aggfunc="mean")
+    names, cells = ["layer"], {}
+    for o in obs:
+        for src, label in (("measured", "meas ± se"), ("theory", "theory")):
+            if (o, src) not in val.columns:
+                continue
+            v = list(val[(o, src)])
+            e = list(err[(o, src)]) if (o, src) in err.columns and src == "measured" else None
+            name = f"{o} ({label})"
+            names.append(name)
+            cells[name] = tables.column(v, e)
+    rows = [{"layer": int(layer), **{n: cells[n][i] for n in names[1:]}}
+            for i, layer in enumerate(val.index)]
     return rows, names
 
 
@@ -111,27 +132,28 @@ def _diagnosis_body(d, *, diagram_grid: int = 64) -> str:
     parts.append(f'</p><p class="muted">{_e(spec.depth)} layers, d={_e(spec.d_model)}, '
                  f'{_e(spec.heads)} heads, T={_e(spec.seq_len)}, {_e(spec.norm)}-LN, '
                  f'{_e(spec.activation)}; {"trained weights" if d.trained else "at init"}; '
+                 f'{_e(d.seeds)} seed(s) from {_e(d.seed)} x {_e(d.sequences)} sequence(s); '
                  f'measured in {d.seconds:.1f} s</p>')
     parts.append("<h2>Recommendations</h2><ul>")
     parts += [f"<li>{_e(r.get('text', r.get('what')))}</li>" for r in d.recommendations]
     parts.append("</ul>")
-    parts.append("<h2>Derived parameters (THEORY §6)</h2>")
+    parts.append("<h2>Derived parameters</h2>")
     parts.append(_table([{"name": k, "value": v} for k, v in d.derived.items()],
                         ["name", "value"], left=("name",)))
     parts.append("<h2>Depth curves: theory (lines) and measured (dots)</h2>")
     obs = tuple(o for o in ("cos", "ipr", "entropy", "stable_rank")
                 if o in set(d.trajectory["observable"]))
-    src = _png(plot_depth, d.trajectory, spec=spec, observables=obs, dpi=110)
+    src = _svg(plot_depth, d.trajectory, spec=spec, observables=obs)
     parts.append(f'<img alt="depth curves" src="{src}">')
     if len(d.heads) and "entropy" in set(d.heads["observable"]):
         parts.append("<h2>Attention entropy per head</h2>")
-        parts.append(f'<img alt="per-head entropy" src="{_png(plot_head_heatmap, d.heads)}">')
+        parts.append(f'<img alt="per-head entropy" src="{_svg(plot_head_heatmap, d.heads)}">')
         ext = head_extremes(d.heads)
         parts.append(_table(ext, ["layer", "min_entropy_head", "min_entropy",
                                   "max_entropy_head", "max_entropy"]))
     parts.append("<h2>Trainability diagram with this model's point</h2>")
     diag = dg.compute(spec, n_beta=diagram_grid, n_alpha=diagram_grid, rho0=d.rho0)
-    src = _png(plot_diagram, diag, spec=spec, dpi=110)
+    src = _svg(plot_diagram, diag, spec=spec)
     parts.append(f'<img alt="trainability diagram" src="{src}">')
     rows, names = _layer_rows(d.trajectory)
     parts.append("<h2>Per layer</h2>" + _table(rows, names))
@@ -142,11 +164,43 @@ def _diagnosis_body(d, *, diagram_grid: int = 64) -> str:
     return "".join(parts)
 
 
-def render(d, *, fix: tuple[Any, Any] | None = None, diagram_grid: int = 64) -> str:
+def _provenance(command: str | None) -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        v = version("sigprop")
+    except PackageNotFoundError:
+        v = "unknown"
+    cmd = f"<code>{_e(command)}</code>; " if command else ""
+    return f'<p class="muted">{cmd}sigprop {_e(v)}</p>'
+
+
+def _fix_layers(before, after) -> str:
+    """Before / after per layer: measured cos and entropy, theory cos."""
+    from .. import trajectory
+    from . import tables
+
+    mb, ma = (trajectory.wide(x.trajectory, "measured") for x in (before, after))
+    tb, ta = (trajectory.wide(x.trajectory, "theory") for x in (before, after))
+    layers = [x for x in mb.index if x in ma.index]
+    cols = {}
+    for name, frame, obs in (("cos before", mb, "cos"), ("cos after", ma, "cos"),
+                             ("theory before", tb, "cos"), ("theory after", ta, "cos"),
+                             ("entropy before", mb, "entropy"), ("entropy after", ma, "entropy")):
+        cols[name] = tables.column([frame[obs].get(x) if obs in frame.columns else None
+                                    for x in layers])
+    rows = [{"layer": int(x), **{k: v[i] for k, v in cols.items()}}
+            for i, x in enumerate(layers)]
+    return _table(rows, ["layer", *cols])
+
+
+def render(d, *, fix: tuple[Any, Any] | None = None, diagram_grid: int = 64,
+           command: str | None = None) -> str:
     """The report as one HTML string. ``fix = (before_diagnosis, FixReport)`` adds the fix's
-    changes and the before/after verdicts (then ``d`` is the re-diagnosis after the fix)."""
+    changes, the before/after verdicts and a before/after table per layer (then ``d`` is the
+    re-diagnosis after the fix). ``command`` is recorded in the header."""
     title = f"sigprop diagnosis: {d.model}"
-    body = [f"<h1>{_e(title)}</h1>"]
+    body = [f"<h1>{_e(title)}</h1>", _provenance(command)]
     if fix is not None:
         before, rep = fix
         body.append("<h2>Fix</h2><ul>" + "".join(f"<li>{_e(c)}</li>" for c in rep.changes)
@@ -157,6 +211,7 @@ def render(d, *, fix: tuple[Any, Any] | None = None, diagram_grid: int = 64) -> 
             {"": "after", "model": d.model, "verdict": d.verdict,
              "predicted final cos": rep.predicted["after"]["final_cos"]}],
             ["", "model", "verdict", "predicted final cos"], left=("", "model", "verdict")))
+        body.append("<h3>Per layer, before and after</h3>" + _fix_layers(before, d))
     body.append(_diagnosis_body(d, diagram_grid=diagram_grid))
     body.append('<p class="muted">sigprop: predict, measure and prevent rank and entropy '
                 'collapse at initialisation.</p>')

@@ -84,17 +84,15 @@ def print_sweep(sw, spec, console=None, wide: bool = False) -> None:
     console.print(f"{sw.seconds:.1f} s")
 
 
-def plot_sweep(traj, path: str, spec=None, dpi: int = 130) -> None:
+def plot_sweep(traj, path: str | None = None, spec=None, dpi: int = 130):
     """Four panels (ipr, entropy, wmax, cos) against T on a log2 axis: measured points with
     error bars, finite-T theory as lines, the T -> infinity limit dashed; one colour per
-    scaling."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    scaling. Returns the Figure; writes it when ``path`` is given."""
+    from .figures import finish, new_figure
 
     df = _layer1(traj)
-    fig, axes = plt.subplots(1, 4, figsize=(15, 3.6))
+    fig = new_figure((15, 3.6))
+    axes = fig.subplots(1, 4)
     fig.subplots_adjust(left=0.05, right=0.99, bottom=0.15, top=0.85, wspace=0.28)
     for i, (scaling, sub) in enumerate(df.groupby("scaling", sort=False)):
         c = _COLOURS[i % len(_COLOURS)]
@@ -118,5 +116,4 @@ def plot_sweep(traj, path: str, spec=None, dpi: int = 130) -> None:
     if spec is not None:
         fig.suptitle(f"one attention layer, d={spec.d_model}, H={spec.heads}, weights drawn at "
                      f"T_ref={spec.seq_len} (dashed: T → ∞ limit)", fontsize=10)
-    fig.savefig(path, dpi=dpi)
-    plt.close(fig)
+    return finish(fig, path, dpi)
