@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..spec import ArchSpec, SpecError
+from ..spec import ArchSpec
 from . import fluct, kernels, rem
 
 #: number of query positions sampled (log-spaced) for causal statistics
@@ -91,7 +91,7 @@ def attention_stats(sigma_s, rho, T: int, *, d_head: int | None = None, causal: 
         inv = np.full(np.shape(y2), 1.0 / T)
         return AttentionStats(y2, yx, ent, wm, inv, inv)
     nodes, weights = _causal_nodes(T)
-    pair, inv_cross = _causal_pair_weights(T, nodes)
+    pair, _ = _causal_pair_weights(T, nodes)
     acc = [0.0, 0.0, 0.0, 0.0]
     for t, w, pw in zip(nodes, weights, pair, strict=True):
         if t == 1:  # a single visible key: weight 1 on it
@@ -102,9 +102,13 @@ def attention_stats(sigma_s, rho, T: int, *, d_head: int | None = None, causal: 
             if val is not None:
                 acc[i] = acc[i] + (w * pw if i == 1 else w) * val
     shape = np.shape(acc[0])
+    # What centred attention subtracts, on the same nodes as y2 and yx: at uniform weights
+    # (Y2(t) = Yx(t) = 1/t) the centred terms then vanish exactly and the cross term stays
+    # below the diagonal one, p <= q (the exact harmonic sum of _causal_pair_weights differs
+    # from the node sum by the node discretisation, which made p > q at small beta).
     return AttentionStats(acc[0], acc[1], acc[2] if full else None, acc[3] if full else None,
                           np.full(shape, float(np.sum(weights / nodes))),
-                          np.full(shape, inv_cross))
+                          np.full(shape, float(np.sum(weights * pair / nodes))))
 
 
 def uniform_stats(shape, T: int, *, causal: bool = False, asymptotic: bool = False):
@@ -130,8 +134,11 @@ def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o
     With an output projection: ``q -> s_o^2 q + s_b^2`` (same for p).
     """
     if variant == "centred":
-        qa = var_v * (q - p) * (st.y2 - st.inv_t)
-        pa = var_v * (q - p) * (st.yx - st.inv_t_cross)
+        # E sum_b (A_ab - 1/t)^2 >= 0 and |E sum_b (A_ab - m_a)(A_cb - m_c)| <= the diagonal
+        # term (Cauchy-Schwarz over exchangeable rows): clip the table roundoff to those bounds
+        y2c = np.maximum(st.y2 - st.inv_t, 0.0)
+        qa = var_v * (q - p) * y2c
+        pa = var_v * (q - p) * np.clip(st.yx - st.inv_t_cross, -y2c, y2c)
     else:
         qa = var_v * (p + (q - p) * st.y2) + var_b
         pa = var_v * (p + (q - p) * st.yx) + var_b
@@ -184,10 +191,12 @@ class BlockParams:
 def _cos(p, q):
     """p / q, with the 0/0 of a vanishing state read as its rho -> 0+ limit, cos = 1: in the
     T -> inf theory uniform-like attention on orthogonal tokens outputs the mean value, a
-    zero vector, for every token (q_att = p_att = 0), i.e. complete rank collapse."""
+    zero vector, for every token (q_att = p_att = 0), i.e. complete rank collapse. A non-finite
+    q or p (overflow) gives NaN, never a cosine: :mod:`.depth` keeps q finite or reports it."""
     p, q = np.asarray(p, dtype=np.float64), np.asarray(q, dtype=np.float64)
     with np.errstate(invalid="ignore", divide="ignore"):
-        return np.where(q > 0, p / np.where(q > 0, q, 1.0), 1.0)
+        c = np.where(q > 0, p / np.where(q > 0, q, 1.0), 1.0)
+        return np.where(np.isfinite(p) & np.isfinite(q), c, np.nan)
 
 
 def _ln_fluct_inputs(qa, pa, bp: BlockParams):
@@ -248,7 +257,8 @@ def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     return np.minimum(cos, 1.0)
 
 
-def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False):
+def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False,
+               branch_scale=1.0):
     """One transformer block (THEORY §2.6): returns ``(q, p, attention stats)``.
 
     post-LN: attention on the normalised input, residual, LN, MLP, residual, LN.
@@ -260,6 +270,10 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     uniform blocks also over the positions' different row lengths
     (:func:`_ln_fluct_cos_causal`). The T -> inf theory, centred attention, pre-LN and no-LN
     use the ratio of averages.
+
+    ``branch_scale`` (pre-LN only) multiplies both branch outputs: the state is then the true
+    one divided by a scale S and ``branch_scale = 1/S`` (the branches read the normalised
+    stream, so they do not depend on S); see :mod:`.depth`.
     """
     normed = bp.norm in ("post", "pre")
     qa, pa = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
@@ -271,7 +285,7 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     q_att, p_att = attention_map(qa, pa, st, variant=bp.attention, var_v=bp.var_v,
                                  var_b=bp.var_b, var_o=bp.var_o)
     a2 = np.asarray(bp.alpha_attn, dtype=np.float64) ** 2
-    q, p = a2 * q + q_att, a2 * p + p_att
+    q, p = a2 * q + branch_scale * q_att, a2 * p + branch_scale * p_att
     if bp.norm == "post":
         ln_avg = bp.ln_fluct and not asymptotic
         if ln_avg and bp.causal and bp.attention in ("softmax", "uniform"):
@@ -285,7 +299,7 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     q_h, p_h = mlp_map(qm, pm, activation=bp.activation, var_w_in=bp.var_w_in,
                        var_w_out=bp.var_w_out, var_b=bp.var_b)
     m2 = np.asarray(bp.alpha_mlp, dtype=np.float64) ** 2
-    q, p = m2 * q + q_h, m2 * p + p_h
+    q, p = m2 * q + branch_scale * q_h, m2 * p + branch_scale * p_h
     if bp.norm == "post":
         q, p = np.ones_like(q), _cos(p, q)
     return q, p, st
@@ -294,46 +308,19 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
 def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: int | None = None,
               asymptotic: bool = False, fluctuations: bool = True) -> np.ndarray:
     """rho_L after ``depth`` blocks, vectorised over arrays of ``beta`` (effective, including the
-    length scaling), ``alpha_attn`` and ``rho0`` (THEORY §2.7). ``fluctuations``: see
-    :func:`block_step`."""
-    over = {"ln_fluct": bool(fluctuations)}
-    if beta is not None:
-        over["sigma_s0"] = np.asarray(beta, dtype=np.float64) * math.sqrt(math.log(spec.seq_len))
-    if alpha_attn is not None:
-        over["alpha_attn"] = np.asarray(alpha_attn, dtype=np.float64)
-    bp = BlockParams.from_spec(spec, **over)
-    r0 = spec.rho_init if rho0 is None else np.asarray(rho0, dtype=np.float64)
-    shape = np.broadcast(np.asarray(bp.sigma_s0), np.asarray(bp.alpha_attn), np.asarray(r0)).shape
-    q = np.ones(shape)
-    p = np.broadcast_to(np.asarray(r0, dtype=np.float64), shape).copy()
-    for _ in range(spec.depth if depth is None else depth):
-        q, p, _ = block_step(q, p, bp, asymptotic=asymptotic)
-    return _cos(p, q)
+    length scaling), ``alpha_attn`` and ``rho0``; NaN where the signal norm overflows float64
+    (see :func:`.depth.final_cos`)."""
+    from . import depth as _depth
+    return _depth.final_cos(spec, beta=beta, alpha_attn=alpha_attn, rho0=rho0, depth=depth,
+                            asymptotic=asymptotic, fluctuations=fluctuations)
 
 
 def propagate(spec: ArchSpec, rho0: float | None = None, *,
               asymptotic: bool = False, fluctuations: bool = True):
-    """Theory Trajectory through the whole stack (THEORY §2.6): rows ``cos`` and ``q`` for
-    layers 0..L (0 = the embeddings, q = 1, cos = rho0), and ``ipr``, ``ipr_cross``, ``entropy``,
-    ``wmax`` of each block's attention for layers 1..L. Source ``theory`` (finite T, §2.3) or
-    ``theory_asymptotic`` (T -> inf, §2.2). ``fluctuations=False``: post-LN cosines as the
-    plain ratio of averages (gg25's map) instead of the LayerNorm average of :mod:`.fluct`.
-    Returns a Trajectory (pandas DataFrame)."""
-    from .. import trajectory  # pandas: imported only where a table is built
-    r0 = spec.rho_init if rho0 is None else float(rho0)
-    if not 0.0 <= r0 <= 1.0:
-        raise SpecError("rho0", f"must be a finite number in [0, 1] (got {rho0!r})")
-    source = "theory_asymptotic" if asymptotic else "theory"
-    bp = BlockParams.from_spec(spec, ln_fluct=bool(fluctuations))
-    q, p = np.float64(1.0), np.float64(r0)
-    rows = [dict(layer=0, observable="cos", source=source, value=r0),
-            dict(layer=0, observable="q", source=source, value=1.0)]
-    for layer in range(1, spec.depth + 1):
-        q, p, st = block_step(q, p, bp, asymptotic=asymptotic, full=True)
-        for name, val in (("cos", _cos(p, q)), ("q", q), ("ipr", st.y2), ("ipr_cross", st.yx),
-                          ("entropy", st.entropy), ("wmax", st.wmax)):
-            rows.append(dict(layer=layer, observable=name, source=source, value=float(val)))
-    return trajectory.make(rows, spec)
+    """Theory Trajectory through the whole stack (rows cos, q, ipr, ipr_cross, entropy, wmax);
+    see :func:`.depth.propagate`."""
+    from . import depth as _depth
+    return _depth.propagate(spec, rho0, asymptotic=asymptotic, fluctuations=fluctuations)
 
 
 def verdict(spec: ArchSpec, traj=None, *, rho0: float | None = None,
@@ -349,4 +336,7 @@ def verdict(spec: ArchSpec, traj=None, *, rho0: float | None = None,
     elif rho_l is None:
         cos = traj[traj["observable"] == "cos"]
         rho_l = float(cos.loc[cos["layer"].idxmax(), "value"])
+    if not math.isfinite(rho_l):
+        from .depth import overflow_error
+        raise overflow_error(spec, spec.depth)
     return "rank_collapse" if rho_l >= spec.rho_max else "trainable"

@@ -56,11 +56,38 @@ def alpha_crit(spec: ArchSpec, betas=None, *, rho0: float | None = None,
     rho_L decreases with alpha, so the crossing is bracketed and narrowed for all betas at
     once by a (K+1)-ary search: each round evaluates K candidates per beta in one vectorised
     pass through the depth (bisection with K = 1). 0 when alpha = 0 already keeps rho_L below
-    rho_max; +inf when alpha = ``hi`` does not. Betas default to the spec's own."""
-    b = np.atleast_1d(np.asarray(spec.beta_eff if betas is None else betas, dtype=np.float64))
+    rho_max; +inf when alpha = ``hi`` does not. Betas default to the spec's own.
+
+    NaN above beta_c(rho0) (softmax and centred attention): there the first layer condenses
+    (entropy collapse) whatever the residual, so no alpha_attn makes the spec trainable. This is
+    the one definition used by ``predict``, ``measure`` and ``diagram`` (grid and own point).
+    NaN also where the search met a non-finite rho_L (see :func:`.blocks.final_cos`)."""
+    b_all = np.atleast_1d(np.asarray(spec.beta_eff if betas is None else betas,
+                                     dtype=np.float64))
+    r0 = spec.rho_init if rho0 is None else float(rho0)
+    out_all = np.full(b_all.shape, np.nan)
+    need = (b_all <= float(rem.beta_c(r0)) if spec.attention != "uniform"
+            else np.ones(b_all.shape, bool))
+    if need.any():
+        out_all[need] = _alpha_crit_search(spec, b_all[need], rho0, depth, asymptotic, hi)
+    return out_all
+
+
+def _alpha_crit_search(spec, b, rho0, depth, asymptotic, hi):
+    """The vectorised (K+1)-ary search of :func:`alpha_crit` for betas below beta_c."""
     kw = dict(rho0=rho0, depth=depth, asymptotic=asymptotic)
     ends = final_cos(spec, beta=b[:, None], alpha_attn=np.array([0.0, hi]), **kw)
     ok0, ok_hi = ends[:, 0] < spec.rho_max, ends[:, 1] < spec.rho_max
+    out = np.where(ok0, 0.0, np.where(ok_hi, np.nan, np.inf))
+    out = np.where(np.isfinite(ends).all(axis=1), out, np.nan)
+    todo = ~ok0 & ok_hi & np.isfinite(ends).all(axis=1)  # only these need the search
+    if todo.any():
+        out[todo] = _refine(spec, b[todo], kw, hi)
+    return out
+
+
+def _refine(spec, b, kw, hi):
+    """The (K+1)-ary narrowing of alpha_crit in (0, hi] for betas whose ends bracket it."""
     lo, up = np.zeros_like(b), np.full_like(b, hi)
     frac = np.arange(1, SEARCH_K + 1) / (SEARCH_K + 1)
     rows = np.arange(b.size)
@@ -75,8 +102,7 @@ def alpha_crit(spec: ArchSpec, betas=None, *, rho0: float | None = None,
         new_up = np.where(first < SEARCH_K, cand[rows, np.minimum(first, SEARCH_K - 1)], up)
         lo = np.where(first > 0, cand[rows, np.maximum(first - 1, 0)], lo)
         up = new_up
-    out = np.where(ok0, 0.0, up)
-    return np.where(ok_hi | ok0, out, np.inf)
+    return up
 
 
 def compute(spec: ArchSpec, *, n_beta: int = 256, n_alpha: int = 256,
@@ -96,12 +122,8 @@ def compute(spec: ArchSpec, *, n_beta: int = 256, n_alpha: int = 256,
     betas = np.linspace(0.0, beta_max, n_beta)
     # alpha_crit only matters where the first layer does not condense (beta <= beta_c); above
     # it the entry is NaN. The spec's own beta rides along in the same vectorised search.
-    need = betas <= bc if spec.attention != "uniform" else np.ones(betas.shape, bool)
-    crit_all = alpha_crit(spec, np.append(betas[need], spec.beta_eff), rho0=r0,
-                          asymptotic=asymptotic)
-    crit = np.full(betas.shape, np.nan)
-    crit[need] = crit_all[:-1]
-    own_crit = float(crit_all[-1])
+    crit_all = alpha_crit(spec, np.append(betas, spec.beta_eff), rho0=r0, asymptotic=asymptotic)
+    crit, own_crit = crit_all[:-1], float(crit_all[-1])
     if alpha_max is None:
         finite = crit[np.isfinite(crit)]
         top = float(finite.max()) if finite.size else 1.0

@@ -1,0 +1,158 @@
+"""Iterating the block map of :mod:`.blocks` through the depth: overflow-free, and without
+repeating layers once the state has reached an exact fixed point.
+
+Scale.  In two cases the cosine does not depend on the overall size of the signal, and the
+state is carried as ``(q, p) = S (q~, p~)`` with ``q~ = 1`` after every layer and ``log S``
+tracked separately, so nothing can overflow and the cosine ``p~/q~`` is exact:
+
+* ``homogeneous``: no normalisation, uniform attention, relu or linear activation and no
+  biases. Every part of the block is then positively homogeneous of degree 1 in (q, p), so
+  ``block(S q~, S p~) = S block(q~, p~)``.
+* ``pre``: pre-LN. Both branches read the normalised stream, so only the residual term scales
+  with S; the branch outputs enter divided by S (``block_step(branch_scale=1/S)``).
+
+Everywhere else (no normalisation with a saturating or smooth activation, softmax or centred
+attention whose scores grow with the signal, biases) the block map depends on the scale. If the
+signal norm then leaves float64 (q > 1e300 or not finite), :func:`propagate` raises a
+:class:`~sigprop.spec.SpecError` naming the options that make it grow, and :func:`final_cos`
+returns NaN for that entry (the alpha_crit search then reports NaN, "unknown").
+
+Fixed points.  The map is deterministic, so once a layer returns its input bit for bit (and,
+for pre-LN, the scale stopped changing) every later layer repeats it: the loops stop there and
+fill the remaining layers, which gives results identical to iterating.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from ..spec import ArchSpec, SpecError
+from .blocks import BlockParams, _cos, block_step
+
+#: largest signal norm q carried unscaled (beyond it the next layer may overflow float64)
+Q_MAX = 1e300
+
+
+def scale_mode(bp: BlockParams) -> str | None:
+    """``"homogeneous"``, ``"pre"`` or None (see the module docstring)."""
+    if bp.norm == "pre":
+        return "pre"
+    if (bp.norm == "none" and bp.attention == "uniform" and bp.activation in ("relu", "linear")
+            and np.all(np.asarray(bp.var_b) == 0)):
+        return "homogeneous"
+    return None
+
+
+def overflow_error(spec: ArchSpec, layer: int) -> SpecError:
+    """The one-line error for a signal norm that leaves float64 at ``layer``."""
+    field = ("alpha_attn" if spec.alpha_attn > 1 else "alpha_mlp" if spec.alpha_mlp > 1
+             else "sigma_w2")
+    return SpecError(field, f"the signal norm q overflows float64 at layer {layer} (norm none "
+                     f"with {spec.attention} attention and {spec.activation}: the map depends on "
+                     "the scale, which cannot be factored out); lower --alpha-attn, --alpha-mlp, "
+                     "--sigma-w2 or --depth, or use --norm pre/post")
+
+
+def step(q, p, logs, bp: BlockParams, mode: str | None, *, asymptotic: bool, full: bool):
+    """One block on the scaled state: returns ``(q~, p~, log S, stats)``."""
+    scale = 1.0
+    if mode == "pre":
+        scale = np.exp(-logs)  # underflows to 0 for huge S: the branches are then negligible
+    q2, p2, st = block_step(q, p, bp, asymptotic=asymptotic, full=full, branch_scale=scale)
+    if mode is not None:
+        f = np.where((q2 > 0) & np.isfinite(q2), q2, 1.0)
+        q2, p2, logs = q2 / f, p2 / f, logs + np.log(f)
+    return q2, p2, logs, st
+
+
+def _bad(q, mode):
+    return ~np.isfinite(q) if mode is not None else ~(np.isfinite(q) & (q <= Q_MAX))
+
+
+def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: int | None = None,
+              asymptotic: bool = False, fluctuations: bool = True) -> np.ndarray:
+    """rho_L after ``depth`` blocks, vectorised over arrays of ``beta`` (effective, including the
+    length scaling), ``alpha_attn`` and ``rho0``. Entries that reach a fixed point leave the
+    iteration; entries whose signal norm overflows are NaN."""
+    over = {"ln_fluct": bool(fluctuations)}
+    if beta is not None:
+        over["sigma_s0"] = np.asarray(beta, dtype=np.float64) * math.sqrt(math.log(spec.seq_len))
+    if alpha_attn is not None:
+        over["alpha_attn"] = np.asarray(alpha_attn, dtype=np.float64)
+    bp = BlockParams.from_spec(spec, **over)
+    r0 = spec.rho_init if rho0 is None else np.asarray(rho0, dtype=np.float64)
+    shape = np.broadcast(np.asarray(bp.sigma_s0), np.asarray(bp.alpha_attn), np.asarray(r0)).shape
+    sig = np.broadcast_to(np.asarray(bp.sigma_s0, dtype=np.float64), shape).ravel()
+    alp = np.broadcast_to(np.asarray(bp.alpha_attn, dtype=np.float64), shape).ravel()
+    p = np.broadcast_to(np.asarray(r0, dtype=np.float64), shape).ravel().copy()
+    q, logs = np.ones_like(p), np.zeros_like(p)
+    out, act = np.full(p.shape, np.nan), np.arange(p.size)
+    mode = scale_mode(bp)
+    with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
+        for _ in range(spec.depth if depth is None else depth):
+            if not act.size:
+                break
+            bpa = dataclasses.replace(bp, sigma_s0=sig[act], alpha_attn=alp[act])
+            q2, p2, lg2, _ = step(q[act], p[act], logs[act], bpa, mode,
+                                  asymptotic=asymptotic, full=False)
+            bad = _bad(q2, mode) | ~np.isfinite(p2)
+            fixed = (q2 == q[act]) & (p2 == p[act]) & ((lg2 == logs[act]) | (mode != "pre"))
+            q[act], p[act], logs[act] = q2, p2, lg2
+            out[act[fixed & ~bad]] = _cos(p2[fixed & ~bad], q2[fixed & ~bad])
+            act = act[~(bad | fixed)]
+        out[act] = _cos(p[act], q[act])
+    return out.reshape(shape)
+
+
+def _rows(layer, q, p, logs, st, source, inv_t):
+    """Trajectory rows of one layer, each observable within its range (see :func:`propagate`)."""
+    cos = float(np.clip(_cos(p, q), -1.0, 1.0))
+    vals = (("cos", cos), ("q", float(q * np.exp(logs))),
+            ("ipr", max(float(st.y2), inv_t)), ("ipr_cross", float(st.yx)),
+            ("entropy", float(np.clip(st.entropy, 0.0, 1.0))),
+            ("wmax", max(float(st.wmax), inv_t)))
+    return [dict(layer=layer, observable=k, source=source, value=v) for k, v in vals]
+
+
+def propagate(spec: ArchSpec, rho0: float | None = None, *,
+              asymptotic: bool = False, fluctuations: bool = True):
+    """Theory Trajectory through the whole stack: rows ``cos`` and ``q`` for layers 0..L
+    (0 = the embeddings, q = 1, cos = rho0), and ``ipr``, ``ipr_cross``, ``entropy``, ``wmax``
+    of each block's attention for layers 1..L. Source ``theory`` (finite T) or
+    ``theory_asymptotic`` (T -> inf). ``fluctuations=False``: post-LN cosines as the plain
+    ratio of averages (gg25's map) instead of the LayerNorm average of :mod:`.fluct`.
+
+    Ranges: cos is clipped to [-1, 1] (roundoff only). The T -> inf theory gives ipr = wmax = 0
+    below beta_c, the limit of quantities that are at least 1/T for any row of T keys; at the
+    spec's finite T the rows report ``max(limit, 1/T)`` (the map itself uses the limit).
+    ``q`` is the true signal norm, carried as a log-scale where the map allows it (module
+    docstring): it is +inf (null in JSON) only where the true q exceeds float64, the cosine
+    staying exact. Elsewhere an overflowing q raises :class:`~sigprop.spec.SpecError`.
+    Returns a Trajectory (pandas DataFrame)."""
+    from .. import trajectory  # pandas: imported only where a table is built
+    r0 = spec.rho_init if rho0 is None else float(rho0)
+    if not 0.0 <= r0 <= 1.0:
+        raise SpecError("rho0", f"must be a finite number in [0, 1] (got {rho0!r})")
+    source = "theory_asymptotic" if asymptotic else "theory"
+    bp = BlockParams.from_spec(spec, ln_fluct=bool(fluctuations))
+    mode, inv_t = scale_mode(bp), 1.0 / spec.seq_len
+    q, p, logs = np.float64(1.0), np.float64(r0), np.float64(0.0)
+    rows = [dict(layer=0, observable="cos", source=source, value=r0),
+            dict(layer=0, observable="q", source=source, value=1.0)]
+    with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
+        for layer in range(1, spec.depth + 1):
+            q2, p2, lg2, st = step(q, p, logs, bp, mode, asymptotic=asymptotic, full=True)
+            if _bad(q2, mode) or not np.isfinite(p2):
+                raise overflow_error(spec, layer)
+            dl = lg2 - logs
+            fixed = q2 == q and p2 == p and (mode != "pre" or dl == 0)
+            q, p, logs = q2, p2, lg2
+            rows += _rows(layer, q, p, logs, st, source, inv_t)
+            if fixed:  # every later layer repeats this one; only log S keeps growing by dl
+                for k, later in enumerate(range(layer + 1, spec.depth + 1), start=1):
+                    rows += _rows(later, q, p, logs + k * dl, st, source, inv_t)
+                break
+    return trajectory.make(rows, spec)
