@@ -49,29 +49,22 @@ class Diagnosis:
     notes: list[str] = field(default_factory=list)
 
 
-def estimate_memory(config, spec: ArchSpec, sequences: int, vocab: int) -> float:
-    """Peak bytes (float32 weights, float64 statistics): parameters, the probe's hidden states
-    (L+1 of B x T x d, kept for the statistics) and one layer's attention maps B x H x T x T
-    (forward plus the float64 recomputation)."""
-    d, L, T, H = spec.d_model, spec.depth, spec.seq_len, spec.heads
-    kv = getattr(config, "num_key_value_heads", None) or H
-    per_layer = 2 * d * d + 2 * d * (d // H) * kv + (3 if spec.activation == "swiglu" else 2) \
-        * d * spec.ff
-    params = L * per_layer + vocab * d + T * d
-    hidden = (L + 1) * sequences * T * d * 8
-    attn = sequences * H * T * T * (4 + 8 + 8)
-    return 4.0 * params + hidden + attn + 2e8  # + interpreter and libraries
-
-
 def available_memory() -> float:
-    try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024
-    except OSError:
-        pass
-    return float("inf")
+    """Bytes available now (:func:`sigprop.measure.memory.available`; a module attribute so
+    that tests can pretend a smaller machine)."""
+    from .measure.memory import available
+
+    return available()
+
+
+def check_memory(config, spec: ArchSpec, sequences: int, vocab: int) -> float:
+    """Refuse (``SpecError``) a diagnosis that would not fit in memory, before building any
+    model: :func:`sigprop.measure.memory.check` with the ``diagnose`` model."""
+    from .measure import memory
+
+    kv = getattr(config, "num_key_value_heads", None) or spec.heads
+    return memory.check("diagnose", spec=spec, sequences=sequences, vocab=vocab, kv_heads=kv,
+                        have=available_memory(), shrink={"seq_len": 16, "sequences": 1})
 
 
 def _text_ids(sequences: int, T: int, vocab: int, seed: int):
@@ -186,11 +179,7 @@ def diagnose(model: str = "bert-base-uncased", *, seq_len: int | None = None, se
     config = hf.load_config(model)
     spec, info = hf.spec_and_info(config, seq_len)
     vocab = min(info.vocab_size, VOCAB_AT_INIT)
-    need, have = estimate_memory(config, spec, sequences, vocab), available_memory()
-    if need > 0.8 * have:
-        raise SpecError("seq_len", f"needs ~{need / 2**30:.1f} GiB, {have / 2**30:.1f} GiB "
-                                   f"available: try --seq-len {max(spec.seq_len // 4, 16)} or "
-                                   f"--sequences 1")
+    check_memory(config, spec, sequences, vocab)
     ids = _text_ids(sequences, spec.seq_len, vocab, seed).to(device)
     probes, trained = [], False
     # a model folder's weights (safetensors, or weights_only pickles) replace the init

@@ -130,23 +130,6 @@ def _causal_per_node(spec, T, kind, sigma0, rho, d_head):
                                  np.float64(np.sum(weights / nodes)), np.float64(inv_cross))
 
 
-# ----------------------------------------------------------------------------------- memory
-def estimate_memory(spec: ArchSpec, *, queries: int, chunk: int, n_scalings: int, workers: int,
-                    rem: bool, T: int) -> float:
-    """Peak bytes of one streaming run above start-up (float32): per worker the token chunk,
-    its K/V projection and generation temporaries (~5 chunk x d), the tile buffers and the
-    chunk's per-tile statistics; shared queries, float64 states and outputs; REM draws
-    (H x R x chunk per worker, twice while cast)."""
-    d, H = spec.d_model, spec.heads
-    R, c = min(queries, T), min(chunk, T)
-    per_worker = 4 * 6 * c * d + 4 * 3 * R * 512 \
-        + 12 * n_scalings * H * -(-c // 512) * R * (spec.d_head + 4)
-    if rem:
-        per_worker += 3 * 4 * H * R * c
-    shared = 8 * (n_scalings * H * R * (spec.d_head + 5) + 3 * R * d) + 4 * 8 * d * d
-    return workers * per_worker + shared + 64e6
-
-
 @dataclass
 class Sweep:
     """The sweep's Trajectory and what produced it."""
@@ -170,6 +153,21 @@ def _check(lengths, queries, chunk, input, spec):
         raise SpecError("input", f"must be one of {', '.join(INPUTS)} (got {input!r})")
     if spec.attention == "uniform" and input == "rem":
         raise SpecError("input", "rem scores need softmax or centred attention")
+
+
+def check_resources(spec: ArchSpec, lengths, *, queries: int, chunk: int, input: str,
+                    n_scalings: int, workers: int | None = None) -> float:
+    """Refuse (``SpecError``) a sweep above the work bound or the available memory
+    (:func:`sigprop.measure.memory.check_work` / ``check`` with the ``longctx`` model)."""
+    import torch
+
+    from .measure import memory
+
+    need = memory.check("longctx", spec=spec, lengths=lengths, queries=queries, chunk=chunk,
+                        n_scalings=n_scalings, workers=workers or torch.get_num_threads(),
+                        rem=input == "rem", shrink={"chunk": 16, "queries": 1})
+    memory.check_work(lengths, queries, n_scalings)
+    return need
 
 
 def sweep(spec: ArchSpec, lengths: Sequence[int] | None = None, *, queries: int = 256,
@@ -196,6 +194,8 @@ def sweep(spec: ArchSpec, lengths: Sequence[int] | None = None, *, queries: int 
     if input == "isometric" and spec.rho0 not in (None, 0.0):
         raise SpecError("rho0", "isometric inputs are orthogonal (rho0 = 0); use --input rho")
     kinds = scaling_kinds(spec, compare)
+    check_resources(spec, lengths, queries=queries, chunk=chunk, input=input,
+                    n_scalings=len(kinds), workers=workers)
     sigma0 = spec.sigma_s / spec.multiplier
     t0 = time.perf_counter()
     weights = st.LayerWeights.from_spec(spec, seed)

@@ -200,9 +200,34 @@ def train(spec: ArchSpec, config: TrainConfig = TrainConfig(), *, data: str = "b
     the beta = 8 acceptance run 1.5x slower on this machine for a change below 1e-38."""
     from .measure._threads import cpu_settings
 
+    check_memory(spec, config, betas=betas, data=data, corpus=corpus)
     cpu = config.device == "cpu"
     with cpu_settings(threads=config.threads if cpu else None, flush_denormal=cpu):
         return _train(spec, config, data, corpus, betas, on_step, keep_model)
+
+
+def check_memory(spec: ArchSpec, config: TrainConfig, *, betas: Sequence[float] | None = None,
+                 data: str = "builtin", corpus=None,
+                 shrink: dict[str, int] | None = None) -> float:
+    """Refuse (``SpecError``) a training run that would not fit in memory, before any
+    allocation (:func:`sigprop.measure.memory.check`, ``train`` model). The vocabulary is the
+    corpus's, or before it is loaded the built-in stories' (other data: BERT's 30522)."""
+    from .measure import memory
+
+    if config.task == "reverse":
+        vocab = config.n_symbols
+    elif config.task == "heaviside":
+        vocab = None
+    elif corpus is not None:
+        vocab = corpus.vocab_size
+    else:
+        vocab = memory.BUILTIN_VOCAB if data == "builtin" else memory.OTHER_VOCAB
+    slices = config.seeds * (len(betas) if betas else 1)
+    if shrink is None:
+        shrink = {"seq_len": 2, "batch_size": 1, "d_model": spec.heads}
+    return memory.check("train", spec=spec, batch_size=config.batch_size, slices=slices,
+                        task=config.task, vocab=vocab, eval_sequences=config.eval_sequences,
+                        tie=config.tie, shrink=shrink)
 
 
 def _train(spec, config, data, corpus, betas, on_step, keep_model) -> TrainResult:

@@ -10,7 +10,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from .spec import ArchSpec, SpecError
-from .train import TrainConfig, _mean_err, train
+from .train import TrainConfig, _mean_err, check_memory, train
 
 #: the deep small model used when ``trainability`` gets no architecture: post-LN, gg25's
 #: variances (sigma_v^2 = sigma_w^2 = 0.2, sigma_b^2 = 4e-4, no W_O), 24 layers, d = T = 32
@@ -68,6 +68,8 @@ def trainability(spec: ArchSpec, betas: Sequence[float] = DEFAULT_BETAS,
         if any(not (math.isfinite(v) and 0 <= v <= hi) for v in vals):
             raise SpecError(name, f"every value must be a number in [0, {hi:g}] (got "
                                   f"{list(vals)})")
+    # before loading the corpus or training any grid point; alpha and beta change no size
+    check_memory(spec, config, betas=list(betas), data=data, corpus=corpus)
     if corpus is None and config.task in ("mlm", "clm"):
         from .data.corpus import load_corpus
 

@@ -104,7 +104,6 @@ def longctx(spec: ArchSpec,
     streamed without T x T (weights drawn once at --seq-len), finite-T theory beside them."""
     from .. import longctx as lc
     from .. import trajectory
-    from ..diagnose import available_memory
 
     if seed < 0:
         fail(f"--seed: must be a non-negative integer (got {seed})")
@@ -113,15 +112,11 @@ def longctx(spec: ArchSpec,
         lc._check(ts, queries, chunk, input, spec)
     except SpecError as err:
         fail_spec(err)
-    import torch
-
-    need = max(lc.estimate_memory(spec, queries=queries, chunk=chunk, T=T, rem=input == "rem",
-                                  n_scalings=len(lc.scaling_kinds(spec, compare)),
-                                  workers=torch.get_num_threads()) for T in ts)
-    have = available_memory()
-    if need > have:
-        fail(f"--chunk/--queries: this run needs ~{need / 1e9:.1f} GB but "
-             f"{have / 1e9:.1f} GB are available; lower --chunk or --queries")
+    try:  # before any allocation: work bound and memory (also checked inside sweep)
+        lc.check_resources(spec, ts, queries=queries, chunk=chunk, input=input,
+                           n_scalings=len(lc.scaling_kinds(spec, compare)))
+    except SpecError as err:
+        fail_spec(err)
     try:
         if fmt == Fmt.table:
             from rich.progress import Progress

@@ -83,6 +83,11 @@ def measure(spec: ArchSpec, *, seeds: int = 4, sequences: int = 2, input: str = 
         raise SpecError("seeds", f"must be an integer in [1, 4096] (got {seeds})")
     if not 1 <= sequences <= 4096:
         raise SpecError("sequences", f"must be an integer in [1, 4096] (got {sequences})")
+    from . import memory
+
+    memory.check("measure", spec=spec, seeds=seeds, sequences=sequences, input=input,
+                 dtype_bytes=torch.finfo(dtype).bits // 8, grads=grads,
+                 shrink={"seq_len": 2, "sequences": 1, "seeds": 1})
     t0 = time.perf_counter()
     x, vocab = make_inputs(spec, input, sequences, rho0=rho0, seed=seed)
     model = SigpropTransformer(spec, n_seeds=seeds, seed=seed, dtype=dtype, embeddings=vocab)

@@ -144,6 +144,7 @@ class AttentionOperator:
 
     def to_dense(self) -> Tensor:
         """The matrix itself (T_q x T_k; small T, benchmarks)."""
+        _check_memory(self, 1, 0, dense=True)
         self._prepare()
         a = torch.empty(self.shape, dtype=self.dtype)
         for i0 in range(0, self.shape[0], self.block):
@@ -280,6 +281,20 @@ def _check_k(op, k: int) -> None:
         raise ValueError(f"k must be in [1, {min(op.shape)}] (got {k})")
 
 
+def _check_memory(op, width: int, n_iter: int, dense: bool = False) -> None:
+    """Refuse (``SpecError``) a run that would not fit in memory
+    (:func:`sigprop.measure.memory.check`, ``spectra`` model)."""
+    from . import memory
+
+    dt = getattr(op, "dtype", torch.float64)
+    memory.check("spectra", seq_len=op.shape[0], n_keys=op.shape[1], width=width,
+                 n_iter=n_iter, block=getattr(op, "block", 64),
+                 workers=getattr(op, "workers", 1), dense=dense,
+                 d_head=op.q.shape[1] if hasattr(op, "q") else 0,
+                 centred=getattr(op, "centred", False),
+                 dtype_bytes=torch.finfo(dt).bits // 8, shrink={"n_iter": 1})
+
+
 def top_singular_values(op, k: int = 5, *, oversample: int = 10, n_iter: int = 8,
                         seed: int = 0) -> Tensor:
     """The k largest singular values of ``op`` (descending, float64) by randomised block
@@ -287,6 +302,7 @@ def top_singular_values(op, k: int = 5, *, oversample: int = 10, n_iter: int = 8
     _check_k(op, k)
     n = op.shape[1]
     b = min(k + oversample, n)
+    _check_memory(op, b, n_iter)
     with _one_thread():
         block = _orth(_gaussian(n, b, seed, op.dtype), [])
         basis, images = [block], []  # images: M applied to each basis block, from the passes
@@ -314,6 +330,9 @@ def top_eigenvalues(op, k: int = 5, *, n_iter: int | None = None, seed: int = 0)
     _check_k(op, k)
     if op.shape[0] != op.shape[1]:
         raise ValueError("eigenvalues need a square operator")
+    _check_memory(op, k + 10 if getattr(op, "symmetric", False) else 1,
+                  (12 if n_iter is None else n_iter) if getattr(op, "symmetric", False)
+                  else (40 if n_iter is None else n_iter))
     with _one_thread():
         return _eigenvalues(op, k, n_iter, seed)
 
