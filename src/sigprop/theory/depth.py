@@ -152,7 +152,11 @@ def propagate(spec: ArchSpec, rho0: float | None = None, *,
             q, p, logs = q2, p2, lg2
             rows += _rows(layer, q, p, logs, st, source, inv_t)
             if fixed:  # every later layer repeats this one; only log S keeps growing by dl
-                for k, later in enumerate(range(layer + 1, spec.depth + 1), start=1):
-                    rows += _rows(later, q, p, logs + k * dl, st, source, inv_t)
+                later = np.arange(layer + 1, spec.depth + 1)
+                qs = (q * np.exp(logs + (later - layer) * dl)).tolist()
+                same = [(r["observable"], r["value"]) for r in rows[-6:]]
+                for lay, qv in zip(later.tolist(), qs, strict=True):
+                    rows += [dict(layer=lay, observable=k, source=source,
+                                  value=qv if k == "q" else v) for k, v in same]
                 break
     return trajectory.make(rows, spec)
