@@ -65,6 +65,10 @@ def _check_fields(cls, d: dict[str, Any], where: str) -> None:
                 continue
             if not _is_int(val) or not 1 <= val <= hi:
                 bad(key, f"must be an integer in [1, {hi}] (got {val!r})")
+        elif key.endswith(("_eps", "epsilon")) or key == "initializer_range":
+            if isinstance(val, bool) or not isinstance(val, int | float) or not (
+                    math.isfinite(val) and 0 < val <= 1e3):
+                bad(key, f"must be a finite number in (0, 1000] (got {val!r})")
         elif _is_int(ref) and not _is_int(val) and val is not None:
             bad(key, f"must be an integer (got {val!r})")
         elif isinstance(ref, float) and val is not None and (
@@ -130,11 +134,15 @@ def load_config(name_or_path):
     name = str(name_or_path)
     if name in PRESETS:
         return _from_dict(PRESETS[name], f"preset {name}")
-    path = Path(name).expanduser()
-    if path.is_dir():
-        path = path / "config.json"
-    if not path.is_file():
-        raise _unknown(name)
+    try:
+        path = Path(name).expanduser()
+        if path.is_dir():
+            path = path / "config.json"
+        found = path.is_file()
+    except (OSError, ValueError):  # a name too long for a path, a NUL byte ...
+        found = False
+    if not found:
+        raise _unknown(name[:80] + ("…" if len(name) > 80 else ""))
     try:
         data = json.loads(path.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:

@@ -89,6 +89,12 @@ def _rope(cfg) -> tuple[float | None, str | None, float, str | None]:
                                   f"({type(err).__name__}); taken as 1"
 
 
+#: ArchSpec field -> the config.json field it is read from (for error messages)
+_CONFIG_KEYS = {"depth": "num_hidden_layers", "d_model": "hidden_size",
+                "heads": "num_attention_heads", "d_ff": "intermediate_size",
+                "init_std": "initializer_range", "scaling_param": "rope_parameters"}
+
+
 def _analyse(config, seq_len, rho0, absorb_embedding) -> tuple[ArchSpec, HFInfo]:
     cfg = load_config(config)
     mt = cfg.model_type
@@ -105,7 +111,9 @@ def _analyse(config, seq_len, rho0, absorb_embedding) -> tuple[ArchSpec, HFInfo]
     act_hf = getattr(cfg, "hidden_act", None) or getattr(cfg, "activation_function", "gelu")
     act = _ACTS.get(act_hf) if isinstance(act_hf, str) else None
     if act is None or (gated and act != "silu"):
-        raise SpecError("activation", f"{mt} activation {act_hf!r} has no sigprop counterpart")
+        key = "hidden_act" if getattr(cfg, "hidden_act", None) else "activation_function"
+        raise SpecError("model", f"config {key} {act_hf!r} of {mt} has no sigprop counterpart "
+                                 f"(known: {', '.join(sorted(_ACTS))})")
     if gated:
         act = "swiglu"
         notes.append("SwiGLU MLP: covered by the product kernel silu(gate) x up (THEORY §2.5)")
@@ -192,12 +200,18 @@ def _analyse(config, seq_len, rho0, absorb_embedding) -> tuple[ArchSpec, HFInfo]
         notes.append("final norm after the last block is outside the theory (cos unchanged)")
     if getattr(cfg, "attention_bias", False) or mt == "qwen2":
         notes.append("attention biases are zero at init (sigma_b2 = 0)")
-    spec = ArchSpec(depth=L, d_model=d, heads=heads, d_ff=d_ff, seq_len=T, norm=norm,
-                    ln_kind=ln_kind, qk_std=qk_std, scaling=scaling,
-                    scaling_param=scaling_param, init_std=std,
-                    sigma_o2=var_o if explicit else None,
-                    sigma_w2_out=var_w_out if explicit else None, sigma_b2=0.0,
-                    activation=act, causal=causal, rho0=r0)
+    try:
+        spec = ArchSpec(depth=L, d_model=d, heads=heads, d_ff=d_ff, seq_len=T, norm=norm,
+                        ln_kind=ln_kind, qk_std=qk_std, scaling=scaling,
+                        scaling_param=scaling_param, init_std=std,
+                        sigma_o2=var_o if explicit else None,
+                        sigma_w2_out=var_w_out if explicit else None, sigma_b2=0.0,
+                        activation=act, causal=causal, rho0=r0)
+    except SpecError as err:  # name the config.json field the bad value came from
+        if err.field == "seq_len":
+            raise
+        key = _CONFIG_KEYS.get(err.field, err.field)
+        raise SpecError("model", f"config {key}: {str(err).split(': ', 1)[1]}") from None
     fix = getattr(cfg, "sigprop_fix", None)
     if isinstance(fix, dict):
         from .hf_fix import spec_with_record

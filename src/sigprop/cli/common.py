@@ -147,11 +147,13 @@ def check_output_dir(option: str, path: str | None) -> None:
     if os.path.exists(full) and not os.path.isdir(full):
         fail(f"{option}: {path!r} exists and is not a folder")
     probe = full
-    while not os.path.isdir(probe):
+    while not os.path.exists(probe):
         parent = os.path.dirname(probe)
         if parent == probe:
             break
         probe = parent
+    if not os.path.isdir(probe):
+        fail(f"{option}: {probe!r} is a file, so {path!r} cannot be a folder")
     _probe_writable(option, probe)
 
 

@@ -35,7 +35,8 @@ def mean_cos(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     Computed from the Gram matrix ``G`` of the unit-normalised rows without forming it:
     ``sum_{a,a'} G = |sum_a u_a|^2`` and ``sum_a G_aa = #nonzero rows``, so
     ``cos = (|sum_a u_a|^2 - trace G) / (T (T - 1))``. Zero rows count as cosine 0 with every
-    other token. Undefined (NaN) for ``T < 2``.
+    other token. Undefined (NaN) for ``T < 2``. The exact value lies in [-1/(T-1), 1]; the
+    float32 rounding of near-parallel rows (1 + 2e-7) is clamped back into that range.
     """
     T = x.shape[-2]
     if T < 2:
@@ -44,7 +45,7 @@ def mean_cos(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     u = x / norms.clamp_min(eps)
     total = u.sum(dim=-2).pow(2).sum(dim=-1)
     diag = u.pow(2).sum(dim=(-1, -2))
-    return (total - diag) / (T * (T - 1))
+    return ((total - diag) / (T * (T - 1))).clamp(-1.0 / (T - 1), 1.0)
 
 
 def mean_q(x: torch.Tensor) -> torch.Tensor:

@@ -94,16 +94,21 @@ def softmax_with_stats(logits: Tensor, n_keys: Tensor) -> tuple[Tensor, dict[str
 
 def _reduce_rows(probs: Tensor, ent_rows: Tensor, row_max: Tensor,
                  n_keys: Tensor) -> dict[str, Tensor]:
+    """Row statistics reduced over rows. Each row's ipr and largest weight lie in
+    [1/n_a, 1] and its normalised entropy in [0, 1]; float32 rounding (a uniform row's ipr
+    1 ulp below 1/n, a mean 1 ulp above 1) is clamped back into those ranges."""
     T = probs.shape[-1]
+    n = n_keys.to(probs.dtype)
     row_sq = torch.einsum("...i,...i->...", probs, probs)  # (..., T), no (T, T) temporary
+    row_sq = torch.minimum(torch.maximum(row_sq, 1.0 / n), torch.ones_like(n))
     ipr = row_sq.mean(-1)
     col = probs.sum(-2)
     cross = (col.square().sum(-1) - row_sq.sum(-1)) / (T * (T - 1)) if T > 1 else ipr
-    n = n_keys.to(probs.dtype)
     keep = n > 1
     inv_log = torch.where(keep, 1.0 / torch.log(n.clamp_min(2.0)), torch.zeros_like(n))
-    entropy = (ent_rows * inv_log).sum(-1) / keep.sum().clamp_min(1)
-    return {"ipr": ipr, "ipr_cross": cross, "entropy": entropy, "wmax": row_max.mean(-1)}
+    entropy = ((ent_rows * inv_log).sum(-1) / keep.sum().clamp_min(1)).clamp(0.0, 1.0)
+    wmax = torch.minimum(torch.maximum(row_max, 1.0 / n), torch.ones_like(n)).mean(-1)
+    return {"ipr": ipr, "ipr_cross": cross.clamp_min(0.0), "entropy": entropy, "wmax": wmax}
 
 
 class BatchedAttention(nn.Module):
