@@ -90,12 +90,14 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
     p = np.broadcast_to(np.asarray(r0, dtype=np.float64), shape).ravel().copy()
     q, logs = np.ones_like(p), np.zeros_like(p)
     out, act = np.full(p.shape, np.nan), np.arange(p.size)
-    mode = scale_mode(bp)
+    mode, bpa, bpa_n = scale_mode(bp), None, -1
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         for _ in range(spec.depth if depth is None else depth):
             if not act.size:
                 break
-            bpa = dataclasses.replace(bp, sigma_s0=sig[act], alpha_attn=alp[act])
+            if bpa is None or bpa_n != act.size:  # the active set only ever shrinks
+                bpa = dataclasses.replace(bp, sigma_s0=sig[act], alpha_attn=alp[act])
+                bpa_n = act.size
             q2, p2, lg2, _ = step(q[act], p[act], logs[act], bpa, mode,
                                   asymptotic=asymptotic, full=False)
             bad = _bad(q2, mode) | ~np.isfinite(p2)
