@@ -225,8 +225,10 @@ def _summary(request):
     rcs = ", ".join(f"{k} {v}" for k, v in sorted(STATS.items()) if ":" in k)
     msg = f"fuzz: {n} examples in {wall:.1f} s [{per}]\nfuzz outcomes: {rcs}"
     rep = request.config.pluginmanager.get_plugin("terminalreporter")
+    cap = request.config.pluginmanager.get_plugin("capturemanager")
     if rep is not None:
-        rep.write_line(msg)
+        with cap.global_and_fixture_disabled() if cap else contextlib.nullcontext():
+            rep.write_line("\n" + msg)
     Path(tempfile.gettempdir(), "sigprop_fuzz_stats.txt").write_text(msg + "\n")
 
 
