@@ -97,7 +97,7 @@ CASES = [
                                    "seeds": 1}),
     ("train", "d256 L4 B16 T256 S2", {"spec": {**S, "seq_len": 256}, "batch_size": 16,
                                       "seeds": 2}),
-    ("spectra", "T 65536 Krylov", {"n": 2**16}),
+    ("spectra", "T 16384 Krylov", {"n": 2**14}),
     ("spectra", "T 8192 dense", {"n": 8192, "dense": True}),
     ("spectra", "T 4096 dense centred", {"n": 4096, "dense": True, "centred": True}),
 ]
