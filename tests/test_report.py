@@ -123,15 +123,25 @@ def test_cli_diagnose_writes_report(tmp_path):
 
 
 def test_memory_refusal_is_one_clear_line(monkeypatch):
-    """The pre-run estimate refuses a run that would not fit, suggesting a smaller size."""
-    monkeypatch.setattr(dg, "available_memory", lambda: 64 * 2**20)  # pretend 64 MiB free
+    """The pre-run estimate refuses a run that would not fit, in one line naming the option
+    and a smaller setting, and that setting does fit."""
     from sigprop.spec import SpecError
 
+    monkeypatch.setattr(dg, "available_memory", lambda: 0.6 * 2**30)  # pretend 0.6 GiB free
     with pytest.raises(SpecError) as err:
-        dg.diagnose("bert-base-uncased", seq_len=512, seeds=1, sequences=2)
+        dg.diagnose("bert-base-uncased", seq_len=512, seeds=1, sequences=4)
     msg = str(err.value)
-    assert "--seq-len 128" in msg and "--sequences 1" in msg and "GiB" in msg
-    assert "\n" not in msg
+    assert "\n" not in msg and "GB are available" in msg and "fits" in msg
+    m = re.search(r"e\.g\. (--[a-z-]+ \d+(?: --[a-z-]+ \d+)*) fits", msg)
+    assert m, msg
+    sizes = dict(seq_len=512, sequences=4)
+    for flag, val in re.findall(r"--([a-z-]+) (\d+)", m.group(1)):
+        sizes[flag.replace("-", "_")] = int(val)
+    from sigprop import hf
+
+    config = hf.load_config("bert-base-uncased")
+    spec, info = hf.spec_and_info(config, sizes["seq_len"])
+    dg.check_memory(config, spec, sizes["sequences"], dg.vocab_at_init(config, info.vocab_size))
 
 
 def test_figures_leave_matplotlib_state_alone(tmp_path):

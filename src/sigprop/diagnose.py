@@ -47,6 +47,9 @@ class Diagnosis:
     seconds: float
     trained: bool = False
     notes: list[str] = field(default_factory=list)
+    seeds: int = 0  # initialisations measured (1 for a folder's trained weights)
+    sequences: int = 0  # sequences per initialisation
+    seed: int = 0  # first seed
 
 
 def available_memory() -> float:
@@ -65,6 +68,14 @@ def check_memory(config, spec: ArchSpec, sequences: int, vocab: int) -> float:
     kv = getattr(config, "num_key_value_heads", None) or spec.heads
     return memory.check("diagnose", spec=spec, sequences=sequences, vocab=vocab, kv_heads=kv,
                         have=available_memory(), shrink={"seq_len": 16, "sequences": 1})
+
+
+def vocab_at_init(config, vocab_size: int) -> int:
+    """Embedding rows to build: at most ``VOCAB_AT_INIT`` (rows are i.i.d. at init), at least
+    ``pad_token_id + 1`` (the padding row must exist)."""
+    pad = getattr(config, "pad_token_id", None)
+    low = pad + 1 if isinstance(pad, int) and not isinstance(pad, bool) and pad >= 0 else 1
+    return min(vocab_size, max(VOCAB_AT_INIT, low))
 
 
 def _text_ids(sequences: int, T: int, vocab: int, seed: int):
@@ -178,7 +189,7 @@ def diagnose(model: str = "bert-base-uncased", *, seq_len: int | None = None, se
     t0 = time.perf_counter()
     config = hf.load_config(model)
     spec, info = hf.spec_and_info(config, seq_len)
-    vocab = min(info.vocab_size, VOCAB_AT_INIT)
+    vocab = vocab_at_init(config, info.vocab_size)
     check_memory(config, spec, sequences, vocab)
     ids = _text_ids(sequences, spec.seq_len, vocab, seed).to(device)
     probes, trained = [], False
@@ -212,7 +223,8 @@ def diagnose(model: str = "bert-base-uncased", *, seq_len: int | None = None, se
                      derived=spec.derived(rho0), verdict=verdict, first_failing_layer=first,
                      failing_heads=bad_heads, recommendations=recommend(spec, rho0),
                      rho0=rho0, seconds=time.perf_counter() - t0, trained=trained,
-                     notes=list(getattr(info, "notes", ())))
+                     notes=list(getattr(info, "notes", ())), seeds=len(probes),
+                     sequences=sequences, seed=seed)
 
 
 def head_extremes(heads) -> list[dict]:
@@ -228,17 +240,37 @@ def head_extremes(heads) -> list[dict]:
     return out
 
 
-def to_json(d: Diagnosis) -> dict:
+def to_json(d: Diagnosis, *, timing: bool = True) -> dict:
+    """The diagnosis as the CLI's JSON; ``timing=False`` leaves out the wall-clock
+    ``seconds`` (same seed -> byte-identical output)."""
     from . import trajectory
 
-    return {"model": d.model, "spec": d.spec.to_dict(), "derived": d.derived,
+    out = {"model": d.model, "spec": d.spec.to_dict(), "derived": d.derived,
             "architecture": d.info.to_dict() if hasattr(d.info, "to_dict") else {},
             "rows": trajectory.to_rows(d.trajectory), "heads": head_extremes(d.heads),
             "verdict": d.verdict, "first_failing_layer": d.first_failing_layer,
             "failing_heads": d.failing_heads, "recommendations": d.recommendations,
             "rho0": d.rho0, "trained_weights": d.trained, "notes": d.notes,
+            "seeds": d.seeds, "sequences": d.sequences, "seed": d.seed,
             "seconds": d.seconds, "n_layers_measured": int(np.sum(
                 (d.trajectory.source == "measured") & (d.trajectory.observable == "ipr")))}
+    if not timing:
+        del out["seconds"]
+    return out
+
+
+def _save_quietly(model, folder: Path) -> None:
+    """``save_pretrained`` without transformers' tqdm bar on stderr (libraries never print);
+    the global progress-bar switch is restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(str(folder), safe_serialization=True)
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
 
 
 def fix(model: str, out, *, beta: float | None = None, alpha_attn: float | str | None = None,
@@ -273,7 +305,7 @@ def fix(model: str, out, *, beta: float | None = None, alpha_attn: float | str |
                           seq_len=before.spec.seq_len, rho0=before.rho0)
     stage(f"writing {outp}")
     outp.mkdir(parents=True, exist_ok=True)
-    m.save_pretrained(str(outp), safe_serialization=True)
+    _save_quietly(m, outp)
     del m
     stage("re-diagnosing the written model")
     after = diagnose(str(outp), seq_len=before.spec.seq_len, seeds=seeds, sequences=sequences,

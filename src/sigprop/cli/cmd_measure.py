@@ -11,8 +11,12 @@ from .common import (
     AsymptoticOpt,
     Fmt,
     FormatOpt,
+    NoTimingOpt,
     SeedOpt,
+    WideOpt,
     _emit_json,
+    _timing,
+    check_figure_path,
     fail,
     fail_spec,
     spec_command,
@@ -29,7 +33,7 @@ def measure(spec: ArchSpec,
             grads: bool = typer.Option(False, "--grads", help="also Q/V gradient norms"),
             float64: bool = typer.Option(False, "--float64", help="simulate in float64"),
             asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatOpt,
-            seed: int = SeedOpt) -> None:
+            seed: int = SeedOpt, no_timing: bool = NoTimingOpt, wide: bool = WideOpt) -> None:
     """Theory and simulation side by side: S seeds x B sequences through the torch model."""
     import pandas as pd
     import torch
@@ -39,8 +43,7 @@ def measure(spec: ArchSpec,
     from ..measure.engine import measure as run_measure
     from ..theory import blocks, diagram
 
-    if seed < 0:
-        fail(f"--seed: must be a non-negative integer (got {seed})")
+    check_figure_path("--plot", plot)
     try:
         m = run_measure(spec, seeds=seeds, sequences=sequences, input=input, rho0=spec.rho0,
                         seed=seed, dtype=torch.float64 if float64 else torch.float32,
@@ -61,29 +64,38 @@ def measure(spec: ArchSpec,
     if fmt == Fmt.json:
         _emit_json({"spec": spec.to_dict(), "derived": spec.derived(rho0),
                     "rows": trajectory.to_rows(traj), "verdict": verdict, "alpha_crit": a_crit,
-                    "rho0": rho0, "max_abs_error": agreement, "seconds": m.seconds, **m.info})
+                    "rho0": rho0, "max_abs_error": agreement, **_timing(m.seconds, no_timing),
+                    **m.info})
     elif fmt == Fmt.csv:
         traj.drop(columns=[c for c in traj.columns if c.startswith("spec.")]).to_csv(
             sys.stdout, index=False)
     else:
         from ..report import console
 
-        console.print_measurement(spec, traj, agreement, verdict, m)
+        console.print_measurement(spec, traj, agreement, verdict, m, wide=wide)
 
 
 def _lengths(text: str | None) -> list[int] | None:
     """``--lengths``: comma-separated integers, each also accepted as ``2^k``."""
     if text is None:
         return None
+    from ..spec import MAX_SEQ_LEN
+
+    usage = "must be comma-separated integers >= 2, e.g. 512,4096 or 2^20"
     out = []
     for part in text.split(","):
         p = part.strip()
+        base, _, exp = p.partition("^")
         try:
-            base, _, exp = p.partition("^")
-            out.append(int(base) ** int(exp) if exp else int(p))
+            b, e = int(base), int(exp) if exp else 1
         except ValueError:
-            fail(f"--lengths: must be comma-separated integers >= 2, e.g. 512,4096 or 2^20 "
-                 f"(got {p!r})")
+            fail(f"--lengths: {usage} (got {p!r})")
+        # bound the exponent before raising to it: 2^100000000 would take minutes
+        if not (2 <= b <= MAX_SEQ_LEN and 1 <= e <= 64 and b**e <= MAX_SEQ_LEN):
+            fail(f"--lengths: each length must be in [2, 2^30] (got {p!r})")
+        out.append(b**e)
+    if not out:
+        fail(f"--lengths: {usage} (got {text!r})")
     return out
 
 
@@ -99,15 +111,15 @@ def longctx(spec: ArchSpec,
             compare: bool = typer.Option(False, "--compare", help="none, gg25 sqrt(log T) and "
                                          "clpr25 log T scalings side by side"),
             plot: str | None = typer.Option(None, "--plot", help="write ipr/entropy/wmax vs T"),
-            fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
+            fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt,
+            wide: bool = WideOpt) -> None:
     """One attention layer's ipr, entropy, wmax and output cosine against context length,
     streamed without T x T (weights drawn once at --seq-len), finite-T theory beside them."""
     from .. import longctx as lc
     from .. import trajectory
 
-    if seed < 0:
-        fail(f"--seed: must be a non-negative integer (got {seed})")
     ts = _lengths(lengths) or lc.default_lengths()
+    check_figure_path("--plot", plot)
     try:
         lc._check(ts, queries, chunk, input, spec)
     except SpecError as err:
@@ -140,11 +152,11 @@ def longctx(spec: ArchSpec,
 
         _emit_json({"spec": spec.to_dict(), "derived": spec.derived(),
                     "rows": trajectory.to_rows(traj), "trends": trends(traj),
-                    "seconds": sw.seconds, "plot": plot, **sw.info})
+                    **_timing(sw.seconds, no_timing), "plot": plot, **sw.info})
     elif fmt == Fmt.csv:
         traj.drop(columns=[c for c in traj.columns if c.startswith("spec.")]).to_csv(
             sys.stdout, index=False)
     else:
         from ..report.longctx import print_sweep
 
-        print_sweep(sw, spec)
+        print_sweep(sw, spec, wide=wide)
