@@ -145,8 +145,8 @@ def _check(lengths, queries, chunk, input, spec):
     for T in lengths:
         if isinstance(T, bool) or not isinstance(T, int | np.integer) or not 2 <= T <= 2**30:
             raise SpecError("lengths", f"each length must be an integer in [2, 2^30] (got {T!r})")
-    if not 1 <= queries <= MAX_QUERIES:
-        raise SpecError("queries", f"must be an integer in [1, {MAX_QUERIES}] (got {queries})")
+    if not 2 <= queries <= MAX_QUERIES:  # the output cosine is a mean over pairs of rows
+        raise SpecError("queries", f"must be an integer in [2, {MAX_QUERIES}] (got {queries})")
     if not 16 <= chunk <= 2**20:
         raise SpecError("chunk", f"must be an integer in [16, 1048576] (got {chunk})")
     if input not in INPUTS:

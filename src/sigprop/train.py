@@ -103,9 +103,10 @@ class TrainConfig:
         check("warmup_ratio", 0 <= self.warmup_ratio < 1, "a number in [0, 1)")
         check("weight_decay", 0 <= self.weight_decay <= 10, "a number in [0, 10]")
         check("max_grad_norm", 0 <= self.max_grad_norm, "a number >= 0 (0 = no clipping)")
-        for name in ("eval_every", "measure_every", "log_every"):
+        for name, lo in (("eval_every", 1), ("measure_every", 0), ("log_every", 1)):
             v = getattr(self, name)
-            check(name, v is None or 0 <= v <= 10_000_000, "an integer in [0, 10000000]")
+            check(name, v is None or lo <= v <= 10_000_000,
+                  f"an integer in [{lo}, 10000000]" + (" (0 = off)" if lo == 0 else ""))
         check("eval_sequences", 1 <= self.eval_sequences <= 100_000, "an integer in [1, 100000]")
         check("seeds", 1 <= self.seeds <= 256, "an integer in [1, 256]")
         check("seed", self.seed >= 0, "a non-negative integer")
@@ -239,6 +240,9 @@ def _train(spec, config, data, corpus, betas, on_step, keep_model) -> TrainResul
         raise SpecError("task", "clm needs a causal model (add --causal)")
     if config.task in ("mlm", "reverse") and spec.causal:
         raise SpecError("task", f"{config.task} needs a bidirectional model (drop --causal)")
+    if config.task == "heaviside" and spec.seq_len > spec.d_model:
+        raise SpecError("seq_len", f"heaviside's isometric inputs need seq_len <= d_model="
+                                   f"{spec.d_model} (got {spec.seq_len})")
     device = torch.device(config.device)
     batches = Batches(spec, config, data=data, corpus=corpus)
     bias = batches.unigram_logp if config.bias_init == "unigram" else None

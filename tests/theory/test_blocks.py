@@ -184,3 +184,18 @@ def test_causal_cross_term_vs_monte_carlo(beta, rho):
         a, b = np.triu_indices(T, 1)
         assert float(st.inv_t_cross) == pytest.approx(float(st.yx), rel=1e-12)
         assert float(st.inv_t_cross) == pytest.approx(np.mean(1.0 / (b + 1)), rel=0.03)
+
+
+def test_asymptotic_pre_ln_at_tiny_t_keeps_p_within_q():
+    """Fuzz finding: pre-LN tanh, T = 2, asymptotic theory, alpha_crit's probes at alpha ~ 0.
+    A roundoff-negative cosine (-1e-9) through the T -> inf attention map (Y2 = 0) made q_att
+    negative and the next MLP input |p1| > q1 (ValueError). Must finish with in-range rows."""
+    from sigprop.theory import diagram
+
+    spec = ArchSpec(depth=3, d_model=8, heads=1, seq_len=2, norm="pre", activation="tanh")
+    a = float(diagram.alpha_crit(spec, asymptotic=True)[0])
+    assert np.isfinite(a) and a >= 0
+    for alpha in (0.0, 1e-6, 1e-3, 1.0):
+        traj = blocks.propagate(spec.replace(alpha_attn=alpha), asymptotic=True)
+        cos = traj[traj.observable == "cos"]["value"]
+        assert cos.between(-1, 1).all()

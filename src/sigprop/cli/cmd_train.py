@@ -52,6 +52,15 @@ def _train_config(**kw):
         fail_spec(err)
 
 
+def _check_memory_or_fail(spec, cfg, **kw) -> None:
+    from ..train import check_memory
+
+    try:
+        check_memory(spec, cfg, **kw)
+    except SpecError as err:
+        fail_spec(err)
+
+
 def _corpus_or_fail(task: str, data: str, documents: int | None, vocab_size: int):
     if task not in ("mlm", "clm"):
         return None
@@ -118,6 +127,7 @@ def train_cmd(spec: ArchSpec,
                         bias_init=bias_init)
     check_figure_path("--plot", plot)
     check_output_dir("--checkpoint", checkpoint)
+    _check_memory_or_fail(spec, cfg, data=data)  # before the corpus is built (seconds)
     corpus = _corpus_or_fail(task, data, documents, vocab_size)
     try:
         res = _progress(fmt, f"training ({task})", steps,
@@ -208,6 +218,7 @@ def trainability(spec: ArchSpec,
     check_figure_path("--plot", plot)
     cfg = _train_config(steps=steps, batch_size=batch_size, lr=lr, seeds=seeds, seed=seed,
                         device=device, measure_every=0, threads=threads, bias_init=bias_init)
+    _check_memory_or_fail(spec, cfg, data=data, betas=b)
     corpus = _corpus_or_fail("mlm", data, None, 2000)
     try:
         table, traj = _progress(fmt, f"trainability ({len(b)}x{len(a)} points)", steps * len(a),

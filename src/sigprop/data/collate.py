@@ -42,13 +42,19 @@ def mlm_mask(ids: torch.Tensor, vocab_size: int, gen: torch.Generator, *, prob: 
     """BERT masking: each non-special token is chosen with probability ``prob``; a chosen
     token becomes ``[MASK]`` (80%), a random non-special token (10%) or stays (10%).
     Returns ``(inputs, labels)`` with labels = the original id at chosen positions and
-    :data:`IGNORE` elsewhere."""
+    :data:`IGNORE` elsewhere. A batch in which no token was chosen (short sequences, e.g.
+    T = 2) gets each sequence's lowest-draw token chosen instead, so its loss is defined;
+    batches with a chosen token are untouched."""
     if not 0 < prob < 1:
         raise ValueError(f"masking probability must be in (0, 1) (got {prob})")
     u = torch.rand(ids.shape, generator=gen)
     how = torch.rand(ids.shape, generator=gen)
     rnd = torch.randint(n_special, vocab_size, ids.shape, generator=gen, dtype=ids.dtype)
     chosen = (u < prob) & (ids >= n_special)
+    if not bool(chosen.any()):
+        eligible = ids >= n_special
+        first = torch.where(eligible, u, torch.full_like(u, 2.0)).argmin(dim=-1, keepdim=True)
+        chosen = torch.zeros_like(chosen).scatter_(-1, first, True) & eligible
     labels = torch.where(chosen, ids, torch.full_like(ids, IGNORE))
     inputs = torch.where(chosen & (how < 0.8), torch.full_like(ids, mask_id), ids)
     inputs = torch.where(chosen & (how >= 0.8) & (how < 0.9), rnd, inputs)

@@ -277,6 +277,11 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     """
     normed = bp.norm in ("post", "pre")
     qa, pa = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
+    if asymptotic:
+        # a mean pairwise cosine is >= -1/(T-1), so >= 0 as T -> inf; the limit maps (Y2 = 0
+        # below beta_c gives q_att = s_v^2 p) need it: a roundoff-negative p (-1e-9) would
+        # make q_att negative and the next cosine meaningless
+        pa = np.maximum(pa, 0.0)
     if bp.attention == "uniform":
         st = uniform_stats(np.shape(pa), bp.seq_len, causal=bp.causal, asymptotic=asymptotic)
     else:
@@ -306,13 +311,16 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
 
 
 def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: int | None = None,
-              asymptotic: bool = False, fluctuations: bool = True) -> np.ndarray:
+              asymptotic: bool = False, fluctuations: bool = True,
+              threshold: float | None = None) -> np.ndarray:
     """rho_L after ``depth`` blocks, vectorised over arrays of ``beta`` (effective, including the
-    length scaling), ``alpha_attn`` and ``rho0``; NaN where the signal norm overflows float64
-    (see :func:`.depth.final_cos`)."""
+    length scaling), ``alpha_attn`` and ``rho0``; NaN where the signal norm overflows float64.
+    ``threshold``: entries may stop once their side of it is certain (see
+    :func:`.depth.final_cos`)."""
     from . import depth as _depth
     return _depth.final_cos(spec, beta=beta, alpha_attn=alpha_attn, rho0=rho0, depth=depth,
-                            asymptotic=asymptotic, fluctuations=fluctuations)
+                            asymptotic=asymptotic, fluctuations=fluctuations,
+                            threshold=threshold)
 
 
 def propagate(spec: ArchSpec, rho0: float | None = None, *,
