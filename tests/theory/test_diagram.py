@@ -66,3 +66,60 @@ def test_full_diagram_is_fast():
     t0 = time.perf_counter()
     diagram.compute(spec, n_beta=256, n_alpha=256)
     assert time.perf_counter() - t0 < 1.5  # 60 layers x 65536 points, vectorised
+
+
+# Threshold certificates (issue 13: alpha_crit at depth 10000). alpha_crit only needs the side
+# of rho_max the final cosine lies on; where the block is a nondecreasing map of the cosine alone
+# the side is certain before the last layer (sigprop.theory.depth, module docstring). Checked
+# against the full iteration over norms, attention variants, masks and activations.
+_CERT_SPECS = [
+    dict(norm=n, attention=a, causal=c, activation=f, sigma_b2=b, rho0=r)
+    for n in ("post", "pre") for a in ("softmax", "centred", "uniform") for c in (False, True)
+    for f, b, r in (("relu", 0.0, 0.0), ("tanh", 4e-4, 0.5), ("gelu", 0.0, 0.95))
+] + [
+    dict(norm="none", attention="uniform", activation=f, causal=c, sigma_v2=0.2, sigma_w2=0.2)
+    for f in ("relu", "linear") for c in (False, True)  # homogeneous: scale factored out
+]
+
+
+@pytest.mark.parametrize("kw", _CERT_SPECS,
+                         ids=lambda kw: "-".join(str(v) for v in kw.values()))
+@pytest.mark.parametrize("rho_max", [0.5, 0.9])
+def test_threshold_certificates_match_full_iteration(kw, rho_max):
+    from sigprop.theory import depth as theory_depth
+
+    spec = ArchSpec(depth=120, seq_len=64, rho_max=rho_max, **kw)
+    b = np.linspace(0.0, 1.2, 5)[:, None]
+    a = np.geomspace(0.05, 1e3, 11)[None, :]
+    with np.errstate(all="ignore"):
+        full = theory_depth.final_cos(spec, beta=b, alpha_attn=a)
+        fast = theory_depth.final_cos(spec, beta=b, alpha_attn=a, threshold=rho_max)
+    assert np.array_equal(np.isnan(full), np.isnan(fast))
+    ok = ~np.isnan(full)
+    assert np.array_equal(full[ok] < rho_max, fast[ok] < rho_max)
+    if kw["norm"] == "pre":
+        assert np.array_equal(full[ok], fast[ok])  # not a 1-D map: no certificate used
+
+
+@pytest.mark.parametrize("kw", [
+    dict(), dict(depth=60), dict(depth=200, beta=0.5, rho0=0.0, sigma_v2=0.2, sigma_w2=0.2,
+                                 sigma_b2=4e-4),
+    dict(depth=100, causal=True, alpha_mlp=0.5), dict(depth=100, attention="centred"),
+    dict(depth=100, attention="uniform", activation="tanh"),
+    dict(depth=200, activation="gelu", alpha_mlp=0.5), dict(depth=60, norm="pre"),
+])
+def test_alpha_crit_with_certificates_equals_full_iteration(kw, monkeypatch):
+    """alpha_crit with early-stopping probes agrees with the search iterating every layer of
+    every probe to relative 1e-6 (observed: bit for bit; only a final cosine within roundoff
+    of rho_max could flip a probe)."""
+    from sigprop.theory import depth as theory_depth
+
+    spec = ArchSpec(**kw)
+    betas = np.linspace(0.0, 1.5, 7)
+    fast = diagram.alpha_crit(spec, betas)
+    monkeypatch.setattr(theory_depth, "CERT_MIN_DEPTH", 10**9)  # certificates off
+    full = diagram.alpha_crit(spec, betas)
+    assert np.array_equal(np.isnan(fast), np.isnan(full))
+    assert np.array_equal(np.isinf(fast), np.isinf(full))
+    fin = np.isfinite(full)
+    np.testing.assert_allclose(fast[fin], full[fin], rtol=1e-6, atol=0)

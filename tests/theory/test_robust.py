@@ -237,3 +237,44 @@ def test_deep_causal_stack_at_huge_score_scale_finishes():
     traj = blocks.propagate(spec)
     assert time.perf_counter() - t0 < 60.0
     assert np.all(np.isfinite(traj["value"].to_numpy()))
+
+
+def test_alpha_crit_of_a_deep_stack_is_fast():
+    """Issue 13 (predict --depth 10000 under a second): the alpha_crit probes stop once the side
+    of rho_max is certain instead of iterating 10000 layers each (took ~3-5 s)."""
+    spec = ArchSpec(depth=10000)
+    diagram.alpha_crit(spec.replace(depth=40))  # warm the tables
+    t0 = time.perf_counter()
+    a = diagram.alpha_crit(spec)
+    assert time.perf_counter() - t0 < 0.5
+    assert a[0] == math.inf  # alpha = 1000 still ends above rho_max (cos -> 1 under the MLP)
+
+
+def test_prediction_table_of_a_deep_stack_is_sampled():
+    """print_prediction shows at most 40 evenly spaced layers (first, last, and the first
+    reaching rho_max among them) in 80 columns, and says so; wide shows all."""
+    import io
+
+    from rich.console import Console
+
+    from sigprop.report.console import print_prediction
+
+    spec = ArchSpec(depth=2000)
+    traj = blocks.propagate(spec)
+    cos = traj[traj["observable"] == "cos"].set_index("layer")["value"]
+    cross = int(cos.index[cos.to_numpy() >= spec.rho_max][0])
+    buf = io.StringIO()
+    print_prediction(spec, traj, spec.derived(), "rank_collapse", math.inf,
+                     console=Console(file=buf, width=80))
+    lines = buf.getvalue().splitlines()
+    assert max(len(s) for s in lines) <= 80
+    layers = [int(s.split()[0]) for s in lines
+              if s.strip() and s.split()[0].isdigit() and "layers" not in s]
+    assert len(layers) <= 40 and layers[0] == 0 and layers[-1] == 2000 and cross in layers
+    assert layers == sorted(layers)
+    assert "40 of 2001 layers (--wide: all)" in buf.getvalue()
+    buf = io.StringIO()
+    print_prediction(spec, traj, spec.derived(), "rank_collapse", math.inf,
+                     console=Console(file=buf, width=120), wide=True)
+    assert "layers (--wide: all)" not in buf.getvalue()
+    assert "\n 1999 " in buf.getvalue() or "\n1999 " in buf.getvalue()

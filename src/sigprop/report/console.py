@@ -43,19 +43,35 @@ def _wide_columns(w, names, stderr=None) -> dict[str, list[str]]:
 def print_prediction(spec: ArchSpec, traj, derived: dict, verdict: str,
                      alpha_crit: float | None, console: Console | None = None,
                      wide: bool = False) -> None:
+    """Per-layer theory table, derived quantities, verdict and alpha_crit. Deep stacks show at
+    most ``max_rows`` evenly spaced layers (always the first, the last and the first layer
+    whose cosine reaches rho_max) and say so; ``wide`` shows every layer."""
+    import numpy as np
+
     from .. import trajectory
 
+    max_rows = 40
     console = console or tables.console(wide)
     src = traj["source"].iloc[0]
     w = trajectory.wide(traj)
     console.print(f"[bold]sigprop predict[/] {spec.norm}-LN, L={spec.depth}, T={spec.seq_len}, "
                   f"{spec.attention}, {spec.activation} ({src})")
+    n = len(w.index)
+    if not wide and n > max_rows:
+        keep = set(np.linspace(0, n - 1, max_rows - 1).round().astype(int).tolist())
+        if "cos" in w.columns:
+            over = np.flatnonzero(w["cos"].to_numpy() >= spec.rho_max)
+            if over.size:
+                keep.add(int(over[0]))
+        w = w.iloc[sorted(keep)]
     cols = [c for c in _COLUMNS if c in w.columns]
     t = tables.table("layer", *cols, right=("layer", *cols))
     cells = _wide_columns(w, cols)
     for i, layer in enumerate(w.index):
         t.add_row(str(layer), *(cells[c][i] if cells[c][i] != "–" else "" for c in cols))
     console.print(t)
+    if len(w.index) < n:
+        console.print(f"{len(w.index)} of {n} layers (--wide: all)")
     console.print(_derived_table(derived))
     console.print(f"verdict: [{_VERDICT_STYLE[verdict]}]{verdict}[/]   "
                   f"alpha_crit(L={spec.depth}) = {_fmt(alpha_crit)}")

@@ -20,6 +20,17 @@ returns NaN for that entry (the alpha_crit search then reports NaN, "unknown").
 Fixed points.  The map is deterministic, so once a layer returns its input bit for bit (and,
 for pre-LN, the scale stopped changing) every later layer repeats it: the loops stop there and
 fill the remaining layers, which gives results identical to iterating.
+
+Threshold certificates.  :func:`final_cos` with ``threshold=t`` only has to tell on which side
+of t the final cosine lies (the alpha_crit search). Where the block map is a map of the cosine
+alone, ``rho_{l+1} = f(rho_l)`` (post-LN: every block starts from q = 1; ``homogeneous``: the
+scale factors out), and f is nondecreasing, the side is known early: if ``rho_l < t`` and
+``f(t) < t`` then ``rho_{l+1} = f(rho_l) <= f(t) < t``, so every later layer stays below t; if
+``rho_l >= t`` and ``f(t) >= t`` every later layer stays at or above t. f is checked to be
+nondecreasing on a grid of cosines per entry (:data:`MONO_GRID` points on [0, 1], slack
+:data:`MONO_SLACK` for roundoff) and to map [0, 1] into itself (f(0) >= 0, f(1) <= 1), so the
+orbit stays where f was checked; entries that fail the check, pre-LN (the branch weight 1/S
+changes from layer to layer) and the scale-dependent maps are iterated through the depth.
 """
 
 from __future__ import annotations
@@ -34,6 +45,12 @@ from .blocks import BlockParams, _cos, block_step
 
 #: largest signal norm q carried unscaled (beyond it the next layer may overflow float64)
 Q_MAX = 1e300
+#: cosines at which the one-layer map is checked to be nondecreasing (threshold certificates)
+MONO_GRID = 65
+#: roundoff allowed in that check (a decrease of f by less than this counts as flat)
+MONO_SLACK = 1e-12
+#: below this depth final_cos(threshold=...) iterates every entry (the check costs ~ a layer)
+CERT_MIN_DEPTH = 32
 
 
 def scale_mode(bp: BlockParams) -> str | None:
@@ -72,11 +89,34 @@ def _bad(q, mode):
     return ~np.isfinite(q) if mode is not None else ~(np.isfinite(q) & (q <= Q_MAX))
 
 
+def _certificates(bp: BlockParams, mode, sig, alp, threshold: float, asymptotic: bool):
+    """Per entry: ``(monotone, f(t) < t)`` for the one-layer cosine map f at ``t = threshold``
+    (module docstring, threshold certificates); all False where the map is not 1-D."""
+    n = sig.size
+    if not (bp.norm == "post" or mode == "homogeneous"):
+        return np.zeros(n, bool), np.zeros(n, bool)
+    x = np.append(np.linspace(0.0, 1.0, MONO_GRID), threshold)
+    grid = dataclasses.replace(bp, sigma_s0=sig[:, None], alpha_attn=alp[:, None])
+    p = np.broadcast_to(x, (n, x.size))
+    q2, p2, _, _ = step(np.ones_like(p), p, np.zeros_like(p), grid, mode,
+                        asymptotic=asymptotic, full=False)
+    f = _cos(p2, q2)
+    fg = f[:, :-1]
+    ok = np.isfinite(f).all(axis=1) & (fg[:, 0] >= -MONO_SLACK) & (fg[:, -1] <= 1 + MONO_SLACK)
+    mono = ok & (np.diff(fg, axis=1) >= -MONO_SLACK).all(axis=1)
+    return mono, mono & (f[:, -1] < threshold)
+
+
 def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: int | None = None,
-              asymptotic: bool = False, fluctuations: bool = True) -> np.ndarray:
+              asymptotic: bool = False, fluctuations: bool = True,
+              threshold: float | None = None) -> np.ndarray:
     """rho_L after ``depth`` blocks, vectorised over arrays of ``beta`` (effective, including the
     length scaling), ``alpha_attn`` and ``rho0``. Entries that reach a fixed point leave the
-    iteration; entries whose signal norm overflows are NaN."""
+    iteration; entries whose signal norm overflows are NaN.
+
+    ``threshold``: only the side of it matters (``rho_L < threshold``, the alpha_crit search).
+    Entries whose side is certain before the last layer (module docstring) leave the iteration
+    then and hold the cosine of that layer, which is on the same side as rho_L."""
     over = {"ln_fluct": bool(fluctuations)}
     if beta is not None:
         over["sigma_s0"] = np.asarray(beta, dtype=np.float64) * math.sqrt(math.log(spec.seq_len))
@@ -91,8 +131,20 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
     q, logs = np.ones_like(p), np.zeros_like(p)
     out, act = np.full(p.shape, np.nan), np.arange(p.size)
     mode, bpa, bpa_n = scale_mode(bp), None, -1
+    n_layers = spec.depth if depth is None else depth
+    cert = threshold is not None and n_layers >= CERT_MIN_DEPTH
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
-        for _ in range(spec.depth if depth is None else depth):
+        if cert:
+            mono, f_below = _certificates(bp, mode, sig, alp, float(threshold), asymptotic)
+            cert = bool(mono.any())
+        for _ in range(n_layers):
+            if cert and act.size:
+                c = _cos(p[act], q[act])
+                below = c < threshold
+                inside = (c >= 0) & (c <= 1)
+                done = mono[act] & inside & np.where(below, f_below[act], ~f_below[act])
+                out[act[done]] = c[done]
+                act = act[~done]
             if not act.size:
                 break
             if bpa is None or bpa_n != act.size:  # the active set only ever shrinks

@@ -75,7 +75,8 @@ def alpha_crit(spec: ArchSpec, betas=None, *, rho0: float | None = None,
 
 def _alpha_crit_search(spec, b, rho0, depth, asymptotic, hi):
     """The vectorised (K+1)-ary search of :func:`alpha_crit` for betas below beta_c."""
-    kw = dict(rho0=rho0, depth=depth, asymptotic=asymptotic)
+    # only the side of rho_max matters: entries may stop early once it is certain
+    kw = dict(rho0=rho0, depth=depth, asymptotic=asymptotic, threshold=spec.rho_max)
     ends = final_cos(spec, beta=b[:, None], alpha_attn=np.array([0.0, hi]), **kw)
     ok0, ok_hi = ends[:, 0] < spec.rho_max, ends[:, 1] < spec.rho_max
     out = np.where(ok0, 0.0, np.where(ok_hi, np.nan, np.inf))
