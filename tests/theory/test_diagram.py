@@ -85,8 +85,10 @@ _CERT_SPECS = [
 @pytest.mark.parametrize("kw", _CERT_SPECS,
                          ids=lambda kw: "-".join(str(v) for v in kw.values()))
 @pytest.mark.parametrize("rho_max", [0.5, 0.9])
-def test_threshold_certificates_match_full_iteration(kw, rho_max):
+def test_threshold_certificates_match_full_iteration(kw, rho_max, monkeypatch):
     from sigprop.theory import depth as theory_depth
+
+    monkeypatch.setattr(theory_depth, "CERT_MIN_DEPTH", 1)  # certificates at any depth
 
     spec = ArchSpec(depth=120, seq_len=64, rho_max=rho_max, **kw)
     b = np.linspace(0.0, 1.2, 5)[:, None]
@@ -107,6 +109,7 @@ def test_threshold_certificates_match_full_iteration(kw, rho_max):
     dict(depth=100, causal=True, alpha_mlp=0.5), dict(depth=100, attention="centred"),
     dict(depth=100, attention="uniform", activation="tanh"),
     dict(depth=200, activation="gelu", alpha_mlp=0.5), dict(depth=60, norm="pre"),
+    dict(depth=300, beta=0.5, rho0=0.0, sigma_v2=0.2, sigma_w2=0.2, sigma_b2=4e-4, causal=True),
 ])
 def test_alpha_crit_with_certificates_equals_full_iteration(kw, monkeypatch):
     """alpha_crit with early-stopping probes agrees with the search iterating every layer of
@@ -116,6 +119,7 @@ def test_alpha_crit_with_certificates_equals_full_iteration(kw, monkeypatch):
 
     spec = ArchSpec(**kw)
     betas = np.linspace(0.0, 1.5, 7)
+    monkeypatch.setattr(theory_depth, "CERT_MIN_DEPTH", 1)  # certificates at any depth
     fast = diagram.alpha_crit(spec, betas)
     monkeypatch.setattr(theory_depth, "CERT_MIN_DEPTH", 10**9)  # certificates off
     full = diagram.alpha_crit(spec, betas)
