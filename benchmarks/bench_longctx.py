@@ -37,11 +37,12 @@ def matmul_rate(seconds: float = 3.0) -> float:
 def _setup(T):
     import torch
 
-    from sigprop.measure import streaming as st
+    from sigprop.measurement import stream_inputs as si
+    from sigprop.measurement import streaming as st
     from sigprop.spec import ArchSpec
 
     spec = ArchSpec(d_model=D, heads=H, beta=BETA)
-    return spec, st.LayerWeights.from_spec(spec, 0), st.token_source("rho", T, D, seed=0), torch
+    return spec, st.LayerWeights.from_spec(spec, 0), si.token_source("rho", T, D, seed=0), torch
 
 
 def part_dense(T: int) -> dict:
@@ -64,7 +65,7 @@ def part_dense(T: int) -> dict:
 
 def part_stream(T: int, rows: int) -> dict:
     """Streaming statistics of ``rows`` sampled rows (all rows when rows >= T)."""
-    from sigprop.measure import streaming as st
+    from sigprop.measurement import streaming as st
 
     spec, w, src, torch = _setup(T)
     r = torch.randperm(T, generator=torch.Generator().manual_seed(0))[:rows]
@@ -79,7 +80,7 @@ def part_stream(T: int, rows: int) -> dict:
 def part_svd(T: int, dense: bool) -> dict:
     """Top-5 singular values of head 0's attention matrix: matrix-free vs dense svdvals (one
     LAPACK thread, the faster setting on this machine)."""
-    from sigprop.measure import spectra as sp
+    from sigprop.measurement import spectra as sp
 
     spec, w, src, torch = _setup(T)
     op = sp.AttentionOperator.from_weights(src.chunk(0, T), w, 0)

@@ -22,8 +22,8 @@ import time
 
 import torch
 
-from sigprop.measure import observables as obs
-from sigprop.measure.inputs import rho_tokens
+from sigprop.measurement import observables as obs
+from sigprop.measurement.inputs import rho_tokens
 from sigprop.nn.model import SigpropTransformer
 from sigprop.spec import ArchSpec
 

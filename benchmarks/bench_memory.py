@@ -1,4 +1,4 @@
-"""Accuracy of :mod:`sigprop.measure.memory` against measured peak RSS.
+"""Accuracy of :mod:`sigprop.measurement.memory` against measured peak RSS.
 
 Every (workload, size) runs in a fresh ``python`` subprocess, which builds the workload through
 the library's public entry point, computes the estimate with the same arguments and prints its
@@ -20,12 +20,12 @@ CHILD = r"""
 import json, resource, sys
 kind, kw = sys.argv[1], json.loads(sys.argv[2])
 import torch
-from sigprop.measure import memory
+from sigprop.measurement import memory
 from sigprop.spec import ArchSpec
 memory.available = lambda: float("inf")  # measure the estimate, do not refuse
 spec = ArchSpec(**kw.pop("spec")) if "spec" in kw else None
 if kind == "measure":
-    from sigprop.measure.engine import measure
+    from sigprop.measurement.engine import measure
     est = memory.estimate("measure", spec=spec, **kw)
     measure(spec, seeds=kw["seeds"], sequences=kw["sequences"], grads=kw.get("grads", False))
 elif kind == "diagnose":
@@ -44,13 +44,14 @@ elif kind == "longctx":
     lc.sweep(spec, kw["lengths"], queries=kw["queries"], chunk=kw["chunk"],
              compare=kw["compare"])
 elif kind == "train":
-    from sigprop.train import TrainConfig, train
+    from sigprop.training.config import TrainConfig
+    from sigprop.training.loop import train
     cfg = TrainConfig(steps=2, batch_size=kw["batch_size"], seeds=kw["seeds"], measure_every=0)
     est = memory.estimate("train", spec=spec, batch_size=kw["batch_size"], slices=kw["seeds"],
                           vocab=memory.BUILTIN_VOCAB)
     train(spec, cfg)
 elif kind == "spectra":
-    from sigprop.measure import spectra
+    from sigprop.measurement import spectra
     g = torch.Generator().manual_seed(0)
     n, dh = kw["n"], 64
     q = torch.randn(n, dh, generator=g, dtype=torch.float64) / dh ** 0.5

@@ -7,7 +7,7 @@
    extrapolated to the grid: the full loop would take minutes).
 2. tanh MLP kernel: 2-D Gauss-Hermite (vectorised) vs scipy dblquad per point (gg25's reference
    approach), both at <= 1e-7 agreement.
-3. Finite-T Y2 (THEORY §2.3): the 1-D quadrature vs Monte Carlo reaching the same accuracy
+3. Finite-T Y2 (docs/theory.md §2.3): the 1-D quadrature vs Monte Carlo reaching the same accuracy
    (1e-4 absolute; MC cost extrapolated from its measured per-sample variance and speed).
 """
 

@@ -1,4 +1,4 @@
-"""CLI contract (CLI.md): JSON shape, exit codes, one-line errors, files written."""
+"""CLI contract (docs/cli.md): JSON shape, exit codes, one-line errors, files written."""
 
 import json
 import subprocess
@@ -37,7 +37,7 @@ def test_predict_finite_t_ipr():
     rows = json.loads(p.stdout)["rows"]
     ipr = [r for r in rows if r["observable"] == "ipr" and r["layer"] == 1]
     assert len(ipr) == 1 and ipr[0]["source"] == "theory"
-    assert abs(ipr[0]["value"] - 0.26) < 0.01  # Monte Carlo reference, THEORY §2.3
+    assert abs(ipr[0]["value"] - 0.26) < 0.01  # Monte Carlo reference, docs/theory.md §2.3
 
 
 def test_predict_default_table_and_csv():
@@ -88,7 +88,7 @@ def test_diagram_unwritable_out():
 
 
 def test_translate_bert_keys():
-    # issue acceptance / THEORY §6: BERT-base (qk std 0.02, d 768, T 512)
+    # issue acceptance / docs/theory.md §6: BERT-base (qk std 0.02, d 768, T 512)
     p = run("translate", "--qk-std", "0.02", "--d-model", "768", "--seq-len", "512",
             "--format", "json")
     assert p.returncode == 0, p.stderr

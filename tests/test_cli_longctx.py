@@ -1,4 +1,4 @@
-"""`sigprop longctx` (CLI.md): JSON shape, comparison mode, files, exit codes, one-line errors;
+"""`sigprop longctx` (docs/cli.md): JSON shape, comparison mode, files, exit codes, one-line errors;
 the slow acceptance run at T = 2^20."""
 
 import json
@@ -33,7 +33,7 @@ def test_longctx_json_shape_and_theory():
         m = rows_of(out, seq_len=T, observable="ipr", source="measured")[0]
         t = rows_of(out, seq_len=T, observable="ipr", source="theory")[0]
         # 64 rows x 2 heads of d_head = 32: stderr ~0.02; the chi2(d_head) theory is itself
-        # ~0.02 off at d_head = 32 (THEORY §2.3), so allow 4 stderr + 0.03
+        # ~0.02 off at d_head = 32 (docs/theory.md §2.3), so allow 4 stderr + 0.03
         assert abs(m["value"] - t["value"]) < 4 * m["stderr"] + 0.03, (T, m, t)
         assert m["scaling"] == "none" and m["sigma_s"] == pytest.approx(2.0 * 6.2383**0.5,
                                                                          rel=1e-3)

@@ -1,4 +1,4 @@
-"""CLI contract of `sigprop train` and `sigprop trainability` (CLI.md): JSON rows, exit codes,
+"""CLI contract of `sigprop train` and `sigprop trainability` (docs/cli.md): JSON rows, exit codes,
 one-line errors, files written. Tiny models; every call is a subprocess (~5 s each)."""
 
 import json

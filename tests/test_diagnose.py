@@ -6,8 +6,8 @@ import sys
 
 import pytest
 
-from sigprop import diagnose as dg
-from sigprop.presets import PRESETS, shrink
+from sigprop.analysis import diagnose as dg
+from sigprop.models.presets import PRESETS, shrink
 
 
 def run(*args, timeout=300):
@@ -44,7 +44,7 @@ def test_diagnose_small_families_json(tmp_path, family):
 def test_diagnose_gpt2_theory_tracks_measurement(tmp_path):
     """Causal pre-LN (GPT-2 family, 4 layers, d = 128, T = 64): the theory's cos within 0.06 of
     the measurement at every layer (2 seeds x 4 sequences; d = 128 gives ~0.02 per-layer
-    fluctuations; the causal cross term is an approximation, THEORY §2.4)."""
+    fluctuations; the causal cross term is an approximation, docs/theory.md §2.4)."""
     d = dg.diagnose(str(_small_config(tmp_path, "gpt2")), seq_len=64, seeds=2, sequences=4)
     t = d.trajectory
     th = t[(t.source == "theory") & (t.observable == "cos")].set_index("layer")["value"]
@@ -88,7 +88,7 @@ def test_model_folder_weights_are_diagnosed_as_trained(tmp_path):
     import torch
     from safetensors.torch import save_file
 
-    from sigprop import hf
+    from sigprop import models as hf
 
     cfg_path = _small_config(tmp_path, "bert-base-uncased", layers=2)
     folder = tmp_path / "model"

@@ -1,5 +1,5 @@
-"""`sigprop fix` / `sigprop.hf.apply_fix`: each fix is checked against an independent
-computation of what it claims (the LayerNorm identities, the score std of THEORY §2.1, the
+"""`sigprop fix` / `sigprop.models.loading.apply_fix`: each fix is checked against an independent
+computation of what it claims (the LayerNorm identities, the score std of docs/theory.md §2.1, the
 centred matrix A - 11^T/n), and the written model is reloaded from disk and re-diagnosed."""
 
 import copy
@@ -11,8 +11,9 @@ import sys
 import pytest
 import torch
 
-from sigprop import hf, hf_fix
-from sigprop.presets import PRESETS, shrink
+from sigprop import models as hf
+from sigprop.models import fixes as hf_fix
+from sigprop.models.presets import PRESETS, shrink
 from sigprop.spec import SpecError, score_multiplier
 
 SMALL = dict(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=100)
@@ -94,7 +95,8 @@ def test_no_layernorm_cannot_absorb_alpha():
 @torch.no_grad()
 def test_beta_fix_sets_the_score_std(family):
     """After --beta B the per-head score std on unit-variance inputs is sigma_s = B sqrt(log T)
-    (THEORY §2.1). Estimated from the actual Q/K weights with 4096 random inputs and all head
+    (docs/theory.md §2.1). Estimated from the actual Q/K weights with 4096 random inputs and all
+    head
     pairs of 2 seeds' layers: ~1.5% sampling error at d=64 (the std of a variance estimate over
     ~d_head^2 effective terms), tolerance 6%. GPT-2's Q/K live in one fused Conv1D."""
     m = _model(family, hidden=256, heads=4, kv_heads=4)

@@ -1,4 +1,4 @@
-"""Fuzz the command line against its contract (issue 13 item 5; CLI.md "Errors").
+"""Fuzz the command line against its contract (issue 13 item 5; docs/cli.md "Errors").
 
 For every command, Hypothesis builds a small valid command line and mutates 0-3 options to
 bad or edge values (tests/fuzz_strategies.py). Whatever comes in, ``sigprop.cli.run`` must

@@ -1,4 +1,5 @@
-"""sigprop.hf and sigprop.presets: HF config -> ArchSpec, models at init, local weights.
+"""sigprop.models.loading and sigprop.models.presets: HF config -> ArchSpec, models at init, local
+weights.
 
 No network: an autouse fixture makes every socket connection fail, so a hidden hub call would
 raise. Models are shrunk configs of the real families (built in ~0.1 s each)."""
@@ -15,9 +16,9 @@ import numpy as np
 import pytest
 import torch
 
-from sigprop import hf
-from sigprop.measure.probe import Probe
-from sigprop.presets import PRESETS, shrink
+from sigprop import models as hf
+from sigprop.measurement.probe import Probe
+from sigprop.models.presets import PRESETS, shrink
 from sigprop.spec import SpecError
 from sigprop.theory import blocks
 
@@ -346,7 +347,8 @@ def test_qkv_names_per_family():
 
 
 def test_source_never_trusts_remote_code():
-    src = Path(hf.__file__).read_text() + Path(hf.__file__).with_name("presets.py").read_text()
+    pkg = Path(hf.__file__).parent  # sigprop/models: configs, presets, models at init, weights
+    src = "".join((pkg / f).read_text() for f in ("loading.py", "config.py", "presets.py"))
     assert not re.search(r"trust_remote_code\s*=\s*True", src)
     assert not re.search(r"weights_only\s*=\s*False", src)
     assert "trust_remote_code=False" in src and "weights_only=True" in src

@@ -11,8 +11,8 @@ import subprocess
 
 import pytest
 
-from sigprop import diagnose as dg
-from sigprop.presets import PRESETS, shrink
+from sigprop.analysis import diagnose as dg
+from sigprop.models.presets import PRESETS, shrink
 from sigprop.report.html import render
 
 EVIL = 'evil<script>alert("x")</script>&"'
@@ -137,7 +137,7 @@ def test_memory_refusal_is_one_clear_line(monkeypatch):
     sizes = dict(seq_len=512, sequences=4)
     for flag, val in re.findall(r"--([a-z-]+) (\d+)", m.group(1)):
         sizes[flag.replace("-", "_")] = int(val)
-    from sigprop import hf
+    from sigprop import models as hf
 
     config = hf.load_config("bert-base-uncased")
     spec, info = hf.spec_and_info(config, sizes["seq_len"])
@@ -149,7 +149,7 @@ def test_figures_leave_matplotlib_state_alone(tmp_path):
     Figure and write it only when given a path (the format follows the extension)."""
     import matplotlib
 
-    from sigprop.report.figures import plot_diagram
+    from sigprop.plotting.figures import plot_diagram
     from sigprop.spec import ArchSpec
     from sigprop.theory import diagram
 

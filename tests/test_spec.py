@@ -1,4 +1,4 @@
-"""ArchSpec validation and derived quantities (THEORY §2.1, §6)."""
+"""ArchSpec validation and derived quantities (docs/theory.md §2.1, §6)."""
 
 import math
 
@@ -17,16 +17,16 @@ def test_bert_base_beta_eff():
 def test_derived_translations_bert():
     d = ArchSpec().derived()
     assert d["beta_c"] == pytest.approx(math.sqrt(2))
-    # THEORY §6: sigma_A = sqrt(exp(sigma_s^2) - 1) at rho = 0
+    # docs/theory.md §6: sigma_A = sqrt(exp(sigma_s^2) - 1) at rho = 0
     assert d["sigma_A"] == pytest.approx(math.sqrt(math.exp(0.3072**2) - 1), rel=1e-12)
     assert abs(d["sigma_A"] - 0.315) < 1e-3
-    # deshpande26's ratio equals beta / beta_c (same transition, THEORY §3.3)
+    # deshpande26's ratio equals beta / beta_c (same transition, docs/theory.md §3.3)
     assert d["deshpande_ratio"] == pytest.approx(d["beta_over_beta_c"], rel=1e-12)
     assert d["gamma"] == pytest.approx(0.3072 / math.log(512))
 
 
 def test_beta_mode_rem_init_any_heads():
-    # THEORY §2.1: REM init sigma_q = sigma_k = sqrt(beta sqrt(log T)/d) reproduces beta for
+    # docs/theory.md §2.1: REM init sigma_q = sigma_k = sqrt(beta sqrt(log T)/d) reproduces beta for
     # any number of heads (sigma_s independent of H).
     for heads in (1, 4, 12):
         s = ArchSpec(beta=0.7, heads=heads)
@@ -73,7 +73,7 @@ def test_roundtrip_dict():
 
 
 def test_score_multipliers():
-    # THEORY §3.2, each at its reference point and one more length
+    # docs/theory.md §3.2, each at its reference point and one more length
     assert score_multiplier("none", 4096) == 1.0
     assert score_multiplier("log-n", 512) == pytest.approx(1.0)
     assert score_multiplier("log-n", 512**2) == pytest.approx(2.0)

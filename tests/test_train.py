@@ -1,4 +1,4 @@
-"""sigprop.train: determinism, per-seed independence (clipping, AdamW), schedule, tasks,
+"""sigprop.training.loop: determinism, per-seed independence (clipping, AdamW), schedule, tasks,
 checkpoints, trainability bookkeeping. Tiny models only (each test a few seconds)."""
 
 import math
@@ -9,7 +9,7 @@ import torch
 
 from sigprop.data.corpus import load_corpus
 from sigprop.spec import ArchSpec, SpecError
-from sigprop.train import (
+from sigprop.training.loop import (
     TaskModel,
     TrainConfig,
     clip_per_slice,
@@ -17,7 +17,7 @@ from sigprop.train import (
     save_checkpoint,
     train,
 )
-from sigprop.trainability import trainability
+from sigprop.training.trainability import trainability
 
 TINY = ArchSpec(depth=2, d_model=16, heads=2, seq_len=16, beta=0.5)
 
@@ -103,7 +103,7 @@ def test_betas_share_draws_and_scale_qk():
     m = TaskModel(TINY, cfg, vocab=30, betas=[0.5, 8.0])
     w = m.body.blocks[0].attn.w_q  # slices (beta0, s0), (beta0, s1), (beta1, s0), (beta1, s1)
     assert torch.allclose(w[2], 4.0 * w[0], rtol=1e-5) and torch.allclose(w[3], 4 * w[1])
-    # REM init, THEORY §2.1: std = sqrt(beta sqrt(log T) / d)
+    # REM init, docs/theory.md §2.1: std = sqrt(beta sqrt(log T) / d)
     want = math.sqrt(0.5 * math.sqrt(math.log(16)) / 16)
     assert float(w[:2].detach().std()) == pytest.approx(want, rel=0.15)  # 512 draws: ~4% std error
     assert torch.equal(m.body.blocks[0].attn.w_v[0], m.body.blocks[0].attn.w_v[2])
@@ -183,7 +183,7 @@ def test_trainability_table(corpus):
 
 def test_unigram_bias_starts_at_the_baseline(corpus):
     from sigprop.data.batches import Batches
-    from sigprop.train import slice_losses
+    from sigprop.training.loop import slice_losses
 
     cfg = TrainConfig(steps=1, batch_size=8, eval_sequences=64, bias_init="unigram", seeds=2)
     batches = Batches(TINY, cfg, corpus=corpus)

@@ -1,7 +1,35 @@
-"""sigprop: predict, measure and prevent rank collapse and entropy collapse in transformers.
+"""sigprop: predict, measure and prevent rank collapse and entropy collapse in transformers
+at initialisation.
 
-See ARCHITECTURE.md: one :class:`~sigprop.spec.ArchSpec` drives both the theory map
-(:mod:`sigprop.theory`) and the torch model; everything returns a tidy Trajectory table.
+One :class:`ArchSpec` drives both the mean-field theory and a torch model; every result is a
+typed dataclass whose ``.to_frame()`` is the tidy Trajectory (one row per layer, observable
+and source), whose ``.plot()`` returns a matplotlib Figure and which a notebook shows as HTML.
+
+>>> import sigprop
+>>> p = sigprop.predict(depth=48, beta=0.5)          # theory only, milliseconds
+>>> c = sigprop.measure(depth=4, d_model=64, heads=4, seq_len=64, seeds=2)  # theory + torch
+>>> d = sigprop.diagnose("gpt2", seq_len=128)        # a HuggingFace model, or an nn.Module
+>>> f = sigprop.fix("bert-deep-48", "out/", alpha_attn="auto")
+>>> lc = sigprop.longctx(lengths=[512, 4096, 65536])
+
+The package layout and where a new piece goes: ``docs/architecture.md``.
 """
 
-__version__ = "0.1.0"
+from importlib.metadata import PackageNotFoundError as _NotFound
+from importlib.metadata import version as _version
+
+from .analysis.diagnose import Diagnosis, FixResult, diagnose, fix
+from .analysis.longctx import LongContext, longctx
+from .analysis.measure import Comparison, measure
+from .analysis.predict import Prediction, predict
+from .spec import ArchSpec, SpecError
+
+try:
+    __version__ = _version("sigprop")
+except _NotFound:  # running from a source tree that was never installed
+    __version__ = "0+unknown"
+
+__all__ = [
+    "ArchSpec", "Comparison", "Diagnosis", "FixResult", "LongContext", "Prediction",
+    "SpecError", "__version__", "diagnose", "fix", "longctx", "measure", "predict",
+]

@@ -1,10 +1,10 @@
-"""ArchSpec: the one validated description of an architecture (ARCHITECTURE.md).
+"""ArchSpec: the one validated description of an architecture (docs/architecture.md).
 
 Both the theory map (:func:`sigprop.theory.blocks.propagate`) and the torch model are built from
 an :class:`ArchSpec`. Bad values raise :class:`SpecError`, whose message is one line naming the
 field and its allowed range; the CLI prints it and exits with code 2.
 
-Variance conventions (THEORY §2.4-2.5): ``sigma_v2``, ``sigma_w2``, ``sigma_o2`` are weight
+Variance conventions (docs/theory.md §2.4-2.5): ``sigma_v2``, ``sigma_w2``, ``sigma_o2`` are weight
 variances *times fan-in* (``W_V ~ N(0, sigma_v2 / d)``); ``sigma_b2`` is the variance of every
 bias. Two ways to set them:
 
@@ -45,7 +45,7 @@ class SpecError(ValueError):
 
 
 # --------------------------------------------------------------------------------------------
-# Context-length score scalings (THEORY §3.2, clpr25 Table 1)
+# Context-length score scalings (docs/theory.md §3.2, clpr25 Table 1)
 # --------------------------------------------------------------------------------------------
 def _default_scaling_param(kind: str) -> float:
     return {
@@ -59,7 +59,7 @@ def _default_scaling_param(kind: str) -> float:
 
 
 def score_multiplier(kind: str, n, param: float | None = None) -> np.ndarray:
-    """Multiplier ``s(n)`` applied to the attention logits (so to beta), THEORY §3.2.
+    """Multiplier ``s(n)`` applied to the attention logits (so to beta), docs/theory.md §3.2.
 
     Exact forms implemented (``n`` = number of keys, vectorised over ``n``):
 
@@ -120,9 +120,9 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
 
 @dataclass(frozen=True)
 class ArchSpec:
-    """A transformer architecture at initialisation (CLI.md spec table; defaults = BERT-base).
+    """A transformer architecture at initialisation (docs/cli.md spec table; defaults = BERT-base).
 
-    Set the score scale either with ``beta`` (gg25 Eq. 11, THEORY §2.1; REM initialisation)
+    Set the score scale either with ``beta`` (gg25 Eq. 11, docs/theory.md §2.1; REM initialisation)
     or with ``qk_std`` (raw Q/K weight std); when neither is given ``qk_std = init_std``.
     """
 
@@ -206,12 +206,12 @@ class ArchSpec:
 
     @property
     def var_v(self) -> float:
-        """Value weight variance times fan-in (THEORY §2.4)."""
+        """Value weight variance times fan-in (docs/theory.md §2.4)."""
         return self.sigma_v2 if self.sigma_v2 is not None else self.init_std**2 * self.d_model
 
     @property
     def var_w_in(self) -> float:
-        """MLP first-matrix variance times fan-in (THEORY §2.5)."""
+        """MLP first-matrix variance times fan-in (docs/theory.md §2.5)."""
         return self.sigma_w2 if self.sigma_w2 is not None else self.init_std**2 * self.d_model
 
     @property
@@ -234,15 +234,16 @@ class ArchSpec:
     def rho_init(self) -> float:
         return 0.0 if self.rho0 is None else float(self.rho0)
 
-    # ---------------------------------------------------------------- score scale (THEORY §2.1)
+    # ---------------------------------------------------------------- score scale (docs/theory.md
+    # §2.1)
     @property
     def multiplier(self) -> float:
-        """Score multiplier of the length scaling at ``seq_len`` (THEORY §3.2)."""
+        """Score multiplier of the length scaling at ``seq_len`` (docs/theory.md §3.2)."""
         return float(score_multiplier(self.scaling, self.seq_len, self.scaling_param))
 
     @property
     def sigma_s(self) -> float:
-        """Score std for inputs with q = 1, including the length scaling (THEORY §2.1).
+        """Score std for inputs with q = 1, including the length scaling (docs/theory.md §2.1).
 
         ``beta`` given: ``sigma_s = beta sqrt(log T)`` (REM initialisation);
         otherwise ``sigma_s = qk_std^2 d`` (``sigma_q = sigma_k = qk_std``, any number of heads).
@@ -260,12 +261,13 @@ class ArchSpec:
         return self.sigma_s / math.sqrt(math.log(self.seq_len))
 
     def rem_qk_std(self) -> float:
-        """Q/K weight std giving this spec's beta for any number of heads (THEORY §2.1):
+        """Q/K weight std giving this spec's beta for any number of heads (docs/theory.md §2.1):
         ``sigma_q = sigma_k = sqrt(beta sqrt(log T) / d)`` (before the length scaling)."""
         return math.sqrt(self.sigma_s / self.multiplier / self.d_model)
 
     def derived(self, rho: float | None = None) -> dict[str, float]:
-        """THEORY §6: the first layer's score scale in the five papers' terms, at input cosine
+        """docs/theory.md §6: the first layer's score scale in the five papers' terms, at input
+        cosine
         ``rho`` (default the spec's ``rho0``, else 0). noci22's ``tau_star`` needs the uniform
         attention theory and is added by :mod:`sigprop.theory.uniform` where available."""
         r = self.rho_init if rho is None else float(rho)

@@ -1,4 +1,4 @@
-"""The tidy Trajectory table (ARCHITECTURE.md, CLI.md "JSON rows").
+"""The tidy Trajectory table (docs/architecture.md, docs/cli.md "JSON rows").
 
 A Trajectory is a :class:`pandas.DataFrame` with one row per (layer, observable, source) and
 the columns ``layer, observable, source, value, stderr``, optional command-specific columns
@@ -8,13 +8,13 @@ the columns ``layer, observable, source, value, stderr``, optional command-speci
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
-from .jsonutil import clean, clean_json  # noqa: F401  (re-exported)
 from .spec import ArchSpec
 
 OBSERVABLES = (
@@ -50,7 +50,7 @@ def make(records: Iterable[Mapping[str, Any]], spec: ArchSpec | None = None) -> 
 
 
 def to_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
-    """JSON rows per CLI.md (spec columns dropped; NaN/inf become null)."""
+    """JSON rows per docs/cli.md (spec columns dropped; NaN/inf become null)."""
     cols = [c for c in df.columns if not c.startswith("spec.")]
     return [{k: clean(v) for k, v in zip(cols, row, strict=True)}
             for row in df[cols].itertuples(index=False, name=None)]
@@ -60,3 +60,31 @@ def wide(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame:
     """Layer x observable table of values (for display), optionally one source only."""
     sub = df if source is None else df[df["source"] == source]
     return sub.pivot_table(index="layer", columns="observable", values="value", aggfunc="first")
+
+
+# ---- JSON-safe values (every --format json output) ---------------------------------------
+def clean(x: Any) -> Any:
+    """One scalar: NumPy types to Python, NaN/inf to None."""
+    if isinstance(x, float | np.floating):
+        x = float(x)
+        return x if math.isfinite(x) else None
+    if isinstance(x, np.integer):
+        return int(x)
+    if isinstance(x, np.bool_):
+        return bool(x)
+    return x
+
+
+def clean_json(obj: Any) -> Any:
+    """Recursively make ``obj`` JSON-safe (arrays are converted whole, not element by element)."""
+    if isinstance(obj, dict):
+        return {str(k): clean_json(v) for k, v in obj.items()}
+    if isinstance(obj, np.ndarray):
+        if obj.dtype.kind in "iub":
+            return obj.tolist()
+        if obj.dtype.kind == "f":
+            return np.where(np.isfinite(obj), obj, None).tolist() if obj.size else []
+        return clean_json(obj.tolist())
+    if isinstance(obj, list | tuple):
+        return [clean_json(v) for v in obj]
+    return clean(obj)

@@ -40,13 +40,13 @@ def pair_mean(gram):
 
 
 def mean_cos(x):
-    """Mean over pairs a != b of cos(x_a, x_b), per (seed, sequence) (THEORY §1 `cos`)."""
+    """Mean over pairs a != b of cos(x_a, x_b), per (seed, sequence) (docs/theory.md §1 `cos`)."""
     xn = x / x.norm(dim=-1, keepdim=True)
     return pair_mean(xn @ xn.transpose(-1, -2))
 
 
 def ratio_cos(x):
-    """p / q of THEORY §1 (ratio of the mean overlap to the mean squared norm)."""
+    """p / q of docs/theory.md §1 (ratio of the mean overlap to the mean squared norm)."""
     gram = x @ x.transpose(-1, -2)
     return pair_mean(gram) / gram.diagonal(dim1=-2, dim2=-1).mean(-1)
 
@@ -91,7 +91,8 @@ def test_reproducible_and_independent_seeds():
     assert not torch.equal(a.blocks[0].attn.w_q, other.blocks[0].attn.w_q)
 
 
-# ------------------------------------------------------------------ score variance (THEORY §2.1)
+# ------------------------------------------------------------------ score variance (docs/theory.md
+# §2.1)
 @pytest.mark.parametrize("heads", [1, 4])
 @pytest.mark.parametrize("mode", [dict(beta=1.0), dict(qk_std=0.08),
                                   dict(beta=0.7, scaling="tau", scaling_param=0.5),
@@ -319,7 +320,8 @@ def test_float32_stats_match_float64_at_huge_scores(causal):
 # ------------------------------------------------------------------ agreement with the theory
 @pytest.mark.parametrize("beta", [0.5, 3.0])
 def test_one_post_ln_layer_agrees_with_finite_t_theory(beta):
-    """THEORY §2.3-2.6 at d = T = 256, one head, rho = 0.3, no residual, 4 seeds x 4 sequences.
+    """docs/theory.md §2.3-2.6 at d = T = 256, one head, rho = 0.3, no residual, 4 seeds x 4
+    sequences.
 
     Statistical error of the measured means (16 sequences): ~0.001 at beta = 0.5, ~0.01 for
     ipr / wmax / entropy and ~0.015 for the cosines at beta = 3 (the REM is not self-averaging
@@ -354,7 +356,7 @@ def test_one_post_ln_layer_agrees_with_finite_t_theory(beta):
     traj = blocks.propagate(spec)
     cos1 = traj[(traj["observable"] == "cos") & (traj["layer"] == 1)]["value"].item()
     assert mean_cos(out.hidden[1].double()).mean().item() == pytest.approx(cos1, abs=0.05)
-    # the MLP half alone is exact given the measured post-LN input cosine (THEORY §2.5)
+    # the MLP half alone is exact given the measured post-LN input cosine (docs/theory.md §2.5)
     r1 = mean_cos(att.out.double()).mean().item()
     k_d, k_o = kernels.kernel("relu", 1.0, r1)
     assert mean_cos(out.hidden[1].double()).mean().item() == pytest.approx(k_o / k_d, abs=0.02)

@@ -1,4 +1,5 @@
-"""The block maps and propagate (THEORY §2.4-2.6), incl. noci22 Lemmas 3.2/3.3 (THEORY §4)."""
+"""The block maps and propagate (docs/theory.md §2.4-2.6), incl. noci22 Lemmas 3.2/3.3
+(docs/theory.md §4)."""
 
 import math
 
@@ -21,7 +22,7 @@ def gg25_spec(**kw):
 
 
 def test_post_ln_asymptotic_hand_iteration():
-    """gg25 post-LN ReLU map (THEORY §2.6) iterated by hand, independent of blocks.py."""
+    """gg25 post-LN ReLU map (docs/theory.md §2.6) iterated by hand, independent of blocks.py."""
     spec = gg25_spec()
     traj = blocks.propagate(spec, asymptotic=True)
     assert set(traj["source"]) == {"theory_asymptotic"}
@@ -44,7 +45,8 @@ def test_post_ln_asymptotic_hand_iteration():
 
 
 def test_rank_collapse_without_residual_and_preservation_above_beta_c():
-    # THEORY §2.4 (gg25 Eq. 14): no residual, no bias: beta < beta_c -> cos -> 1 in one layer;
+    # docs/theory.md §2.4 (gg25 Eq. 14): no residual, no bias: beta < beta_c -> cos -> 1 in one
+    # layer;
     # beta > beta_c preserves rho / (rho + (1 - rho) Y2).
     kw = dict(depth=1, alpha_attn=0.0, alpha_mlp=0.0, sigma_v2=1.0, sigma_w2=1.0,
               activation="linear", norm="none", rho0=0.3)
@@ -57,7 +59,8 @@ def test_rank_collapse_without_residual_and_preservation_above_beta_c():
 
 
 def test_finite_t_source_and_ipr_close_to_mc_reference():
-    # THEORY §2.3 measured reference: key-query attention, T = 1024, rho = 0, beta = 1.5 -> 0.26
+    # docs/theory.md §2.3 measured reference: key-query attention, T = 1024, rho = 0, beta = 1.5 ->
+    # 0.26
     spec = ArchSpec(depth=1, beta=1.5, rho0=0.0, seq_len=1024)
     traj = blocks.propagate(spec)
     assert set(traj["source"]) == {"theory"}
@@ -93,7 +96,7 @@ def test_noci22_lemmas_via_propagate(L, a1, a2, n, rho0):
 
 
 def test_uniform_is_beta_zero_limit():
-    # THEORY §2.4: uniform attention is the beta -> 0 limit of softmax at finite T
+    # docs/theory.md §2.4: uniform attention is the beta -> 0 limit of softmax at finite T
     kw = dict(depth=4, seq_len=128, rho0=0.1, sigma_v2=0.5, sigma_w2=1.5, sigma_b2=0.01)
     u = blocks.propagate(ArchSpec(attention="uniform", **kw))
     s = blocks.propagate(ArchSpec(beta=1e-6, **kw))
@@ -101,7 +104,7 @@ def test_uniform_is_beta_zero_limit():
 
 
 def test_centred_removes_bias_and_mean():
-    # THEORY §2.4: centred attention cancels the value bias and the common component
+    # docs/theory.md §2.4: centred attention cancels the value bias and the common component
     st = blocks.AttentionStats(np.array(0.3), np.array(0.05), None, None, np.array(1 / 64),
                                np.array(1 / 64))
     qa, pa = blocks.attention_map(1.0, 0.4, st, variant="centred", var_v=2.0, var_b=5.0)
@@ -129,7 +132,7 @@ def test_every_activation_and_variant_runs_finite(act):
 
 def test_causal_statistics_lie_between_positions():
     # causal rows average positions 1..T: early queries see few keys, so the mean ipr is larger
-    # than the encoder's at N = T (THEORY §2.4 causal)
+    # than the encoder's at N = T (docs/theory.md §2.4 causal)
     enc = blocks.propagate(ArchSpec(depth=1, beta=1.0, seq_len=256))
     dec = blocks.propagate(ArchSpec(depth=1, beta=1.0, seq_len=256, causal=True))
     assert _values(dec, "ipr")[0] > _values(enc, "ipr")[0]
@@ -141,7 +144,7 @@ def test_verdicts():
                     alpha_attn=0.2)
     assert blocks.verdict(deep) == "rank_collapse"
     assert blocks.verdict(deep.replace(alpha_attn=5.0)) == "trainable"
-    # entropy collapse uses the asymptotic threshold beta_c(rho0) of THEORY §2.7
+    # entropy collapse uses the asymptotic threshold beta_c(rho0) of docs/theory.md §2.7
     assert float(rem.beta_c(0.0)) == pytest.approx(math.sqrt(2))
 
 
@@ -166,7 +169,8 @@ def _causal_mc(v_shared, v_private, T, n_draws, seed=0):
 
 @pytest.mark.parametrize("beta,rho", [(0.0, 0.0), (0.7, 0.0), (0.7, 0.5), (1.5, 0.5)])
 def test_causal_cross_term_vs_monte_carlo(beta, rho):
-    """THEORY §2.4 causal: rows a < b share only the first a keys, so the pair-averaged cross
+    """docs/theory.md §2.4 causal: rows a < b share only the first a keys, so the pair-averaged
+    cross
     term is ~ (a/b) Yx(a) (uniform attention: exactly E[1/max(a, b)] ~ 2/T, not E[1/t]).
     Tolerance: 3 MC standard errors + 5% for the neglected correlation between the mass row b
     puts on the shared keys and its shape there, and the 12-node position quadrature

@@ -1,4 +1,4 @@
-"""Trainability diagram and alpha_crit (THEORY §2.7)."""
+"""Trainability diagram and alpha_crit (docs/theory.md §2.7)."""
 
 import time
 

@@ -1,5 +1,6 @@
 """The LayerNorm average over row-to-row fluctuations of attention (sigprop.theory.fluct,
-THEORY §2.3 and §2.6): its Monte Carlo draws against the exact quadrature, the top-K shortcut
+docs/theory.md §2.3 and §2.6): its Monte Carlo draws against the exact quadrature, the top-K
+shortcut
 for long rows against full rows, and the factorised LN average against a direct Monte Carlo of
 two correlated REM rows (gg25 Eq. 10 / B.2 correlation hierarchy)."""
 
@@ -51,7 +52,8 @@ def test_factor_limits_and_determinism():
 
 def _two_row_rem(beta, rho, T=512, rows=64, reps=40, seed=0):
     """Direct Monte Carlo of one attention layer without residual in the d -> inf model:
-    scores with corr(s_ab, s_a'b) = rho and corr(s_ab, s_a'c) = rho^2 (THEORY §2.1); token a's
+    scores with corr(s_ab, s_a'b) = rho and corr(s_ab, s_a'c) = rho^2 (docs/theory.md §2.1); token
+    a's
     output has N_a = rho + (1 - rho) Y2_a, pairs C = rho + (1 - rho) Yx. Returns the mean over
     pairs of C / sqrt(N_a N_c) and the ratio of averages."""
     rng = np.random.default_rng(seed)

@@ -1,4 +1,4 @@
-"""Tests for sigprop.theory.kernels (THEORY §2.5: MLP kernels E[phi^2], E[phi phi'])."""
+"""Tests for sigprop.theory.kernels (docs/theory.md §2.5: MLP kernels E[phi^2], E[phi phi'])."""
 
 import math
 
@@ -34,7 +34,7 @@ def _relu_off_1d(q1: float, c: float) -> float:
     return q1 * integrate.quad(f, 0.0, np.inf, epsabs=1e-14, epsrel=1e-13, limit=200)[0]
 
 
-# ReLU closed form (arc-cosine kernel, THEORY §2.5) against two independent quadratures.
+# ReLU closed form (arc-cosine kernel, docs/theory.md §2.5) against two independent quadratures.
 # Both references are smooth integrals requested to ~1e-13 / 1e-10, so 1e-10 is a fair bound.
 @pytest.mark.parametrize("q1,c", [(1.0, 0.0), (1.0, 0.5), (0.7, 0.99), (2.5, -0.5), (0.3, -0.99)])
 def test_relu_closed_form_vs_quadrature(q1, c):

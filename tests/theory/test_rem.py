@@ -1,4 +1,4 @@
-"""Tests for sigprop.theory.rem: attention rows as a Random Energy Model (THEORY §2.1-2.3).
+"""Tests for sigprop.theory.rem: attention rows as a Random Energy Model (docs/theory.md §2.1-2.3).
 
 Kinds: closed forms and limits (§2.2), exact T = 2 references (1-D / nested adaptive
 quadrature), Monte Carlo of i.i.d. Gaussian scores (§2.3) with tolerances of 3 standard errors
@@ -21,7 +21,7 @@ QUAD_TOL = 1e-5     # accuracy promised for the quadratures; added to every MC t
 
 
 def _mc_rows(sigmas, T, n, seed, d_head=None):
-    """MC of one softmax row with i.i.d. N(0, sigma^2) scores over T keys (THEORY §2.3), for
+    """MC of one softmax row with i.i.d. N(0, sigma^2) scores over T keys (docs/theory.md §2.3), for
     several sigma on the same normal draws (optionally times sqrt(chi2(d)/d) per row).
     Returns {stat: (means, standard errors)} for y2, entropy (/log T), wmax."""
     rng = np.random.default_rng(seed)
@@ -106,7 +106,7 @@ def test_wmax_asymptotic_vs_poisson_dirichlet_mc(m):
 
 @pytest.mark.parametrize("beta", [3.0, 5.0])
 def test_finite_wmax_y2_approach_asymptotic(beta):
-    """Loose: the finite-T REM approaches the T -> inf limit only logarithmically (THEORY
+    """Loose: the finite-T REM approaches the T -> inf limit only logarithmically (docs/theory.md
     §2.3); from above, monotonically in T, and within 0.05 (wmax) / 0.05 (Y2) at T = 2**22."""
     T = 2.0 ** np.array([10, 14, 18, 22])
     v = beta**2 * np.log(T)
@@ -171,7 +171,7 @@ NMC = {16: 100_000, 256: 20_000, 4096: 3_000}   # SE <= ~1e-3 (16, 256), ~5e-3 (
 @pytest.mark.parametrize("T", TS)
 def test_row_statistics_vs_monte_carlo(T):
     """Y2, entropy and wmax against MC of i.i.d. Gaussian scores, v = beta^2 log T (1 - rho)
-    (THEORY §2.1), within 3 SE (+ QUAD_TOL); also entropy in [0, 1], wmax in [1/T, 1]."""
+    (docs/theory.md §2.1), within 3 SE (+ QUAD_TOL); also entropy in [0, 1], wmax in [1/T, 1]."""
     v = np.array([b * b * math.log(T) * (1 - r) for b in BETAS for r in RHOS])
     mc = _mc_rows(np.sqrt(v), T, NMC[T], seed=T)
     theory = {"y2": rem.y2_finite(v, T), "entropy": rem.entropy_finite(v, T),
@@ -183,7 +183,7 @@ def test_row_statistics_vs_monte_carlo(T):
 
 
 def test_gg25_point_and_finite_head_dimension():
-    """THEORY §2.3: T = 1024, beta = 1.5, rho = 0 gives Y2 ~= 0.26 (asymptotic: 0.057); with
+    """docs/theory.md §2.3: T = 1024, beta = 1.5, rho = 0 gives Y2 ~= 0.26 (asymptotic: 0.057); with
     d_head = 64 the row variance is v chi, chi ~ chi2(64)/64 per row. MC, 3 SE."""
     T, v = 1024, 1.5**2 * math.log(1024)
     y2 = float(rem.y2_finite(v, T))
@@ -198,7 +198,8 @@ def test_gg25_point_and_finite_head_dimension():
 @pytest.mark.parametrize("T,beta,rho", [(16, 1.0, 0.3), (16, 2.5, 0.8), (256, 0.5, 0.2),
                                         (256, 2.0, 0.5), (256, 3.0, 0.95)])
 def test_yx_vs_monte_carlo(T, beta, rho):
-    """Two rows s = c + e, s' = c + e' (THEORY §2.3): shared variance sigma_s^2 rho (1 - rho),
+    """Two rows s = c + e, s' = c + e' (docs/theory.md §2.3): shared variance sigma_s^2 rho (1 -
+    rho),
     private sigma_s^2 (1 - rho)^2, sigma_s = beta sqrt(log T). 3 SE (+ QUAD_TOL)."""
     ss2 = beta * beta * math.log(T)
     vs, vp = ss2 * rho * (1 - rho), ss2 * (1 - rho) ** 2
@@ -214,7 +215,8 @@ def test_yx_vs_monte_carlo(T, beta, rho):
 
 @pytest.mark.parametrize("T", [2.0, 16.0, 1024.0])
 def test_yx_limits(T):
-    """v_shared -> 0: independent rows, 1/T; v_private -> 0: identical rows, Y2 (THEORY §2.3).
+    """v_shared -> 0: independent rows, 1/T; v_private -> 0: identical rows, Y2 (docs/theory.md
+    §2.3).
     The exact endpoints are special cases; the near-endpoint values test the quadrature
     (Yx - 1/T = O(v_shared), Yx - Y2 = O(v_private))."""
     v = np.array([0.1, 3.0, 30.0])

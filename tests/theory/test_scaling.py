@@ -1,4 +1,4 @@
-"""Tests for sigprop.theory.scaling (THEORY §3.1, §3.3; clpr25, deshpande26).
+"""Tests for sigprop.theory.scaling (docs/theory.md §3.1, §3.3; clpr25, deshpande26).
 
 Formula tests check closed forms and limits; agreement tests compare them with a direct NumPy
 evaluation of the layer, finite differences or Monte Carlo, with the tolerance each one expects.
@@ -20,7 +20,7 @@ def _exact_simplex(n, d, rho, q, seed):
     return np.sqrt(q) * (np.sqrt(rho) * Q[:, 0] + np.sqrt(1 - rho) * Q[:, 1:].T)
 
 
-# ----------------------------------------------------------------------------- THEORY §3.1
+# ----------------------------------------------------------------------------- docs/theory.md §3.1
 
 
 @pytest.mark.parametrize(
@@ -181,7 +181,7 @@ def test_vectorisation_and_extremes():
         sc.simplex_weights(1, 1.0, 0.5)
 
 
-# ----------------------------------------------------------------------------- THEORY §3.3
+# ----------------------------------------------------------------------------- docs/theory.md §3.3
 
 
 def test_deshpande_formulas():

@@ -1,4 +1,5 @@
-"""Tests for sigprop.theory.spectral (THEORY §5; mindthegap = Naderi, Nait Saada & Tanner 2025).
+"""Tests for sigprop.theory.spectral (docs/theory.md §5; mindthegap = Naderi, Nait Saada & Tanner
+2025).
 
 Formula tests are exact. Agreement tests compare the asymptotic (T -> infinity) statements with
 simulation at finite T; each states its tolerance and where it comes from. Two finite-size effects
@@ -64,7 +65,8 @@ def test_quarter_circle_law(sigma_A):
 
 
 def test_sigma_A_logit_std_round_trip():
-    # THEORY §5: N(0, 1) logits (key-query attention, N(0,1) Q/K, orthonormal tokens) -> e - 1
+    # docs/theory.md §5: N(0, 1) logits (key-query attention, N(0,1) Q/K, orthonormal tokens) -> e
+    # - 1
     assert float(sp.softmax_sigma_A(1.0)) == pytest.approx(math.sqrt(math.e - 1))
     assert float(sp.softmax_sigma_A(3.0, rho=1.0)) == 0.0
     assert float(sp.softmax_sigma_A(2.0, rho=0.75)) == pytest.approx(math.sqrt(math.e - 1))

@@ -1,5 +1,6 @@
 """Formula tests for the sigprop additions to theory/spectral.py used by the mindthegap
-experiments (THEORY §5): kq_bulk_m4 (Prop. 1 at finite d_qk), centred_outlier_rho (centring on
+experiments (docs/theory.md §5): kq_bulk_m4 (Prop. 1 at finite d_qk), centred_outlier_rho (centring
+on
 correlated tokens) and grad_norm_value (Props. 4, 6). Simulation checks of the full claims are
 in tests/experiments/test_mindthegap.py; here each formula is checked against limits, an
 independent integral, or a Monte Carlo of its own ingredient (not of the code under test).

@@ -1,4 +1,4 @@
-"""noci22 uniform-attention theory (THEORY §4): Lemmas 3.2/3.3, Thm 3.3, Eqs. 17-18, 43-47.
+"""noci22 uniform-attention theory (docs/theory.md §4): Lemmas 3.2/3.3, Thm 3.3, Eqs. 17-18, 43-47.
 
 Gradient formulas are checked against torch autograd Jacobians of one attention layer
 (noci22 Lemma A.2's model), forward formulas against sigprop's one recursion (blocks.propagate).
@@ -46,7 +46,7 @@ def test_lemmas_32_33_equal_propagate(L, a1, a2, n, rho0, sx2):
 
 
 def test_skip_gauge_agrees_with_branch_gauge():
-    # THEORY §2.6 skip convention: alpha_skip = 1/alpha_1 gives Z/alpha_1, the same cosines
+    # docs/theory.md §2.6 skip convention: alpha_skip = 1/alpha_1 gives Z/alpha_1, the same cosines
     # and second moments smaller by (alpha_1 alpha_2)^2 per block (representable at small L).
     L, a1, a2, n, rho0 = 9, 0.4, 0.7, 12, 0.25
     spec = ArchSpec(depth=L, norm="none", attention="uniform", activation="linear",
@@ -133,7 +133,7 @@ def _mean_se(x):
 
 
 def test_eqs_17_18_by_autograd_settle_sigma_x_power():
-    # Uniform regime, sigma_x^2 = 2 so that sigma_x^6 (Eq. 46, THEORY) and sigma_x^2 (A.2's
+    # Uniform regime, sigma_x^2 = 2 so that sigma_x^6 (Eq. 46, docs/theory.md) and sigma_x^2 (A.2's
     # restatement) differ by 4x. n = d = 8, rho = 0.3, 4000 draws (SE ~ 0.8 % / 1.4 %).
     n, d, sx2, rho = 8, 8, 2.0, 0.3
     v, q = _simulate(n, d, sx2, rho, 4000, seed=0)

@@ -1,4 +1,4 @@
-"""The ``sigprop`` command line (CLI.md is the contract: option names and JSON shape).
+"""The ``sigprop`` command line (docs/cli.md is the contract: option names and JSON shape).
 
 Thin by design: parse, validate (``SpecError`` -> one line on stderr, exit code 2), call the
 library, print. Heavy imports happen inside the commands so start-up stays fast.

@@ -35,30 +35,19 @@ def measure(spec: ArchSpec,
             asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatOpt,
             seed: int = SeedOpt, no_timing: bool = NoTimingOpt, wide: bool = WideOpt) -> None:
     """Theory and simulation side by side: S seeds x B sequences through the torch model."""
-    import pandas as pd
-    import torch
-
     from .. import trajectory
-    from ..measure.engine import compare
-    from ..measure.engine import measure as run_measure
-    from ..theory import blocks, diagram
+    from ..analysis.measure import measure as run
 
     check_figure_path("--plot", plot)
-    try:
-        m = run_measure(spec, seeds=seeds, sequences=sequences, input=input, rho0=spec.rho0,
-                        seed=seed, dtype=torch.float64 if float64 else torch.float32,
-                        grads=grads)
+    try:  # theory at --rho0, else at the measured input cosine
+        m = run(spec, seeds=seeds, sequences=sequences, input=input, seed=seed,
+                float64=float64, grads=grads, asymptotic=asymptotic)
     except SpecError as err:
         fail_spec(err)
-    # theory from the spec's rho0, else from the measured input cosine (CLI.md --rho0)
-    rho0 = spec.rho0 if spec.rho0 is not None else min(max(m.rho0, 0.0), 1.0)
-    theory = blocks.propagate(spec, rho0=rho0, asymptotic=asymptotic)
-    traj = pd.concat([theory, m.trajectory], ignore_index=True)
-    verdict = blocks.verdict(spec, theory, rho0=rho0, asymptotic=asymptotic)
-    a_crit = float(diagram.alpha_crit(spec, rho0=rho0, asymptotic=asymptotic)[0])
-    agreement = compare(theory, m.trajectory)
+    traj, verdict, a_crit, agreement, rho0 = (m.trajectory, m.verdict, m.alpha_crit,
+                                              m.max_abs_error, m.rho0)
     if plot:
-        from ..report.figures import plot_depth
+        from ..plotting.figures import plot_depth
 
         write_figure("--plot", plot, plot_depth, traj, spec=spec)
     if fmt == Fmt.json:
@@ -115,8 +104,8 @@ def longctx(spec: ArchSpec,
             wide: bool = WideOpt) -> None:
     """One attention layer's ipr, entropy, wmax and output cosine against context length,
     streamed without T x T (weights drawn once at --seq-len), finite-T theory beside them."""
-    from .. import longctx as lc
     from .. import trajectory
+    from ..measurement import longctx as lc
 
     ts = _lengths(lengths) or lc.default_lengths()
     check_figure_path("--plot", plot)
@@ -143,12 +132,12 @@ def longctx(spec: ArchSpec,
     except SpecError as err:
         fail_spec(err)
     if plot:
-        from ..report.longctx import plot_sweep
+        from ..plotting.longctx import plot_sweep
 
         write_figure("--plot", plot, plot_sweep, sw.trajectory, spec=spec)
     traj = sw.trajectory
     if fmt == Fmt.json:
-        from ..report.longctx import trends
+        from ..measurement.longctx import trends
 
         _emit_json({"spec": spec.to_dict(), "derived": spec.derived(),
                     "rows": trajectory.to_rows(traj), "trends": trends(traj),

@@ -34,7 +34,7 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
              wide: bool = WideOpt) -> None:
     """A real HuggingFace architecture at init: measured per layer, theory beside it, verdict
     and recommendations."""
-    from .. import diagnose as dg
+    from ..analysis import diagnose as dg
 
     if seq_len is not None and not 2 <= seq_len <= 2**20:
         fail(f"--seq-len: must be an integer in [2, 1048576] (got {seq_len})")
@@ -96,7 +96,7 @@ def fix_cmd(model: str = typer.Argument(..., help="preset name or local path"),
             wide: bool = WideOpt) -> None:
     """Patch a model against rank / entropy collapse, write it to --out (config.json +
     safetensors, reloadable without remote code) and show the diagnosis before and after."""
-    from .. import diagnose as dg
+    from ..analysis import diagnose as dg
     from ..spec import SCALINGS
 
     a = _alpha_value(alpha_attn)
@@ -117,12 +117,13 @@ def fix_cmd(model: str = typer.Argument(..., help="preset name or local path"),
 
             with Progress(transient=True) as bar:
                 task = bar.add_task("fix", total=4)
-                before, rep, after = dg.fix(model, out, on_stage=lambda s: (
+                r = dg.fix(model, out, on_stage=lambda s: (
                     bar.update(task, description=s), bar.advance(task)), **kw)
         else:
-            before, rep, after = dg.fix(model, out, **kw)
+            r = dg.fix(model, out, **kw)
     except SpecError as err:
         fail_spec(err)
+    before, rep, after = r.before, r.report, r.after
     if report is not None:
         write_report_file(report, after, fix=(before, rep))
     if fmt == Fmt.json:

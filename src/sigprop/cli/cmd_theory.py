@@ -26,12 +26,10 @@ def predict(spec: ArchSpec, asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatO
             seed: int = SeedOpt, wide: bool = WideOpt) -> None:
     """Theory trajectory (cos, q, ipr, entropy, wmax per layer), verdict and alpha_crit."""
     from .. import trajectory
-    from ..theory import blocks, diagram
+    from ..analysis.predict import predict as run
 
-    traj = blocks.propagate(spec, asymptotic=asymptotic)
-    verdict = blocks.verdict(spec, traj, asymptotic=asymptotic)
-    a_crit = float(diagram.alpha_crit(spec, asymptotic=asymptotic)[0])
-    derived = spec.derived()
+    p = run(spec, asymptotic=asymptotic)
+    traj, verdict, a_crit, derived = p.trajectory, p.verdict, p.alpha_crit, p.derived
     if fmt == Fmt.json:
         _emit_json({"spec": spec.to_dict(), "derived": derived, "rows": trajectory.to_rows(traj),
                     "verdict": verdict, "alpha_crit": a_crit})
@@ -54,7 +52,7 @@ def diagram_cmd(spec: ArchSpec,
                                                        help="alpha_attn axis end"),
                 asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatOpt,
                 seed: int = SeedOpt, wide: bool = WideOpt) -> None:
-    """(beta, alpha_attn) trainability diagram for the spec's depth (THEORY §2.7)."""
+    """(beta, alpha_attn) trainability diagram for the spec's depth (docs/theory.md §2.7)."""
     from ..theory import diagram
 
     if not 2 <= grid <= 4096:
@@ -66,7 +64,7 @@ def diagram_cmd(spec: ArchSpec,
     d = diagram.compute(spec, n_beta=grid, n_alpha=grid, beta_max=beta_max,
                         alpha_max=alpha_max, asymptotic=asymptotic)
     if out:
-        from ..report.figures import plot_diagram
+        from ..plotting.figures import plot_diagram
 
         write_figure("--out", out, plot_diagram, d, spec=spec)
     if fmt == Fmt.json:
@@ -88,7 +86,8 @@ TRANSLATE_KEYS = ("sigma_s", "beta", "beta_c", "beta_over_beta_c", "gamma", "gam
 
 
 def translations(spec: ArchSpec) -> dict:
-    """THEORY §6 for the spec's first attention layer at rho0 (default 0): the CLI.md keys,
+    """docs/theory.md §6 for the spec's first attention layer at rho0 (default 0): the docs/cli.md
+    keys,
     with noci22's equalising temperature tau* (Eq. 47) for LayerNorm-ed inputs
     (sigma_x^2 = 1), d = d_model (the ratio of the two gradients does not depend on the head
     width for weights of variance 1/d_model), n = seq_len."""
@@ -102,7 +101,7 @@ def translations(spec: ArchSpec) -> dict:
 @spec_command
 def translate(spec: ArchSpec, fmt: Fmt = FormatOpt, seed: int = SeedOpt,
               wide: bool = WideOpt) -> None:
-    """The score scale in all five papers' terms (THEORY §6)."""
+    """The score scale in all five papers' terms (docs/theory.md §6)."""
     d = translations(spec)
     if fmt == Fmt.json:
         _emit_json({k: d[k] for k in TRANSLATE_KEYS} | {"spec": spec.to_dict(),

@@ -39,7 +39,7 @@ def _train_config(**kw):
     """A TrainConfig from CLI values; bad values exit 2 naming the option."""
     import torch
 
-    from ..train import TrainConfig
+    from ..training.config import TrainConfig
 
     dev = kw.get("device", "cpu")
     if dev != "cpu" and not (dev == "cuda" or dev.startswith("cuda:")):
@@ -53,7 +53,7 @@ def _train_config(**kw):
 
 
 def _check_memory_or_fail(spec, cfg, **kw) -> None:
-    from ..train import check_memory
+    from ..training.loop import check_memory
 
     try:
         check_memory(spec, cfg, **kw)
@@ -117,7 +117,7 @@ def train_cmd(spec: ArchSpec,
     """Train the spec's model (MLM by default on the built-in stories) and record the loss
     and the signal-propagation observables during training."""
     from .. import trajectory
-    from ..train import save_checkpoint, train
+    from ..training.loop import save_checkpoint, train
 
     cfg = _train_config(task=task, steps=steps, batch_size=batch_size, lr=lr,
                         warmup_ratio=warmup_ratio, weight_decay=weight_decay,
@@ -202,13 +202,14 @@ def trainability(spec: ArchSpec,
     """Train every (beta, alpha_attn) grid point briefly, classify it learned / stuck and
     show it beside the theory's regime. Without architecture options: a 24-layer post-LN
     model, d=32, 2 heads, T=32, gg25 variances; training defaults are
-    sigprop.trainability.TRAINABILITY_CONFIG (500 steps, batch 64, lr 2e-3, unigram readout bias;
+    sigprop.training.trainability.TRAINABILITY_CONFIG (500 steps, batch 64, lr 2e-3, unigram
+    readout bias;
     13-14 min on one CPU thread)."""
     from dataclasses import asdict, replace
 
     from .. import trajectory
-    from ..trainability import DEEP_SMALL, criterion_text
-    from ..trainability import trainability as run_grid
+    from ..training.trainability import DEEP_SMALL, criterion_text
+    from ..training.trainability import trainability as run_grid
 
     if spec == ArchSpec():
         spec = replace(spec, **DEEP_SMALL)

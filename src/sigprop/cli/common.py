@@ -1,5 +1,5 @@
 """Shared pieces of the CLI: the typer ``app``, output formats, error helpers and the spec
-options every architecture command takes (CLI.md "Spec options")."""
+options every architecture command takes (docs/cli.md "Spec options")."""
 
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ class Fmt(StrEnum):
 
 
 def fail(message: str, code: int = 2):
-    """One line on stderr and exit (CLI.md: bad values exit 2, never a traceback)."""
+    """One line on stderr and exit (docs/cli.md: bad values exit 2, never a traceback)."""
     typer.echo(f"sigprop: error: {message}", err=True)
     raise typer.Exit(code)
 
@@ -172,7 +172,7 @@ def write_figure(option: str, path: str, draw, *args, **kwargs) -> None:
         fail(f"{option}: cannot write {path!r} ({err.strerror or errno.errorcode.get(err.errno)})")
 
 
-# Spec options shared by every command that takes an architecture (CLI.md "Spec options").
+# Spec options shared by every command that takes an architecture (docs/cli.md "Spec options").
 # name -> (annotation, default, help)
 _SPEC_OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "depth": (int, 12, "number of blocks"),
@@ -186,7 +186,7 @@ _SPEC_OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "beta": (float | None, None, "score scale as gg25 beta (exclusive with --qk-std)"),
     "qk_std": (float | None, None, "raw Q/K init std (default: --init-std, i.e. 0.02)"),
     "scaling": (str, "none", "context-length score scaling: none|log-n|qwen|ssmax|yarn|tau"),
-    "scaling_param": (float | None, None, "parameter of the scaling (THEORY §3.2)"),
+    "scaling_param": (float | None, None, "parameter of the scaling (docs/theory.md §3.2)"),
     "alpha_attn": (float, 1.0, "attention residual strength (0 = no residual)"),
     "alpha_mlp": (float, 1.0, "MLP residual strength (0 = no residual)"),
     "init_std": (float, 0.02, "std of every weight, as HuggingFace initialises"),
@@ -226,7 +226,7 @@ def spec_command(fn):
 
 
 FormatOpt = typer.Option(Fmt.table, "--format", help="output format")
-AsymptoticOpt = typer.Option(False, "--asymptotic", help="T -> inf theory (THEORY §2.2)")
+AsymptoticOpt = typer.Option(False, "--asymptotic", help="T -> inf theory (docs/theory.md §2.2)")
 SeedOpt = typer.Option(0, "--seed", help="randomness seed, 0 <= seed < 2^63",
                        callback=_check_seed)
 WideOpt = typer.Option(False, "--wide", help="tables with every column, never cut to the "
@@ -262,7 +262,7 @@ def version() -> str:
 
 def _emit_json(obj: dict) -> None:
     """Print a result as JSON, with ``meta``: the command line and the sigprop version."""
-    from ..jsonutil import clean_json
+    from ..trajectory import clean_json
 
     obj = {**obj, "meta": {"command": command_line(), "version": version()}}
     sys.stdout.write(json.dumps(clean_json(obj), indent=1) + "\n")

@@ -1,4 +1,4 @@
-"""Corpora, tokenisation and task data for training (ARCHITECTURE.md ``data/``).
+"""Corpora, tokenisation and task data for training (docs/architecture.md ``data/``).
 
 * :mod:`.stories`: the built-in seeded generator of children's stories (offline default);
 * :mod:`.text`: local text files / folders; :mod:`.hub`: TinyStories when a hub is reachable;

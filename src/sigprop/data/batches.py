@@ -1,4 +1,4 @@
-"""Training / evaluation batches for every task of :mod:`sigprop.train`.
+"""Training / evaluation batches for every task of :mod:`sigprop.training.loop`.
 
 ``Batches(spec, config)`` reads the task, sequence length, batch size, masking probability ...
 from a spec and a train config (duck-typed: this module does not import the trainer). Training

@@ -70,7 +70,7 @@ def clm_pair(windows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 def unigram_logp(train: np.ndarray, vocab_size: int) -> np.ndarray:
     """Log-probabilities (V,) of the add-one smoothed unigram distribution of the training
     stream: the context-free predictor of :func:`unigram_loss`, and the readout bias of
-    :mod:`sigprop.train` with ``bias_init="unigram"``."""
+    :mod:`sigprop.training.loop` with ``bias_init="unigram"``."""
     counts = np.bincount(train, minlength=vocab_size).astype(np.float64) + 1.0
     return np.log(counts / counts.sum())
 
@@ -78,7 +78,7 @@ def unigram_logp(train: np.ndarray, vocab_size: int) -> np.ndarray:
 def unigram_loss(train: np.ndarray, labels: torch.Tensor, vocab_size: int) -> float:
     """Cross-entropy (nats) of the non-ignored ``labels`` under the unigram distribution of the
     training stream (add-one smoothed): the loss of a model that predicts token frequencies
-    and ignores the context (the learned / stuck baseline of :mod:`sigprop.train`)."""
+    and ignores the context (the learned / stuck baseline of :mod:`sigprop.training.loop`)."""
     return label_nll(unigram_logp(train, vocab_size), labels)
 
 

@@ -1,17 +1,18 @@
-"""Multi-head self-attention for S independent initialisations at once (THEORY §2.1, §2.4).
+"""Multi-head self-attention for S independent initialisations at once (docs/theory.md §2.1, §2.4).
 
 Every weight carries the seed as its leading dimension, ``(S, ...)``, and the forward pass is a
 handful of batched matmuls over that dimension; there is no loop over seeds. Activations have
 shape ``(S, B, T, d)``, attention matrices ``(S, B, H, T, T)``.
 
-Scores (THEORY §2.1): ``s_ab = (x_a W_Q^h) . (x_b W_K^h) / sqrt(d_H) * m(n)`` with head ``h``
-the ``h``-th block of ``d_H`` columns and ``m`` the length scaling of THEORY §3.2
+Scores (docs/theory.md §2.1): ``s_ab = (x_a W_Q^h) . (x_b W_K^h) / sqrt(d_H) * m(n)`` with head
+``h``
+the ``h``-th block of ``d_H`` columns and ``m`` the length scaling of docs/theory.md §3.2
 (:func:`sigprop.spec.score_multiplier`) at ``n`` = the number of keys a query sees: ``T`` for
 bidirectional attention and ``t`` for the query at (1-based) position ``t`` under a causal mask.
 With ``W ~ N(0, sigma^2)`` and ``|x|^2 = d`` the score variance is ``(sigma^2 d m)^2`` for any
 number of heads, which the ``spec`` initialisation sets to ``spec.sigma_s^2``.
 
-Variants (THEORY §2.4): ``softmax``; ``centred`` = ``A - 1 1^T / n`` on the visible keys
+Variants (docs/theory.md §2.4): ``softmax``; ``centred`` = ``A - 1 1^T / n`` on the visible keys
 (computed as ``A v`` minus the running mean of the values, never as a matrix); ``uniform`` =
 every visible key weighted ``1 / n``.
 """
@@ -52,7 +53,7 @@ def visible_keys(T: int, causal: bool, dtype=torch.float64, device=None) -> Tens
 
 @torch.no_grad()
 def row_stats(probs: Tensor, logp: Tensor, n_keys: Tensor) -> dict[str, Tensor]:
-    """Summary statistics of attention rows (THEORY §1), reduced over the last two dims.
+    """Summary statistics of attention rows (docs/theory.md §1), reduced over the last two dims.
 
     ``probs`` and ``logp`` (..., T, T) with masked entries 0 in ``probs`` and finite (any value)
     in ``logp`` (so that ``probs * logp`` is 0 there); ``n_keys`` (T,) the number of visible
@@ -173,7 +174,7 @@ class BatchedAttention(nn.Module):
         return x.to(self.w_q.dtype)
 
     def scores(self, x: Tensor) -> Tensor:
-        """Scaled logits (S, B, H, T, T) before masking (THEORY §2.1)."""
+        """Scaled logits (S, B, H, T, T) before masking (docs/theory.md §2.1)."""
         x = self._prepare(x)
         S, B, T, d = x.shape
         x2 = x.reshape(S, B * T, d)

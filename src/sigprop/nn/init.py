@@ -1,7 +1,7 @@
 """Initialisation schemes for the batched sigprop model and for foreign ``nn.Module``s.
 
 Every scheme is a rule ``(role, fan_in, fan_out) -> law`` where the role is one of ``q, k, v,
-o, mlp_in, mlp_out, bias, embed``. The laws (THEORY §2.1, §2.4-2.5; variances "times fan-in"
+o, mlp_in, mlp_out, bias, embed``. The laws (docs/theory.md §2.1, §2.4-2.5; variances "times fan-in"
 as in :mod:`sigprop.spec`):
 
 * ``spec`` (default): ``W_Q, W_K ~ N(0, s^2)`` with ``s = spec.rem_qk_std()`` (this is
@@ -9,7 +9,8 @@ as in :mod:`sigprop.spec`):
   std is ``spec.sigma_s`` for any number of heads); ``W_V ~ N(0, var_v / d)``,
   ``W_O ~ N(0, var_o / d)``, ``W1 ~ N(0, var_w_in / d)``, ``W2 ~ N(0, var_w_out / d_ff)``,
   biases ``N(0, sigma_b2)``.
-* ``rem``: Q/K from a target beta, ``sigma_q = sigma_k = sqrt(beta sqrt(log T) / d)`` (THEORY
+* ``rem``: Q/K from a target beta, ``sigma_q = sigma_k = sqrt(beta sqrt(log T) / d)``
+(docs/theory.md
   §2.1, gg25 Eq. 11 for H heads), everything else as ``spec``.
 * ``hf``: every weight ``N(0, std^2)`` (``std`` default ``spec.init_std``), biases 0.
 * ``xavier``: ``N(0, 2 / (fan_in + fan_out))``; ``xavier_uniform``: the uniform law with the
@@ -41,7 +42,8 @@ ROLES = ("q", "k", "v", "o", "mlp_in", "mlp_out", "bias", "embed")
 
 def rem_qk_std(beta: float, seq_len: int, d_model: int) -> float:
     """Q/K weight std giving inverse temperature ``beta`` at length ``seq_len`` for inputs with
-    ``|x|^2 = d_model`` (THEORY §2.1): ``sqrt(beta sqrt(log T) / d)``, independent of heads."""
+    ``|x|^2 = d_model`` (docs/theory.md §2.1): ``sqrt(beta sqrt(log T) / d)``, independent of
+    heads."""
     if beta < 0 or seq_len < 2 or d_model < 1:
         raise ValueError(f"need beta >= 0, seq_len >= 2, d_model >= 1 (got {beta}, {seq_len}, "
                          f"{d_model})")

@@ -1,4 +1,4 @@
-"""The batched transformer stack built from an ArchSpec (ARCHITECTURE.md, THEORY §2.6).
+"""The batched transformer stack built from an ArchSpec (docs/architecture.md, docs/theory.md §2.6).
 
 ``SigpropTransformer(spec, n_seeds=S)`` holds S independent initialisations of the same
 architecture; every weight has shape ``(S, ...)`` and one forward pass measures all of them.
@@ -9,7 +9,7 @@ Block structure, exactly as :func:`sigprop.theory.blocks.block_step`:
 * none:    ``x = alpha_A x + Attn(x)``;     ``x = alpha_M x + MLP(x)``
 
 LN has no affine part: ``rms`` is ``x / sqrt(mean(x^2) + eps)`` (gg25, no mean subtraction),
-``layernorm`` the standard mean-and-variance normalisation. MLP (THEORY §2.5):
+``layernorm`` the standard mean-and-variance normalisation. MLP (docs/theory.md §2.5):
 ``phi(x W1 + b1) W2 + b2``; SwiGLU: ``(silu(x W_gate + b_gate) * (x W_up + b_up)) W2 + b2``.
 """
 

@@ -165,7 +165,7 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
     """Per-layer measurement with theory beside it, the range of head entropies, verdict,
     recommendations. ``wide`` adds ± on every measured column and the extreme heads."""
     from .. import trajectory
-    from ..diagnose import head_extremes
+    from ..analysis.diagnose import head_extremes
 
     console = console or tables.console(wide)
     traj = d.trajectory

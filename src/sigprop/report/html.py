@@ -7,7 +7,7 @@ the seeds and the sequences measured.
 Every string that comes from the user or the model (names, paths, notes) goes through
 :func:`html.escape`. Figures: depth curves (theory lines, measured dots with standard errors),
 a per-head heat map of attention entropy, and the (beta, alpha_attn) trainability diagram with
-the model's own point (THEORY §2.7).
+the model's own point (docs/theory.md §2.7).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ import io
 import math
 from typing import Any
 
-from .figures import finish, new_figure, plot_depth, plot_diagram
+from ..plotting.figures import finish, new_figure, plot_depth, plot_diagram
 
 _CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;
@@ -120,7 +120,7 @@ def _layer_rows(traj) -> tuple[list[dict], list[str]]:
 
 
 def _diagnosis_body(d, *, diagram_grid: int = 64) -> str:
-    from ..diagnose import head_extremes
+    from ..analysis.diagnose import head_extremes
     from ..theory import diagram as dg
 
     spec = d.spec

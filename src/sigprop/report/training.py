@@ -7,7 +7,7 @@ import math
 
 from rich.console import Console
 
-from .figures import finish, new_figure
+from ..plotting.figures import finish, new_figure
 
 _REGIME_STYLE = {"trainable": "green", "rank_collapse": "yellow", "entropy_collapse": "red"}
 _REGIME_COLOUR = {"trainable": "#4c72b0", "rank_collapse": "#e0a100",

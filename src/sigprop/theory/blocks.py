@@ -1,9 +1,9 @@
-"""Transformer blocks as maps of the homogeneous token state (q, p) (THEORY §2.4-2.6).
+"""Transformer blocks as maps of the homogeneous token state (q, p) (docs/theory.md §2.4-2.6).
 
 Every function is NumPy float64 and broadcasts over arrays of any parameter, so the same code
 serves one spec (:func:`propagate`) and a whole trainability grid (:mod:`.diagram`).
 
-State: ``q = E|x|^2/d``, ``p = E<x_a, x_b>/d``, ``rho = p/q`` (THEORY §1). LayerNorm is the
+State: ``q = E|x|^2/d``, ``p = E<x_a, x_b>/d``, ``rho = p/q`` (docs/theory.md §1). LayerNorm is the
 RMS-style norm of gg25 (no mean subtraction); standard LayerNorm gives the same map at large d
 (the feature mean of a token at init is O(1/sqrt d)), so ``ln_kind`` does not enter the theory.
 """
@@ -24,7 +24,7 @@ CAUSAL_POSITIONS = 12
 
 
 class AttentionStats(NamedTuple):
-    """Row statistics of one attention layer (THEORY §1): ``y2`` = ipr, ``yx`` = ipr_cross,
+    """Row statistics of one attention layer (docs/theory.md §1): ``y2`` = ipr, ``yx`` = ipr_cross,
     normalised ``entropy``, ``wmax``; ``inv_t`` = E[1/#keys of a row] and ``inv_t_cross`` =
     E[1/#keys of the longer row of a pair] (both 1/T without a mask, 0 in the T -> inf
     limit): what centred attention subtracts from ``y2`` and ``yx``."""
@@ -39,7 +39,7 @@ class AttentionStats(NamedTuple):
 
 def _causal_nodes(T: int, k: int = CAUSAL_POSITIONS) -> tuple[np.ndarray, np.ndarray]:
     """Log-spaced query positions t (number of visible keys) and the share of the T positions
-    each node stands for (THEORY §2.4 causal: the query at t is a REM with N = t keys)."""
+    each node stands for (docs/theory.md §2.4 causal: the query at t is a REM with N = t keys)."""
     nodes = np.unique(np.round(np.geomspace(1, T, min(k, T))).astype(int))
     edges = np.concatenate([[0.5], 0.5 * (nodes[1:] + nodes[:-1]), [T + 0.5]])
     weights = np.diff(edges) / T
@@ -47,7 +47,7 @@ def _causal_nodes(T: int, k: int = CAUSAL_POSITIONS) -> tuple[np.ndarray, np.nda
 
 
 def _causal_pair_weights(T: int, nodes: np.ndarray) -> tuple[np.ndarray, float]:
-    """Causal cross term (THEORY §2.4 causal). Rows a < b share the first a keys; by key
+    """Causal cross term (docs/theory.md §2.4 causal). Rows a < b share the first a keys; by key
     exchangeability row b puts mass a/b on them in expectation, so (neglecting the correlation
     of that mass with its shape) ``E sum_c A_ac A_bc = (a/b) Yx(N=a)``. Averaged over pairs:
     ``Yx_causal = sum_a (1/T) [2 a S(a) / (T-1)] Yx(a)`` with ``S(a) = sum_{b>a} 1/b``.
@@ -70,11 +70,12 @@ def attention_stats(sigma_s, rho, T: int, *, d_head: int | None = None, causal: 
                     asymptotic: bool = False, full: bool = False) -> AttentionStats:
     """Statistics of softmax attention with score std ``sigma_s`` on tokens at cosine ``rho``.
 
-    A row is a REM with i.i.d. energies of variance ``v = sigma_s^2 (1 - rho)`` (THEORY §2.1).
+    A row is a REM with i.i.d. energies of variance ``v = sigma_s^2 (1 - rho)`` (docs/theory.md
+    §2.1).
     ``asymptotic``: the T -> inf REM (§2.2) with ``beta = sigma_s / sqrt(log T)``; otherwise the
     exact finite-T expectations of §2.3 (tabulated per T), averaged over the chi2(d_head) spread
     of query norms when ``d_head`` is given. ``causal``: averaged over query positions, the query
-    at position t seeing t keys (THEORY §2.4). ``full`` adds entropy and wmax.
+    at position t seeing t keys (docs/theory.md §2.4). ``full`` adds entropy and wmax.
     """
     sigma_s = np.asarray(sigma_s, dtype=np.float64)
     rho = np.clip(np.asarray(rho, dtype=np.float64), 0.0, 1.0)
@@ -126,7 +127,7 @@ def uniform_stats(shape, T: int, *, causal: bool = False, asymptotic: bool = Fal
 
 
 def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o=None):
-    """(q, p) after one attention layer (THEORY §2.4), before the residual.
+    """(q, p) after one attention layer (docs/theory.md §2.4), before the residual.
 
     softmax/uniform: ``q_att = s_v^2 [p + (q-p) Y2] + s_b^2``, ``p_att = s_v^2 [p + (q-p) Yx]
     + s_b^2``; centred (A - 11^T/T): ``s_v^2 (q-p)(Y2 - 1/T)`` and ``s_v^2 (q-p)(Yx - 1/T)``
@@ -148,7 +149,7 @@ def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o
 
 
 def mlp_map(q, p, *, activation: str, var_w_in, var_w_out, var_b):
-    """(q, p) after the two-layer MLP (THEORY §2.5, gg25 Eqs. 17-18)."""
+    """(q, p) after the two-layer MLP (docs/theory.md §2.5, gg25 Eqs. 17-18)."""
     q1, p1 = var_w_in * q + var_b, var_w_in * p + var_b
     k_diag, k_off = kernels.kernel(activation, q1, p1)
     return var_w_out * k_diag + var_b, var_w_out * k_off + var_b
@@ -202,7 +203,7 @@ def _cos(p, q):
 def _ln_fluct_inputs(qa, pa, bp: BlockParams):
     """What the LN averages of :mod:`.fluct` need from the attention input (q, p) = (qa, pa):
     ``b = s_o^2 s_v^2 (q - p)``, the weight of Y2 in a token's norm; ``rho`` = p / q; ``v``, a
-    row's REM score variance (THEORY §2.1)."""
+    row's REM score variance (docs/theory.md §2.1)."""
     b = bp.var_v * (qa - pa) * (1.0 if bp.var_o is None else bp.var_o)
     rho = np.clip(_cos(pa, qa), 0.0, 1.0)
     return b, rho, (bp.sigma_s0 * qa) ** 2 * (1.0 - rho)
@@ -226,7 +227,7 @@ def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     a0 + b: one visible key). Per token ``E[N_t^-1/2] = sqrt(r_t / E N_t)`` with r_t the
     factor of rows of t keys at ``kappa_t = a0 / E N_t``, evaluated at the
     :func:`_causal_nodes` positions; pairs (a < c) have ``C = c0 + b (a/c) Yx(N = a)``
-    (THEORY §2.4 causal) and the cosine is the pair average of ``C E[N_a^-1/2]
+    (docs/theory.md §2.4 causal) and the cosine is the pair average of ``C E[N_a^-1/2]
     E[N_c^-1/2]`` (:func:`fluct.causal_pair_means`). ``a0``, ``c0``: the non-attention parts
     of ``q_z``, ``p_z`` (the same at every position). Uniform causal attention (weights 1/t)
     has no spread (r = 1) but the same position dependence, ``N_t = a0 + b / t``: without
@@ -259,11 +260,11 @@ def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
 
 def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False,
                branch_scale=1.0):
-    """One transformer block (THEORY §2.6): returns ``(q, p, attention stats)``.
+    """One transformer block (docs/theory.md §2.6): returns ``(q, p, attention stats)``.
 
     post-LN: attention on the normalised input, residual, LN, MLP, residual, LN.
     pre-LN: attention and MLP read LN(residual stream), the stream itself is not normalised.
-    none: no normalisation; the score std then scales with the input's q (THEORY §2.1).
+    none: no normalisation; the score std then scales with the input's q (docs/theory.md §2.1).
 
     Finite-T post-LN softmax blocks average the first LayerNorm over the row-to-row spread of
     the attention's participation ratio (:mod:`.fluct`, ``bp.ln_fluct``); causal softmax and
@@ -333,7 +334,7 @@ def propagate(spec: ArchSpec, rho0: float | None = None, *,
 
 def verdict(spec: ArchSpec, traj=None, *, rho0: float | None = None,
             asymptotic: bool = False, rho_l: float | None = None) -> str:
-    """THEORY §2.7 regime of the spec's own point: ``entropy_collapse`` if
+    """docs/theory.md §2.7 regime of the spec's own point: ``entropy_collapse`` if
     beta > beta_c(rho0); else ``rank_collapse`` if rho_L >= rho_max; else ``trainable``.
     rho_L is ``rho_l`` when given, else read from ``traj``, else propagated."""
     r0 = spec.rho_init if rho0 is None else float(rho0)

@@ -1,5 +1,6 @@
 """Trainability diagram over (beta, alpha_attn) and the critical residual strength
-(THEORY §2.7, gg25 Fig. 1c). Vectorised: the whole grid is iterated through the depth at once,
+(docs/theory.md §2.7, gg25 Fig. 1c). Vectorised: the whole grid is iterated through the depth at
+once,
 and alpha_crit is a bisection run on all betas together — no Python loop per grid point.
 """
 
@@ -38,7 +39,8 @@ class Diagram:
     point: dict
 
     def to_json(self) -> dict:
-        """Plain dict (arrays kept as arrays: pass through :func:`sigprop.jsonutil.clean_json`)."""
+        """Plain dict (arrays kept as arrays: pass through
+        :func:`sigprop.trajectory.clean_json`)."""
         return {
             "depth": self.depth, "rho0": self.rho0, "rho_max": self.rho_max,
             "beta_c": self.beta_c, "regimes": list(REGIMES),
@@ -51,7 +53,7 @@ class Diagram:
 def alpha_crit(spec: ArchSpec, betas=None, *, rho0: float | None = None,
                depth: int | None = None, asymptotic: bool = False,
                hi: float = ALPHA_CEILING) -> np.ndarray:
-    """Smallest alpha_attn with rho_L < rho_max, per beta (THEORY §2.7).
+    """Smallest alpha_attn with rho_L < rho_max, per beta (docs/theory.md §2.7).
 
     rho_L decreases with alpha, so the crossing is bracketed and narrowed for all betas at
     once by a (K+1)-ary search: each round evaluates K candidates per beta in one vectorised
@@ -110,7 +112,7 @@ def compute(spec: ArchSpec, *, n_beta: int = 256, n_alpha: int = 256,
             beta_max: float | None = None, alpha_max: float | None = None,
             rho0: float | None = None, asymptotic: bool = False,
             with_rho: bool = False) -> Diagram:
-    """The (beta, alpha_attn) regime grid for the spec's depth (THEORY §2.7, gg25 Fig. 1c).
+    """The (beta, alpha_attn) regime grid for the spec's depth (docs/theory.md §2.7, gg25 Fig. 1c).
 
     Entropy collapse: beta > beta_c(rho0) (the first layer condenses; uniform attention never
     does). Rank collapse: otherwise, if rho_L >= rho_max. Trainable: the rest.

@@ -1,8 +1,9 @@
-"""Row-to-row fluctuations of attention seen through a per-token LayerNorm (THEORY §2.3, §2.6).
+"""Row-to-row fluctuations of attention seen through a per-token LayerNorm (docs/theory.md §2.3,
+§2.6).
 
 The (q, p) recursion of :mod:`.blocks` is a map of Gram *averages*: after attention plus
 residual, token a has squared norm ``N_a = a0 + b Y2_a`` and pair (a, c) the overlap
-``C_ac = c0 + b Yx_ac`` (THEORY §2.4, ``b = sigma_v^2 (q - p)``), and the theory's cosine is
+``C_ac = c0 + b Yx_ac`` (docs/theory.md §2.4, ``b = sigma_v^2 (q - p)``), and the theory's cosine is
 ``E C / E N``. A per-token LayerNorm instead divides every token by its own norm, so the cosine
 that the next layer sees (and that ``cos`` measures) is ``E[C_ac / sqrt(N_a N_c)]``. Near and
 above condensation ``Y2_a`` does not self-average (a REM row's participation ratio keeps an O(1)
@@ -18,7 +19,8 @@ Fig. 3 grid) the LN average factorises::
 
 with ``kappa = a0 / E N`` the share of the mean norm that does not fluctuate and ``Y2`` the
 participation ratio of one row of i.i.d. N(0, v) scores (averaged over the heads, and with the
-chi2(d_head) query-norm spread of THEORY §2.3 when d_head is given). At rho_in = 0 (independent
+chi2(d_head) query-norm spread of docs/theory.md §2.3 when d_head is given). At rho_in = 0
+(independent
 rows) the factorisation is exact.
 
 Causal rows: the query at position t is a REM over t keys, so ``E N_t`` and the spread of
@@ -28,7 +30,8 @@ Causal rows: the query at position t is a REM over t keys, so ``E N_t`` and the 
 carries the purely deterministic position spread (uniform causal attention, r = 1).
 
 ``r`` needs the law of Y2, not only its mean, so it is computed by seeded Monte Carlo over the
-REM itself (THEORY §2.3 allows Monte Carlo over i.i.d. scores where no quadrature exists; these
+REM itself (docs/theory.md §2.3 allows Monte Carlo over i.i.d. scores where no quadrature exists;
+these
 are draws of the idealised d -> inf model, not of a network) and kept as a cached spline per
 (T, d_head, heads). Rows are exact draws for T <= ``FULL_T``; longer rows draw their ``TOP_K``
 largest scores exactly (uniform order statistics through exponential spacings) and replace the
@@ -44,7 +47,8 @@ from collections.abc import Callable
 import numpy as np
 
 from ._lazy import LazyModule
-from .rem import _bicubic, _bicubic_coef, _disk_cached, y2_finite
+from .rem_finite import y2_finite
+from .rem_tables import _bicubic, _bicubic_coef, _disk_cached
 
 special = LazyModule("scipy.special")
 
@@ -190,7 +194,8 @@ def causal_pair_means(nodes, m, yx, T: int) -> tuple[np.ndarray, np.ndarray]:
     interpolated linearly in (log t, log value) to :data:`CAUSAL_BINS` position bins (every
     position while T <= CAUSAL_BINS), then averaged over the T (T - 1) ordered pairs a != c:
 
-        P0 = mean m(a) m(c),     P1 = mean (a/c) Yx(a) m(a) m(c)   (a < c; THEORY §2.4 causal:
+        P0 = mean m(a) m(c),     P1 = mean (a/c) Yx(a) m(a) m(c)   (a < c; docs/theory.md §2.4
+        causal:
                                                                       row c puts mass a/c on
                                                                       the first a keys)
 

@@ -1,4 +1,4 @@
-"""Mean-field MLP kernels ``(E[phi(u)^2], E[phi(u) phi(u')])`` (THEORY §2.5).
+"""Mean-field MLP kernels ``(E[phi(u)^2], E[phi(u) phi(u')])`` (docs/theory.md §2.5).
 
 ``(u, u') ~ N(0, [[q1, p1], [p1, q1]])`` where ``q1 = sigma_w^2 q + sigma_b^2`` and
 ``p1 = sigma_w^2 p + sigma_b^2`` are the pre-activation second moments (the caller has already
@@ -84,7 +84,7 @@ def _moments(q1, p1) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def relu_kernel(q1, p1) -> tuple[np.ndarray, np.ndarray]:
-    """Arc-cosine closed form for ReLU (THEORY §2.5): ``(q1/2, (q1/2) k(c))`` with
+    """Arc-cosine closed form for ReLU (docs/theory.md §2.5): ``(q1/2, (q1/2) k(c))`` with
     ``k(c) = (sqrt(1 - c^2) + c (pi - arccos c)) / pi``; ``q1 = 0`` gives ``(0, 0)``."""
     q1, _, c = _moments(q1, p1)
     k = (np.sqrt(np.maximum(1.0 - c * c, 0.0)) + c * (np.pi - np.arccos(c))) / np.pi
@@ -220,7 +220,7 @@ def _finish(diag: np.ndarray, off: np.ndarray, c: np.ndarray, shape) -> tuple[np
 
 def gauss_kernel(activation: str, q1, p1, n: int | None = None,
                  rule: str = "trapezoid") -> tuple[np.ndarray, np.ndarray]:
-    """Kernel by direct 2-D quadrature at every point (THEORY §2.5); see module docstring.
+    """Kernel by direct 2-D quadrature at every point (docs/theory.md §2.5); see module docstring.
 
     ``n`` is the number of nodes per dimension; ``None`` picks it from ``max(q1)`` (trapezoid:
     step ``min(0.5, 0.28/sqrt(q1))`` on [-9, 9]; hermite: 128).  Measured accuracy of the
@@ -234,7 +234,7 @@ def gauss_kernel(activation: str, q1, p1, n: int | None = None,
     Measured error of the capped rule's off-diagonal, same scale, for 250 < q1 < 1e8:
     <= 5e-5 (gelu, silu; ~4e-6 from q1 = 1e5) and <= 1.2e-3 (tanh, c -> 1). Only diverging
     no-norm stacks reach such q1.  The
-    Gauss-Hermite rule (the one THEORY §2.5 names) reaches ~1e-13 for tanh only at q1 <~ 1;
+    Gauss-Hermite rule (the one docs/theory.md §2.5 names) reaches ~1e-13 for tanh only at q1 <~ 1;
     see the module docstring.  ``relu`` is accepted for testing only: the kink makes every
     smooth rule converge algebraically (error ~1e-3 with the default n, ~2e-4 with 200 GH nodes);
     use :func:`relu_kernel`.
@@ -331,7 +331,8 @@ def kernel(activation: str, q1, p1) -> tuple[np.ndarray, np.ndarray]:
 
     relu: arc-cosine closed form; linear: ``(q1, p1)``; swiglu ``= silu(g) * v`` with independent
     gate and up weights of equal pre-activation moments: ``(K_silu_diag q1, K_silu_off p1)``;
-    tanh/gelu/silu: quadrature (THEORY §2.5).  When a q1 value is shared by >= 256 points (the
+    tanh/gelu/silu: quadrature (docs/theory.md §2.5).  When a q1 value is shared by >= 256 points
+    (the
     post-LN trainability grid), a cached spline in arccos c replaces per-point quadrature
     (checked to 1e-10 against it while built).
     """

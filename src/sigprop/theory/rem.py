@@ -1,4 +1,4 @@
-"""Self-attention rows as a Random Energy Model (THEORY §2.1-2.3). NumPy/SciPy, float64.
+"""Self-attention rows as a Random Energy Model (docs/theory.md §2.1-2.3). NumPy/SciPy, float64.
 
 A row ``w = softmax(s)``, T keys, i.i.d. scores ``s_b ~ N(0, v)``, ``v = beta^2 log T (1 - rho)``
 (§2.1). ``*_asymptotic``: T -> inf (§2.2), here; ``*_finite``: exact finite-T expectations by
@@ -11,25 +11,14 @@ from __future__ import annotations
 import numpy as np
 
 from ._lazy import LazyModule
-from .rem_finite import (  # noqa: F401  (re-exported: the quadrature used to live here)
+from .rem_finite import (
     _arr,
-    _chi_nodes,
-    _evaluate,
-    _inv,
     entropy_finite,
     wmax_finite,
     y2_finite,
     yx_finite,
 )
-from .rem_tables import (  # noqa: F401  (re-exported: the tables used to live here)
-    _bicubic,
-    _bicubic_coef,
-    _cache_dir,
-    _disk_cached,
-    _spline1,
-    _spline1_coef,
-    _table1d,
-    _table2d,
+from .rem_tables import (
     entropy_table,
     wmax_table,
     y2_table,
@@ -47,9 +36,10 @@ __all__ = [
 _LR = np.arange(-40.0, 5.0, 0.1)                      # wmax_asymptotic: grid in log r
 
 
-# ----------------------------------------------------------------- T -> infinity (THEORY §2.2)
+# ----------------------------------------------------------------- T -> infinity (docs/theory.md
+# §2.2)
 def beta_c(rho) -> np.ndarray:
-    """Condensation threshold ``sqrt(2 / (1 - rho))`` (THEORY §2.2); +inf at rho = 1."""
+    """Condensation threshold ``sqrt(2 / (1 - rho))`` (docs/theory.md §2.2); +inf at rho = 1."""
     with np.errstate(divide="ignore"):
         return np.sqrt(2.0 / (1.0 - _arr(rho)))
 
@@ -62,7 +52,7 @@ def y2_asymptotic(beta, rho=0.0) -> np.ndarray:
 
 
 def yx_asymptotic(beta, rho=0.0) -> np.ndarray:
-    """Cross-row overlap: sub-leading, 0 in the T -> inf limit (THEORY §2.2)."""
+    """Cross-row overlap: sub-leading, 0 in the T -> inf limit (docs/theory.md §2.2)."""
     return np.zeros(np.broadcast(_arr(beta), _arr(rho)).shape)
 
 

@@ -1,4 +1,5 @@
-"""Finite-T REM expectations by deterministic quadrature (THEORY §2.3). NumPy/SciPy, float64.
+"""Finite-T REM expectations by deterministic quadrature (docs/theory.md §2.3). NumPy/SciPy,
+float64.
 
 Re-exported by :mod:`sigprop.theory.rem` (model and notation there). Quadrature: ``1/Z^k``
 (``Z = sum_b e^{s_b}``) is an integral over t, then ``t = e^{-u}``; keys are independent, so
@@ -56,7 +57,7 @@ def _arr(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
-# ------------------------------------------------------------------- finite T (THEORY §2.3)
+# ------------------------------------------------------------------- finite T (docs/theory.md §2.3)
 def _tpow(m, n):
     """``(1 - m)^n`` for 0 <= m <= 1 in log space; n = 0 gives 1."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
@@ -250,7 +251,7 @@ def _yx_core(vs, vp, T):
 
 @functools.cache
 def _chi_nodes(d_head: int):
-    """Quadrature for chi ~ chi2(d)/d = X/k, X ~ Gamma(k = d/2) (THEORY §2.3): trapezoid in
+    """Quadrature for chi ~ chi2(d)/d = X/k, X ~ Gamma(k = d/2) (docs/theory.md §2.3): trapezoid in
     log X (density ``exp(k t - e^t)``, tails cut at 1e-13), >= 48 nodes, spacing <= 0.25.
     (Gauss-Laguerre fails both for d = 1, mass near 0, and for d >~ 1000.)"""
     if d_head < 1:
@@ -290,7 +291,8 @@ def _inv(T):
 
 
 def y2_finite(v, T, d_head=None) -> np.ndarray:
-    """``Y2 = E sum_b w_b^2``, i.i.d. scores ``N(v)`` over T keys (THEORY §2.3): the exact 1-D
+    """``Y2 = E sum_b w_b^2``, i.i.d. scores ``N(v)`` over T keys (docs/theory.md §2.3): the exact
+    1-D
     integral ``T int_0^inf t g2 g0^(T-1) dt``. ``d_head``: averaged over the row variance
     ``v chi``, ``chi ~ chi2(d_head)/d_head`` (:func:`_chi_nodes`). v = 0 gives 1/T exactly,
     T = 1 gives 1. T may be any real >= 1."""
@@ -298,7 +300,8 @@ def y2_finite(v, T, d_head=None) -> np.ndarray:
 
 
 def yx_finite(v_shared, v_private, T, d_head=None) -> np.ndarray:
-    """``Yx = E sum_b w_b w'_b`` for rows ``s = c + e``, ``s' = c + e'`` (THEORY §2.3 end), c, e,
+    """``Yx = E sum_b w_b w'_b`` for rows ``s = c + e``, ``s' = c + e'`` (docs/theory.md §2.3 end),
+    c, e,
     e' independent Gaussians with variances v_shared, v_private, v_private.
 
     ``1/(Z Z') = int int e^{-tZ - t'Z'}``; given c the rows factorise, so
@@ -312,7 +315,7 @@ def yx_finite(v_shared, v_private, T, d_head=None) -> np.ndarray:
 
 
 def entropy_finite(v, T, d_head=None) -> np.ndarray:
-    """``E[H(w)] / log T``, ``H = log Z - sum_b w_b s_b`` (THEORY §2.3: E log Z by Frullani,
+    """``E[H(w)] / log T``, ``H = log Z - sum_b w_b s_b`` (docs/theory.md §2.3: E log Z by Frullani,
     E sum w s via 1/Z = int e^{-tZ} dt). v = 0 gives 1; a single key (T = 1) is defined as
     entropy 1.0 (the uniform distribution over one key)."""
     return _evaluate(_entropy_core, (v,), T, d_head, 32, np.ones_like, np.zeros_like)

@@ -1,4 +1,5 @@
-"""Cached spline tables of the finite-T REM expectations (THEORY §2.3). NumPy/SciPy, float64.
+"""Cached spline tables of the finite-T REM expectations (docs/theory.md §2.3). NumPy/SciPy,
+float64.
 
 Re-exported by :mod:`sigprop.theory.rem`. ``*_table(T, d_head)`` returns a fast function of the
 row variance (and rho for Yx): a spline through :mod:`.rem_finite` values, cached in memory per
@@ -251,6 +252,7 @@ def _table2d(T: float, d_head: int | None, lmax: float = _LMAX):
 
 def yx_table(T, d_head=None) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """``(v, rho) -> yx_finite(v rho, v (1 - rho), T, d_head)``, v the row variance
-    ``sigma_s^2 (1 - rho)`` (THEORY §2.3): bicubic spline of the ratio to Y2 on 24 x 21 nodes
+    ``sigma_s^2 (1 - rho)`` (docs/theory.md §2.3): bicubic spline of the ratio to Y2 on 24 x 21
+    nodes
     in (log v, :func:`_xi`), cached per (T, d_head); v > 1e4 evaluated exactly."""
     return _table2d(float(T), None if d_head is None else int(d_head))

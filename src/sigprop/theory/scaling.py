@@ -1,15 +1,16 @@
-"""Attention scaling with context length: clpr25 and deshpande26 (THEORY §3).
+"""Attention scaling with context length: clpr25 and deshpande26 (docs/theory.md §3).
 
 Pure NumPy, float64, vectorised: every scalar argument may be an array and results broadcast.
 
-Conventions of this module (THEORY §3.1, which differs from the per-dimension ``q`` of THEORY §1):
+Conventions of this module (docs/theory.md §3.1, which differs from the per-dimension ``q`` of
+docs/theory.md §1):
 ``q`` is the *total* squared norm of a token, ``|x_i|^2 = q``; ``rho`` is the pairwise cosine
 ``<y_i, y_j>`` of the normalised tokens ``y_i = x_i / |x_i|``; ``n`` the number of tokens;
 ``beta = gamma * log(n)`` the inverse temperature of the clpr25 layer.
 
 clpr25 = Chen, Lin, Polyanskiy & Rigollet, "Critical attention scaling in long-context
 transformers" (2025).  deshpande26 = Deshpande, "A phase transition of attention collapse" (2026).
-The practical score multipliers of THEORY §3.2 (none, log-n, qwen, ssmax, yarn, tau) are
+The practical score multipliers of docs/theory.md §3.2 (none, log-n, qwen, ssmax, yarn, tau) are
 defined in ``sigprop.spec`` (the ArchSpec needs them) and re-exported here.
 """
 
@@ -63,7 +64,8 @@ def _weights(n, gamma, rho):
 def simplex_weights(n, beta, rho):
     """Diagonal ``a`` and off-diagonal ``b`` of the attention matrix on simplex inputs.
 
-    THEORY §3.1 (clpr25 Assumption 1 and the proof of its Eq. 2.5): scores ``beta <y_i, y_j>``
+    docs/theory.md §3.1 (clpr25 Assumption 1 and the proof of its Eq. 2.5): scores ``beta <y_i,
+    y_j>``
     with ``<y_i, y_i> = 1``, ``<y_i, y_j> = rho``, so
     ``a = e^beta / (e^beta + (n-1) e^(beta rho))`` and ``b = e^(beta rho) / (same)``.
     Evaluated in log space: exact for beta up to 1e4 and beyond, n up to 1e12 and beyond.
@@ -80,7 +82,7 @@ def simplex_weights(n, beta, rho):
 
 
 def _products(a, c, m, rho):
-    """Inner products of THEORY §3.1 written with c = (n-1) b (no large-n cancellation).
+    """Inner products of docs/theory.md §3.1 written with c = (n-1) b (no large-n cancellation).
 
     Returns ``S = |Att_i|^2``, ``P = <Att_i, Att_k>``, ``us = <Att_i, y_i>``, ``uo = <Att_i, y_k>``.
     """
@@ -93,7 +95,8 @@ def _products(a, c, m, rho):
 
 
 def simplex_update(n, gamma, rho, alpha=0.0, q=1.0):
-    """Exact finite-n clpr25 layer on a simplex input (THEORY §3.1; clpr25 Eqs. 2.1-2.3, A.23-A.24).
+    """Exact finite-n clpr25 layer on a simplex input (docs/theory.md §3.1; clpr25 Eqs. 2.1-2.3,
+    A.23-A.24).
 
     Input: ``|x_i|^2 = q``, ``cos(x_i, x_j) = rho``.  Update ``x_i' = Att_i + alpha sqrt(q) y_i``
     with ``Att_i = sum_j A_ij y_j``, ``A = softmax(beta Y Y^T)``, ``beta = gamma log n``.
@@ -115,7 +118,7 @@ def simplex_cos(n, gamma, rho, alpha=0.0, q=1.0):
 
 
 def gamma_c(rho):
-    """Critical clpr25 scaling ``gamma_c = 1 / (1 - rho)`` (THEORY §3.1, clpr25 Thm 2.1).
+    """Critical clpr25 scaling ``gamma_c = 1 / (1 - rho)`` (docs/theory.md §3.1, clpr25 Thm 2.1).
 
     Returns inf at rho = 1 (identical tokens: no finite scaling separates them)."""
     one_m = 1.0 - _f(rho)
@@ -124,7 +127,7 @@ def gamma_c(rho):
 
 
 def simplex_limit(gamma, rho, alpha=0.0, q=1.0):
-    """n -> infinity limit of :func:`simplex_cos` (THEORY §3.1; clpr25 Eqs. 2.4-2.7).
+    """n -> infinity limit of :func:`simplex_cos` (docs/theory.md §3.1; clpr25 Eqs. 2.4-2.7).
 
     ``a -> 0`` for ``gamma < gamma_c``, ``1/2`` at ``gamma = gamma_c`` (within a relative 1e-9),
     ``1`` above; the off-diagonal mass ``c = 1 - a`` sits on the mean of the other tokens,
@@ -195,7 +198,7 @@ def _attention(X, gamma):
 
 
 def attention_forward(X, gamma, alpha=0.0):
-    """One clpr25 layer evaluated directly (clpr25 Eqs. 2.1-2.3; THEORY §3.1).
+    """One clpr25 layer evaluated directly (clpr25 Eqs. 2.1-2.3; docs/theory.md §3.1).
 
     ``y_i = x_i / |x_i|``, ``A = softmax(beta Y Y^T)`` row-wise with ``beta = gamma log n``,
     ``X' = A Y + alpha X``.  ``X`` has shape ``(..., n, d)``; ``gamma`` broadcasts over ``...``.
@@ -241,7 +244,8 @@ def jacobian_norm(X, gamma):
 
 
 def jacobian_norm_simplex(n, gamma, rho, d=np.inf, q=1.0):
-    """:func:`jacobian_norm` in closed form on a simplex input (THEORY §3.1; clpr25 Thm 2.3).
+    """:func:`jacobian_norm` in closed form on a simplex input (docs/theory.md §3.1; clpr25 Thm
+    2.3).
 
     Normalisation: mean squared singular value ``||J||_F^2 / (n d)`` of the attention-only
     Jacobian (alpha = 0) at an exact simplex input of width ``d >= n`` with ``|x_i|^2 = q``.
@@ -274,13 +278,13 @@ def jacobian_norm_simplex(n, gamma, rho, d=np.inf, q=1.0):
 
 
 def deshpande_beta_c(N, sigma):
-    """deshpande26 Eq. 8 (THEORY §3.3): ``beta_c = sqrt(2 log N) / sigma`` for N i.i.d.
+    """deshpande26 Eq. 8 (docs/theory.md §3.3): ``beta_c = sqrt(2 log N) / sigma`` for N i.i.d.
     ``N(0, sigma^2)`` logits."""
     return np.sqrt(2.0 * np.log(_f(N))) / _f(sigma)
 
 
 def deshpande_wmax_bulk(beta, N, sigma):
-    """Bulk approximation of the largest softmax weight (deshpande26 Eq. 10; THEORY §3.3).
+    """Bulk approximation of the largest softmax weight (deshpande26 Eq. 10; docs/theory.md §3.3).
 
     ``wmax ~ exp(-(sigma^2 / 2) (beta - beta_c)^2)`` for ``beta <= beta_c``: log Z replaced by its
     annealed value and the maximum logit by ``sigma sqrt(2 log N)``.  It equals 1/N at beta = 0
@@ -297,7 +301,7 @@ def deshpande_wmax_bulk(beta, N, sigma):
 
 
 def retrieval_threshold(N, sigma):
-    """deshpande26 retrieval condition (THEORY §3.3): threshold ``m* = sigma sqrt(2 log N)``
+    """deshpande26 retrieval condition (docs/theory.md §3.3): threshold ``m* = sigma sqrt(2 log N)``
     for one target logit m against N - 1 i.i.d. ``N(0, sigma^2)`` noise logits."""
     return _f(sigma) * np.sqrt(2.0 * np.log(_f(N)))
 
@@ -309,7 +313,7 @@ def retrieval_succeeds(m, N, sigma):
 
 
 def deshpande_to_gg(beta_d, sigma, N):
-    """Translate deshpande26's beta to gg25's (THEORY §3.3).
+    """Translate deshpande26's beta to gg25's (docs/theory.md §3.3).
 
     ``beta_gg = beta_d sigma / sqrt(log N)``; ``beta_d = beta_c(N, sigma)`` maps to ``sqrt(2)``,
     gg25's beta_c at rho = 0: the same transition."""

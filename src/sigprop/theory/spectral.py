@@ -1,4 +1,5 @@
-"""Spectra of random attention (THEORY §5; mindthegap = Naderi, Nait Saada & Tanner, ICML 2025).
+"""Spectra of random attention (docs/theory.md §5; mindthegap = Naderi, Nait Saada & Tanner, ICML
+2025).
 
 Random Markov matrices (mindthegap Def. 1.1), their spectral gap (Thm 2), the centred attention
 ``A_perp = A - 11^T / T`` that removes it (Eq. 9), the quarter-circle law of its singular values
@@ -61,7 +62,8 @@ def _rng(seed) -> np.random.Generator:
 def softmax_sigma_A(sigma_s, rho=0.0):
     """sigma_A of softmax attention whose logits have std ``sigma_s`` and token cosine ``rho``.
 
-    ``sigma_A = sqrt(exp(sigma_s^2 (1 - rho)) - 1)`` (THEORY §5, §6). The part of a row's logits
+    ``sigma_A = sqrt(exp(sigma_s^2 (1 - rho)) - 1)`` (docs/theory.md §5, §6). The part of a row's
+    logits
     shared by all keys (variance ``sigma_s^2 rho``) cancels in the softmax, leaving i.i.d.
     ``N(0, s^2)`` logits with ``s^2 = sigma_s^2 (1 - rho)``; ``Z = e^logit`` is lognormal with
     ``std(Z) / mean(Z) = sqrt(e^{s^2} - 1)`` (mindthegap Def. 1.1 with ``sigma_A = sigma / m``).
@@ -75,7 +77,7 @@ def softmax_sigma_A(sigma_s, rho=0.0):
 def logit_std_for_sigma_A(sigma_A):
     """Logit std giving a Random Markov softmax of ``sigma_A``: ``s = sqrt(log(1 + sigma_A^2))``.
 
-    Inverse of :func:`softmax_sigma_A` at ``rho = 0`` (THEORY §5). Vectorised.
+    Inverse of :func:`softmax_sigma_A` at ``rho = 0`` (docs/theory.md §5). Vectorised.
     """
     sigma_A = np.asarray(sigma_A, dtype=np.float64)
     return np.sqrt(np.log1p(sigma_A**2))
@@ -87,7 +89,7 @@ def logit_std_for_sigma_A(sigma_A):
 
 
 def random_markov(T, sigma_A=1.0, n=None, seed=0) -> np.ndarray:
-    """Random Markov matrix (mindthegap Def. 1.1; THEORY §5), shape (T, T) or (n, T, T).
+    """Random Markov matrix (mindthegap Def. 1.1; docs/theory.md §5), shape (T, T) or (n, T, T).
 
     ``A_ij = Z_ij / sum_j Z_ij`` with ``Z_ij`` i.i.d. lognormal, ``std(Z) / mean(Z) = sigma_A``:
     ``Z = exp(N(mu, s^2))`` with ``e^{s^2} - 1 = sigma_A^2``. ``mu`` cancels in the row
@@ -106,7 +108,7 @@ def random_markov(T, sigma_A=1.0, n=None, seed=0) -> np.ndarray:
 
 
 def centred(A) -> np.ndarray:
-    """Centred attention ``A_perp = A - 11^T / T`` (mindthegap Eq. 8-9; THEORY §2.4, §5).
+    """Centred attention ``A_perp = A - 11^T / T`` (mindthegap Eq. 8-9; docs/theory.md §2.4, §5).
 
     Works on (..., T, T) batches. For a row-stochastic ``A`` the rows of ``A_perp`` sum to 0, so
     ``A_perp 1 = 0``: the outlier eigenvalue 1 (the spectral gap of Thm 2) is removed.
@@ -124,7 +126,7 @@ def quarter_circle_pdf(x, sigma_A):
     """Quarter-circle density ``sqrt(4 sigma_A^2 - x^2) / (pi sigma_A^2)`` on ``[0, 2 sigma_A]``.
 
     Limit of the empirical singular-value distribution of ``sqrt(T) A_perp`` (mindthegap Lemma 3,
-    Eq. 31; THEORY §5) and of ``sqrt(T) A`` minus its outlier. Zero outside the support.
+    Eq. 31; docs/theory.md §5) and of ``sqrt(T) A`` minus its outlier. Zero outside the support.
     Vectorised (broadcasts ``x`` against ``sigma_A``).
     """
     x = np.asarray(x, dtype=np.float64)
@@ -204,7 +206,7 @@ def prop7_moments(l, sigma_A, sigma_V, gamma):
     """Mean and variance of the limiting eigenvalue law of ``Sigma_l^perp`` (mindthegap Prop. 7).
 
     ``E Z = (sigma_A sigma_V / sqrt(gamma))^(2l)`` (Eq. 12),
-    ``Var Z = l (1 + gamma) (sigma_A sigma_V / sqrt(gamma))^(4l)`` (Eq. 13); THEORY §5.
+    ``Var Z = l (1 + gamma) (sigma_A sigma_V / sqrt(gamma))^(4l)`` (Eq. 13); docs/theory.md §5.
 
     Normalisation: ``Sigma_l^perp = X_l X_l^T`` (T x T, unscaled) with
     ``X_l = A_l^perp ... A_1^perp X_0 W_1^V ... W_l^V`` (Eq. 9), ``X_0`` (T, d) orthonormal rows,
@@ -236,7 +238,7 @@ def prop8_moments(l, sigma_A, sigma_V):
     """Mean and variance of the Jacobian's limiting squared singular values (mindthegap Prop. 8).
 
     ``E Z = (sigma_A sigma_V)^(2l)`` (Eq. 17), ``Var Z = l (l + 2) (sigma_A sigma_V)^(4l)``
-    (Eq. 18); THEORY §5. From the k-th moment ``(sigma_A sigma_V)^(2lk) FC_l(k)^2``:
+    (Eq. 18); docs/theory.md §5. From the k-th moment ``(sigma_A sigma_V)^(2lk) FC_l(k)^2``:
     ``FC_l(1) = 1``, ``FC_l(2) = l + 1``, so ``Var = ((l + 1)^2 - 1) mean^2``. (The seed's proof
     writes ``(sigma_A^2)^k FC_l(k) (sigma_V^2)^k FC_l(k)``, i.e. drops the power ``l`` of the
     variances; Eqs. 17-18 have it, and so does this function.)
@@ -289,7 +291,7 @@ def stable_rank(M) -> np.ndarray:
     """Stable rank ``sr(M) = ||M||_F^2 / ||M||_2^2 = sum_i s_i^2 / s_1^2`` (mindthegap Eq. 4).
 
     Works on (..., m, n) batches (returns an array of shape ``...``). For a token covariance
-    ``Sigma = X X^T`` pass ``Sigma`` itself (THEORY §1 ``stable_rank``), which equals
+    ``Sigma = X X^T`` pass ``Sigma`` itself (docs/theory.md §1 ``stable_rank``), which equals
     ``sum s_i(X)^4 / s_1(X)^4``.
     """
     M = np.asarray(M, dtype=np.float64)
@@ -342,7 +344,8 @@ def sr_ratio_centred_gamma1(l):
 def kq_bulk_m4(sigma_A, c):
     """``(1/T) tr((B B^T)^2)`` for ``B = sqrt(T) A_perp`` of first-layer key-query attention.
 
-    sigprop, not mindthegap (THEORY §5; mindthegap Prop. 1 claims a Random Markov matrix "when
+    sigprop, not mindthegap (docs/theory.md §5; mindthegap Prop. 1 claims a Random Markov matrix
+    "when
     d_qk is large"). The logits ``Q K^T / sqrt(d_qk)`` are not i.i.d.: their linear (first
     Hermite) part, of variance ``s^2 = log(1 + sigma_A^2)``, is a product of two Gaussian
     matrices (T x d_qk)(d_qk x T), whose 4th singular-value moment is ``(2 + c) s^4`` with
@@ -378,7 +381,8 @@ def centred_outlier_rho(sigma_s, rho):
 def grad_norm_value(L, sigma_A, sigma_V, T, d, centre=False):
     """``E ||dX_L / dW_l^V||_F^2`` in the attention-only network, leading order (sigprop).
 
-    mindthegap Props. 4 and 6 (Eqs. 6, 7, 11; THEORY §5) bound this from below by ``T^(L-1)``
+    mindthegap Props. 4 and 6 (Eqs. 6, 7, 11; docs/theory.md §5) bound this from below by
+    ``T^(L-1)``
     (uncentred) and state it is ``C d`` with ``A_perp``. By Eq. 19 the Jacobian is
     ``P_1 (x) P_2`` with ``P_1 = A_L..A_1 X_0 W_1..W_(l-1)``, ``P_2 = W_(l+1)..W_L``, so its norm
     is ``||P_1||_F^2 ||P_2||_F^2``. With ``E||A_perp M||_F^2 = (sigma_A^2 / T) ||M||_F^2``,

@@ -1,9 +1,9 @@
-"""Uniform attention: forward moments, gradient norms and temperature (noci22; THEORY §4).
+"""Uniform attention: forward moments, gradient norms and temperature (noci22; docs/theory.md §4).
 
 noci22's model (appendix A): ``Z = alpha_1 S + X``, ``Y = sigma(Z W1) W2``,
 ``X' = alpha_2 Y + Z`` with ``S = A X W_V`` and ``A = softmax(X W_Q W_K^T X^T / sqrt(d_k))``,
 under Assumption 3.1 (uniform attention, ``A = 11^T / n``). Everything here is NumPy float64
-and broadcasts over its arguments (THEORY §1 conventions); torch is never imported.
+and broadcasts over its arguments (docs/theory.md §1 conventions); torch is never imported.
 
 Gradient normalisation (settled by autograd simulation in ``tests/theory/test_uniform.py``):
 
@@ -35,7 +35,7 @@ def _f(x) -> np.ndarray:
 
 
 # --------------------------------------------------------------------------------------------
-# gradients at initialisation (noci22 §3.3, appendix A.2; THEORY §4)
+# gradients at initialisation (noci22 §3.3, appendix A.2; docs/theory.md §4)
 # --------------------------------------------------------------------------------------------
 def isserlis_factor(d, n, rho) -> np.ndarray:
     """``1 + 4 (1 - rho) / (n d)``: exact Gaussian value of ``E[||X||_F^2 ||X^T L X||_F^2]``
@@ -54,13 +54,13 @@ def isserlis_factor(d, n, rho) -> np.ndarray:
 def grad_norms(sigma_x2, d, n, rho, *, d_head=None, exact: bool = False):
     """``(E||dS/dW_V||_F^2, E||dS/dW_Q||_F^2)`` of one attention layer at init.
 
-    noci22 Eq. 17 (THEORY §4): ``sigma_x^2 d^2 (1 + rho (n-1))``, from Eq. 6
+    noci22 Eq. 17 (docs/theory.md §4): ``sigma_x^2 d^2 (1 + rho (n-1))``, from Eq. 6
     ``d_v n E|xbar|^2``; exact under the module's normalisation (it involves no weight).
 
     noci22 Eq. 18: ``sigma_x^6 ((n-1)/n) (1-rho)^2 d (n + d)``, from Eq. 7
     ``(sigma_v^2 sigma_k^2 d_v / n^2) E[||X||_F^2 ||X^T L X||_F^2]`` after A.2's decoupling
     ``E[||X||^2 ||X^T L X||^2] ~ E||X||^2 E||X^T L X||^2``. The power is ``sigma_x^6`` (as in
-    Eq. 46 and THEORY §4; the restatement at the start of A.2's proof says ``sigma_x^2``, a
+    Eq. 46 and docs/theory.md §4; the restatement at the start of A.2's proof says ``sigma_x^2``, a
     typo): checked by autograd at ``sigma_x^2 = 2`` (n = d = 8, rho = 0.3: value / Eq. 17
     = 0.997 +- 0.008, query / Eq. 18 = 1.031 +- 0.013). ``exact=True`` multiplies by
     :func:`isserlis_factor` ``1 + 4(1-rho)/(n d)``, the exact Gaussian expectation (1.044
@@ -177,14 +177,14 @@ class NociTrajectory(NamedTuple):
 
     C: np.ndarray  # E C(X^l) = E sum_{k,k'} <X_k, X_k'>
     F: np.ndarray  # E ||X^l||_F^2
-    rho: np.ndarray  # mean pairwise token correlation (THEORY §1 cos)
+    rho: np.ndarray  # mean pairwise token correlation (docs/theory.md §1 cos)
 
 
 def noci_spec(L: int, alpha1, alpha2, n: int, d: int = 64) -> ArchSpec:
     """The ArchSpec of noci22's model, with the residual weights folded into the branch.
 
     noci22 scales the branch (``Z = alpha_1 S + X``); sigprop's ``alpha_attn/alpha_mlp`` scale
-    the skip (THEORY §2.6). With linear maps ``alpha_1 A X W_V`` has exactly the law of
+    the skip (docs/theory.md §2.6). With linear maps ``alpha_1 A X W_V`` has exactly the law of
     ``A X W_V'`` with ``W_V' ~ N(0, alpha_1^2 / d)``, and ``alpha_2 Z W1 W2`` that of
     ``Z W1 W2'`` with ``W2' ~ N(0, alpha_2^2 / d_ff)``; so unit skips with ``sigma_v2 =
     alpha_1^2`` and ``sigma_w2_out = alpha_2^2`` give noci22's moments with no rescaling.
@@ -201,7 +201,7 @@ def noci_spec(L: int, alpha1, alpha2, n: int, d: int = 64) -> ArchSpec:
 
 def propagate_noci(L, alpha1, alpha2, n, rho0, d: int = 64, sigma_x2: float = 1.0):
     """noci22's model (uniform attention, linear activation, no LN, value and FF weights of
-    variance ``1/d``) run through :func:`sigprop.theory.blocks.propagate` (THEORY §4: the
+    variance ``1/d``) run through :func:`sigprop.theory.blocks.propagate` (docs/theory.md §4: the
     (q, p) recursion of §2 with uniform attention) via :func:`noci_spec`.
 
     Input: ``n`` tokens of width ``d``, per-dimension variance ``sigma_x2`` and pairwise

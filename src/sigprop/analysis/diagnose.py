@@ -1,0 +1,394 @@
+"""Diagnose a real HuggingFace architecture at initialisation (the main job).
+
+The model is built from its config with its own ``_init_weights`` (no download), S seeds x B
+sequences of built-in text go through it with :class:`sigprop.measurement.probe.Probe` (the model's
+own attention implementation; probabilities recomputed from Q/K under SDPA, RoPE applied), the
+theory of the equivalent :class:`ArchSpec` is put beside it, and a verdict with concrete,
+quantified recommendations comes out.
+
+Verdict (docs/theory.md §2.7, read on the measurement where it can be):
+* ``entropy_collapse``: beta > beta_c(rho0) (the theory's first-layer condensation), or some
+  layer's head-averaged normalised attention entropy falls below ``ENTROPY_MIN``;
+* ``rank_collapse``: otherwise, if the measured cosine reaches ``rho_max`` (0.9) at some layer;
+* ``trainable``: neither.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..spec import ArchSpec, SpecError
+from .result import Result
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..models.arch import HFInfo
+    from ..models.fixes import FixReport
+
+#: head-averaged normalised entropy below which a layer counts as entropy-collapsed
+ENTROPY_MIN = 0.5
+#: embedding rows used when the model is built (i.i.d. rows at init: size is irrelevant)
+VOCAB_AT_INIT = 4096
+
+
+@dataclass
+class Diagnosis(Result):
+    """A model measured layer by layer with the theory of its ArchSpec beside it:
+    ``trajectory`` (theory + measured rows), ``heads`` (per layer and head), ``verdict``, the
+    first failing layer and heads, ``recommendations`` with their predicted effect, ``notes``
+    on what the theory does not cover."""
+
+    model: str
+    spec: ArchSpec
+    info: HFInfo
+    trajectory: pd.DataFrame
+    heads: pd.DataFrame
+    derived: dict
+    verdict: str
+    first_failing_layer: int | None
+    failing_heads: list[int]
+    recommendations: list[dict]
+    rho0: float
+    seconds: float
+    trained: bool = False
+    notes: list[str] = field(default_factory=list)
+    seeds: int = 0  # initialisations measured (1 for a folder's trained weights)
+    sequences: int = 0  # sequences per initialisation
+    seed: int = 0  # first seed
+
+
+def available_memory() -> float:
+    """Bytes available now (:func:`sigprop.measurement.memory.available`; a module attribute so
+    that tests can pretend a smaller machine)."""
+    from ..measurement.memory import available
+
+    return available()
+
+
+def check_memory(config, spec: ArchSpec, sequences: int, vocab: int) -> float:
+    """Refuse (``SpecError``) a diagnosis that would not fit in memory, before building any
+    model: :func:`sigprop.measurement.memory.check` with the ``diagnose`` model."""
+    from ..measurement import memory
+
+    kv = getattr(config, "num_key_value_heads", None) or spec.heads
+    return memory.check("diagnose", spec=spec, sequences=sequences, vocab=vocab, kv_heads=kv,
+                        have=available_memory(), shrink={"seq_len": 16, "sequences": 1})
+
+
+def vocab_at_init(config, vocab_size: int) -> int:
+    """Embedding rows to build: at most ``VOCAB_AT_INIT`` (rows are i.i.d. at init), at least
+    ``pad_token_id + 1`` (the padding row must exist)."""
+    pad = getattr(config, "pad_token_id", None)
+    low = pad + 1 if isinstance(pad, int) and not isinstance(pad, bool) and pad >= 0 else 1
+    return min(vocab_size, max(VOCAB_AT_INIT, low))
+
+
+def _text_ids(sequences: int, T: int, vocab: int, seed: int):
+    import torch
+
+    from ..measurement.inputs import text_ids
+
+    ids, _ = text_ids(sequences, T, seed)
+    return torch.remainder(ids, vocab)
+
+
+def _verdict(spec: ArchSpec, meas, heads) -> tuple[str, int | None, list[int]]:
+    from ..theory import rem
+
+    cos = meas[meas.observable == "cos"].set_index("layer")["value"]
+    ent = meas[meas.observable == "entropy"].set_index("layer")["value"]
+    bc = float(rem.beta_c(spec.rho_init))
+    low_ent = [int(layer) for layer, v in ent.items() if v < ENTROPY_MIN]
+    if spec.attention != "uniform" and (spec.beta_eff > bc or low_ent):
+        first = low_ent[0] if low_ent else 1
+        h = heads[(heads.layer == first) & (heads.observable == "entropy")]
+        return "entropy_collapse", first, sorted(int(x) for x in h[h.value < ENTROPY_MIN]["head"])
+    high = [int(layer) for layer, v in cos.items() if layer > 0 and v >= spec.rho_max]
+    if high:
+        return "rank_collapse", high[0], []
+    return "trainable", None, []
+
+
+def recommend(spec: ArchSpec, rho0: float) -> list[dict]:
+    """Concrete changes with the theory's predicted effect on the final cosine / regime."""
+    from ..theory import blocks, diagram, rem
+
+    out = []
+    bc = float(rem.beta_c(rho0))
+    logt = math.sqrt(math.log(spec.seq_len))
+    base = float(blocks.final_cos(spec, rho0=rho0))
+    out.append({"what": "beta window", "current": spec.beta_eff, "limit": bc,
+                "qk_std_max": math.sqrt(bc * logt / spec.d_model / spec.multiplier),
+                "text": f"keep beta below beta_c(rho0)={bc:.3g} (now {spec.beta_eff:.3g}): "
+                        f"Q/K init std below {math.sqrt(bc * logt / spec.d_model):.3g} at "
+                        f"T={spec.seq_len}"})
+    if spec.beta_eff > bc:
+        target = 0.5 * bc
+        fixed = spec.replace(beta=target, qk_std=None)
+        out.append({"what": "lower beta", "beta": target,
+                    "predicted_cos_L": float(blocks.final_cos(fixed, rho0=rho0)),
+                    "predicted_verdict": blocks.verdict(fixed, rho0=rho0),
+                    "text": f"re-initialise Q/K for beta={target:.3g} (sigprop fix --beta "
+                            f"{target:.3g})"})
+    a_crit = float(diagram.alpha_crit(spec, rho0=rho0)[0])
+    item = {"what": "attention residual", "alpha_crit": a_crit, "current": spec.alpha_attn,
+            "predicted_cos_L_now": base}
+    if math.isfinite(a_crit) and a_crit > spec.alpha_attn:
+        a_new = 1.1 * a_crit
+        fixed = spec.replace(alpha_attn=a_new)
+        new_cos = float(blocks.final_cos(fixed, rho0=rho0))
+        item.update(alpha=a_new, predicted_cos_L=new_cos,
+                    predicted_verdict=blocks.verdict(fixed, rho0=rho0),
+                    text=f"scale the attention skip to alpha_attn={a_new:.3g} (alpha_crit(L="
+                         f"{spec.depth})={a_crit:.3g}): predicted final cos {base:.3g} -> "
+                         f"{new_cos:.3g}")
+    else:
+        item["text"] = (f"alpha_attn={spec.alpha_attn:g} is above alpha_crit(L={spec.depth})="
+                        f"{a_crit:.3g}: no change needed")
+    out.append(item)
+    centred = spec.replace(attention="centred")
+    c_cos = float(blocks.final_cos(centred, rho0=rho0))
+    out.append({"what": "centred attention", "predicted_cos_L": c_cos,
+                "predicted_verdict": blocks.verdict(centred, rho0=rho0),
+                "text": f"centred attention (A - 11^T/T, mindthegap): predicted final cos "
+                        f"{base:.3g} -> {c_cos:.3g}"})
+    long_t = min(spec.seq_len * 16, 2**20)
+    row = {"what": "length scaling", "seq_len": long_t}
+    for kind, param in (("none", None), ("log-n", float(spec.seq_len))):
+        s = spec.replace(seq_len=long_t, scaling=kind, scaling_param=param)
+        row[f"beta_{kind}"] = s.beta_eff
+    row["beta_c"] = bc
+    row["text"] = (f"at T={long_t}: beta {row['beta_none']:.3g} with fixed Q/K, "
+                   f"{row['beta_log-n']:.3g} with log-n scaling from T={spec.seq_len} "
+                   f"(beta_c={bc:.3g})")
+    out.append(row)
+    return out
+
+
+def _folder(model) -> Path | None:
+    """``model`` as a local folder, or None (preset names, config files and dicts)."""
+    if not isinstance(model, str | Path):
+        return None
+    p = Path(model).expanduser()
+    return p if p.is_dir() else None
+
+
+def _module_config(module):
+    """The ``transformers`` config an ``nn.Module`` carries (``.config``), or a SpecError."""
+    from transformers import PretrainedConfig
+
+    cfg = getattr(module, "config", None)
+    if not isinstance(cfg, PretrainedConfig):
+        raise SpecError("model", f"{type(module).__name__} has no transformers config "
+                                 "(.config): give a HuggingFace model, a preset, a path or a "
+                                 "config")
+    return cfg
+
+
+def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, seeds: int = 2,
+             sequences: int = 2, device: str = "cpu", seed: int = 0,
+             on_seed: Callable[[int], None] | None = None) -> Diagnosis:
+    """Measure ``model`` and set the theory beside it, with a verdict and recommendations.
+
+    ``model``: a preset name, a local ``config.json`` or model folder (its safetensors
+    weights are measured), a ``PretrainedConfig``, a config dict (built with the model's own
+    ``_init_weights`` under ``seed``, ``seeds`` draws), or an ``nn.Module`` HuggingFace model,
+    measured as it is with the weights it has (one realisation; its train/eval mode is
+    restored afterwards). ``seq_len`` defaults to min(512, the model's maximum)."""
+    import pandas as pd
+    import torch
+    from torch import nn
+
+    from .. import models as hf
+    from ..measurement.probe import Probe, to_trajectory
+    from ..theory import blocks
+
+    for name, v, hi in (("seeds", seeds, 64), ("sequences", sequences, 256)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
+            raise SpecError(name, f"must be an integer in [1, {hi}] (got {v!r})")
+    if device not in ("cpu", "cuda"):
+        raise SpecError("device", f"must be cpu or cuda (got {device!r})")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise SpecError("device", "cuda requested but no CUDA device is available")
+    t0 = time.perf_counter()
+    module = model if isinstance(model, nn.Module) else None
+    config = _module_config(module) if module is not None else hf.load_config(model)
+    name = type(module).__name__ if module is not None else (
+        str(model) if isinstance(model, str | Path) else getattr(config, "model_type", "config"))
+    spec, info = hf.spec_and_info(config, seq_len)
+    vocab = vocab_at_init(config, info.vocab_size)
+    check_memory(config, spec, sequences, vocab)
+    ids = _text_ids(sequences, spec.seq_len, vocab, seed).to(device)
+    probes, trained = [], False
+    if module is not None:  # the user's model, as it is
+        was_training = module.training
+        module.eval()
+        try:
+            p = Probe(module, keep_hidden=False)
+            with p, torch.no_grad():
+                module(input_ids=ids.to(next(module.parameters()).device),
+                       attention_mask=torch.ones_like(ids))
+        finally:
+            module.train(was_training)
+        probes, trained, seeds = [p], True, 0
+        if on_seed is not None:
+            on_seed(0)
+    # a model folder's weights (safetensors, or weights_only pickles) replace the init
+    folder = _folder(model)
+    for s in range(seeds):
+        m = hf.model_at_init(config, seed=seed + s, attn_implementation="sdpa",
+                             vocab_size=vocab).to(device)
+        if folder is not None:
+            trained = hf.load_local_weights(m, folder).trained or trained
+        p = Probe(m, keep_hidden=False)
+        with p, torch.no_grad():
+            m(input_ids=ids, attention_mask=torch.ones_like(ids))
+        probes.append(p)
+        del m
+        if on_seed is not None:
+            on_seed(s)
+        if trained:  # the folder's weights replace every draw: one realisation to measure
+            break
+    meas_all = to_trajectory(probes, spec=spec, per_head=True)
+    has_head = "head" in meas_all.columns
+    heads = meas_all[meas_all["head"].notna()] if has_head else meas_all.iloc[:0]
+    meas = meas_all[meas_all["head"].isna()].drop(columns=["head"]) if has_head else meas_all
+    rho0 = float(meas[(meas.observable == "cos") & (meas.layer == 0)]["value"].iloc[0])
+    rho0 = min(max(rho0, 0.0), 1.0)
+    spec = spec.replace(rho0=rho0)
+    theory = blocks.propagate(spec, rho0=rho0)
+    traj = pd.concat([theory, meas], ignore_index=True)
+    verdict, first, bad_heads = _verdict(spec, meas, heads)
+    return Diagnosis(model=name, spec=spec, info=info, trajectory=traj, heads=heads,
+                     derived=spec.derived(rho0), verdict=verdict, first_failing_layer=first,
+                     failing_heads=bad_heads, recommendations=recommend(spec, rho0),
+                     rho0=rho0, seconds=time.perf_counter() - t0, trained=trained,
+                     notes=list(getattr(info, "notes", ())), seeds=len(probes),
+                     sequences=sequences, seed=seed)
+
+
+def head_extremes(heads) -> list[dict]:
+    """Per layer: the heads with the lowest and highest attention entropy."""
+    ent = heads[heads.observable == "entropy"]
+    out = []
+    for layer, g in ent.groupby("layer"):
+        i, j = g["value"].idxmin(), g["value"].idxmax()
+        out.append({"layer": int(layer), "min_entropy_head": int(g.loc[i, "head"]),
+                    "min_entropy": float(g.loc[i, "value"]),
+                    "max_entropy_head": int(g.loc[j, "head"]),
+                    "max_entropy": float(g.loc[j, "value"])})
+    return out
+
+
+def to_json(d: Diagnosis, *, timing: bool = True) -> dict:
+    """The diagnosis as the CLI's JSON; ``timing=False`` leaves out the wall-clock
+    ``seconds`` (same seed -> byte-identical output)."""
+    from .. import trajectory
+
+    out = {"model": d.model, "spec": d.spec.to_dict(), "derived": d.derived,
+            "architecture": d.info.to_dict() if hasattr(d.info, "to_dict") else {},
+            "rows": trajectory.to_rows(d.trajectory), "heads": head_extremes(d.heads),
+            "verdict": d.verdict, "first_failing_layer": d.first_failing_layer,
+            "failing_heads": d.failing_heads, "recommendations": d.recommendations,
+            "rho0": d.rho0, "trained_weights": d.trained, "notes": d.notes,
+            "seeds": d.seeds, "sequences": d.sequences, "seed": d.seed,
+            "seconds": d.seconds, "n_layers_measured": int(np.sum(
+                (d.trajectory.source == "measured") & (d.trajectory.observable == "ipr")))}
+    if not timing:
+        del out["seconds"]
+    return out
+
+
+def _save_quietly(model, folder: Path) -> None:
+    """``save_pretrained`` without transformers' tqdm bar on stderr (libraries never print);
+    the global progress-bar switch is restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(str(folder), safe_serialization=True)
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
+
+
+@dataclass
+class FixResult(Result):
+    """``before`` and ``after`` diagnoses (after = the written folder, reloaded and
+    re-measured), the ``report`` of what was changed, the folder ``out``."""
+
+    before: Diagnosis
+    report: FixReport
+    after: Diagnosis
+    out: str
+
+    @property
+    def trajectory(self) -> pd.DataFrame:  # both diagnoses, tagged
+        import pandas as pd
+
+        return pd.concat([self.before.trajectory.assign(model="before"),
+                          self.after.trajectory.assign(model="after")], ignore_index=True)
+
+    @property
+    def spec(self) -> ArchSpec:
+        return self.after.spec
+
+    def summary(self) -> str:
+        return (f"FixResult: {self.before.verdict} -> {self.after.verdict} "
+                f"({', '.join(self.report.changes)}); written to {self.out}")
+
+    def plot(self, path: str | None = None):
+        """The fixed model's depth curves (see :meth:`Diagnosis.plot`)."""
+        return self.after.plot(path)
+
+
+def fix(model: str, out, *, beta: float | None = None, alpha_attn: float | str | None = None,
+        centred: bool = False, scaling: str | None = None, scaling_param: float | None = None,
+        seq_len: int | None = None, seeds: int = 2, sequences: int = 2, device: str = "cpu",
+        seed: int = 0, on_stage: Callable[[str], None] | None = None) -> FixResult:
+    """``sigprop fix``: diagnose ``model`` (preset, path or config), patch the HF model built
+    from it (its folder's weights if it has them, else its init under ``seed``) with
+    :func:`sigprop.models.fixes.apply_fix` (``beta``: Q/K rescaled to this gg25 beta;
+    ``alpha_attn``: attention skip strength or ``"auto"``; ``centred``; ``scaling`` with
+    ``scaling_param``), write config + safetensors to ``out`` and re-diagnose ``out`` from
+    disk, so the "after" is measured, not asserted."""
+    from .. import models as hf
+    from ..models import fixes as hf_fix
+
+    stage = on_stage or (lambda _s: None)
+    outp, folder = Path(out).expanduser(), _folder(model)
+    if outp.exists() and not outp.is_dir():
+        raise SpecError("out", f"{outp} exists and is not a folder")
+    if folder is not None and outp.resolve() == folder.resolve():
+        raise SpecError("out", "must differ from the model folder (it would be overwritten)")
+    config = hf.load_config(model)
+    # bad fix options fail here, before minutes of measuring
+    hf_fix.resolve(hf.spec_from_config(config, seq_len), beta=beta, alpha_attn=alpha_attn,
+                   centred=centred, scaling=scaling, scaling_param=scaling_param)
+    stage("diagnosing the model as it is")
+    before = diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences, device=device,
+                      seed=seed)
+    stage("applying the fix")
+    m = hf.model_at_init(config, seed=seed, attn_implementation="sdpa")
+    if folder is not None:
+        hf.load_local_weights(m, folder)
+    report = hf.apply_fix(m, beta=beta, alpha_attn=alpha_attn, centred=centred,
+                          scaling=scaling, scaling_param=scaling_param,
+                          seq_len=before.spec.seq_len, rho0=before.rho0)
+    stage(f"writing {outp}")
+    outp.mkdir(parents=True, exist_ok=True)
+    _save_quietly(m, outp)
+    del m
+    stage("re-diagnosing the written model")
+    after = diagnose(str(outp), seq_len=before.spec.seq_len, seeds=seeds, sequences=sequences,
+                     device=device, seed=seed)
+    return FixResult(before=before, report=report, after=after, out=str(outp))

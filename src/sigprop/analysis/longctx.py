@@ -1,0 +1,59 @@
+"""``sigprop.longctx``: one attention layer's statistics against context length, streamed
+without a T x T matrix, with the finite-T and T -> infinity theory beside them."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..spec import ArchSpec
+from .predict import _spec
+from .result import Result
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from matplotlib.figure import Figure
+
+
+@dataclass
+class LongContext(Result):
+    """Rows per (scaling, seq_len, observable, source); ``trends`` per scaling (does
+    attention condense, spread or stay as T grows)."""
+
+    spec: ArchSpec
+    trajectory: pd.DataFrame
+    seconds: float
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def trends(self) -> dict[str, dict]:
+        from ..measurement.longctx import trends
+
+        return trends(self.trajectory)
+
+    def summary(self) -> str:
+        parts = [f"{k} {v['direction']}" for k, v in self.trends.items()]
+        return f"LongContext: T in {self.info.get('lengths')}: " + ", ".join(parts)
+
+    def plot(self, path: str | None = None) -> Figure:
+        """ipr, entropy, wmax and output cosine against log2 T, one colour per scaling."""
+        from ..plotting.longctx import plot_sweep
+
+        return plot_sweep(self.trajectory, path, spec=self.spec)
+
+
+def longctx(spec: ArchSpec | None = None, lengths: Sequence[int] | None = None, *,
+            queries: int = 256, input: str = "rho", compare: bool = False, chunk: int = 8192,
+            seed: int = 0, on_progress: Callable[[int], None] | None = None,
+            **fields: Any) -> LongContext:
+    """Stream ``spec``'s first attention layer (weights drawn once at ``spec.seq_len``) at
+    every length in ``lengths`` (default 2^9 .. 2^20) on ``queries`` sampled query rows;
+    ``compare``: also gg25's sqrt(log T) and clpr25's log T scalings."""
+    from ..measurement.longctx import sweep
+
+    spec = _spec(spec, fields)
+    sw = sweep(spec, lengths, queries=queries, input=input, compare=compare, chunk=chunk,
+               seed=seed, on_progress=on_progress)
+    return LongContext(spec=spec, trajectory=sw.trajectory, seconds=sw.seconds,
+                       info=dict(sw.info))

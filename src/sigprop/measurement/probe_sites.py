@@ -1,0 +1,146 @@
+"""Transformer blocks and attention sites of any ``nn.Module``, for :mod:`.probe` (re-exported
+there) and the other users of the same discovery (:mod:`.gradients`, :mod:`sigprop.models.loading`).
+
+An attention site is a module owning Q/K projections: split ones (``query/key``,
+``q_proj/k_proj``, ``q_lin/k_lin``, ``wq/wk``, ``q/k``; with ``q_norm/k_norm`` after them as in
+Qwen3 / OLMo2), fused ``[q | k | v]`` (GPT-2 ``c_attn``, ``qkv_proj``, ``Wqkv``) or per-head
+interleaved ``(H, 3, d_H)`` (GPT-NeoX ``query_key_value``, no grouped KV). Scale: the module's
+``scaling`` (HF) or ``head_dim ** -0.5``; causal: the module's ``is_causal`` unless overridden.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from torch import nn
+
+__all__ = ["AttentionSite", "describe_attention", "find_attention", "find_blocks"]
+
+_SPLIT_NAMES = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"),
+                ("q_lin", "k_lin", "v_lin"), ("wq", "wk", "wv"), ("q", "k", "v"))
+_FUSED = {"c_attn": "concat", "qkv_proj": "concat", "Wqkv": "concat",
+          "query_key_value": "per_head"}
+_KNOWN_BLOCKS = ("encoder.layer", "transformer.h", "h", "model.layers", "layers", "blocks",
+                 "encoder.layers", "decoder.layers", "block")
+
+
+@dataclass
+class AttentionSite:
+    """Where one attention layer's Q/K live and how to turn them into probabilities.
+
+    ``module`` receives ``attention_mask`` / ``position_embeddings`` and may return the
+    probabilities; ``q``/``k``/``v`` are the projections (one module when ``fused`` is
+    ``"concat"``, output ``[q | k | v]``, or ``"per_head"``, output ``(H, 3, d_H)``);
+    ``q_post``/``k_post``: modules applied to the projections before the scores (hooked instead).
+    """
+
+    module: nn.Module
+    q: nn.Module
+    k: nn.Module
+    v: nn.Module | None
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    scale: float
+    causal: bool
+    fused: str | None = None
+    q_post: nn.Module | None = None
+    k_post: nn.Module | None = None
+    name: str = ""
+
+
+def _first_int(objs, names):
+    for o in objs:
+        for n in names:
+            v = getattr(o, n, None)
+            if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+                return v
+    return None
+
+
+def _out_features(m: nn.Module) -> int | None:
+    return _first_int([m], ("out_features", "nf"))  # nn.Linear, HF Conv1D
+
+
+def describe_attention(module: nn.Module, name: str = "", causal: bool | None = None):
+    """An :class:`AttentionSite` for ``module`` if it owns Q/K projections, else None.
+
+    Head counts and sizes come from the module's attributes (``num_heads``,
+    ``num_attention_heads``, ``head_dim``, ``attention_head_size`` ...), its ``config`` and the
+    projections' output widths; ``causal`` overrides the module's ``is_causal``.
+    """
+    kids = dict(module.named_children())
+    v = None
+    for qn, kn, vn in _SPLIT_NAMES:
+        if qn in kids and kn in kids and _out_features(kids[qn]) is not None:
+            q, k, v, fused = kids[qn], kids[kn], kids.get(vn), None
+            break
+    else:
+        fn = next((n for n in _FUSED if n in kids and _out_features(kids[n])), None)
+        if fn is None:
+            return None
+        q = k = v = kids[fn]
+        fused = _FUSED[fn]
+    cfg = getattr(module, "config", None)
+    srcs = [module] + ([cfg] if cfg is not None else [])
+    n_heads = _first_int(srcs, ("num_heads", "num_attention_heads", "n_head", "n_heads"))
+    head_dim = _first_int(srcs[:1], ("head_dim", "attention_head_size", "head_size", "d_head"))
+    head_dim = head_dim or _first_int(srcs[1:], ("head_dim",))
+    q_out = _out_features(q)
+    if fused:
+        if n_heads is None:
+            return None
+        if head_dim is None:
+            width = _first_int(srcs, ("embed_dim", "hidden_size", "n_embd"))
+            head_dim = (width or q_out // 3) // n_heads
+        n_kv = _first_int(srcs, ("num_key_value_heads", "num_kv_heads", "n_kv_heads"))
+        n_kv = n_kv or (q_out // head_dim - n_heads) // 2
+        if fused == "per_head" and q_out != 3 * n_heads * head_dim:
+            return None  # grouped / multi-query interleaved layouts (Falcon) are not handled
+    else:
+        if head_dim is None and n_heads is None:
+            return None
+        head_dim = head_dim or q_out // n_heads
+        n_heads = q_out // head_dim
+        n_kv = _out_features(k) // head_dim
+    scale = getattr(module, "scaling", None)
+    scale = scale if isinstance(scale, float | int) and scale > 0 else head_dim ** -0.5
+    is_causal = bool(getattr(module, "is_causal", False)) if causal is None else causal
+    qp, kp = kids.get("q_norm"), kids.get("k_norm")
+    return AttentionSite(module, q, k, v, n_heads, n_kv, head_dim, float(scale), is_causal,
+                         fused, qp if kp is not None else None, kp if qp is not None else None,
+                         name)
+
+
+def find_attention(block: nn.Module, causal: bool | None = None, prefix: str = ""):
+    """The first submodule of ``block`` (itself included) that :func:`describe_attention`
+    accepts, so self-attention wins over a later cross-attention; None if there is none."""
+    for name, m in block.named_modules():
+        site = describe_attention(m, f"{prefix}.{name}".strip("."), causal)
+        if site is not None:
+            return site
+    return None
+
+
+def find_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
+    """``[(qualified name, block), ...]`` of the model's transformer blocks.
+
+    Candidates are the ``nn.ModuleList`` containers whose children all share one class; ranked
+    by (children contain an attention site, name ends with a known container — HF BERT
+    ``encoder.layer``, GPT-2 ``h`` / ``transformer.h``, LLaMA/Qwen ``model.layers``, ``layers``,
+    ``blocks`` ... —, length), first in module order on ties (so an encoder wins over its
+    decoder). Raises ``ValueError`` when the model has no such list.
+    """
+    best, best_key = None, None
+    for name, m in model.named_modules():
+        if not isinstance(m, nn.ModuleList) or len(m) == 0 or len({type(c) for c in m}) != 1:
+            continue
+        known = any(name == s or name.endswith("." + s) for s in _KNOWN_BLOCKS)
+        key = (find_attention(m[0]) is not None, known, len(m))
+        if best_key is None or key > best_key:
+            best, best_key = name, key
+    if best is None:
+        raise ValueError("no block list found: pass layers= (modules, names or a regex)")
+    mods = dict(model.named_modules())
+    return [(f"{best}.{i}".strip("."), c) for i, c in enumerate(mods[best])]
+

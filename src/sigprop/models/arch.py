@@ -1,0 +1,267 @@
+"""HF config -> :class:`~sigprop.spec.ArchSpec` and :class:`HFInfo` (re-exported by
+:mod:`sigprop.models.loading`): :func:`spec_from_config`, :func:`describe`, :func:`spec_and_info`,
+:func:`translations` (docs/theory.md §6).
+
+Mapping at HF init (every family here draws weights N(0, std^2), std = ``initializer_range``,
+biases 0, norm gains 1). Score std (docs/theory.md §2.1, gg25 B.1): ``sigma_s = std^2 d m``, so
+``beta_eff = std^2 d m / sqrt(log T)``, where ``m`` is the logit multiplier relative to
+``1/sqrt(d_head)``: (attention scale) x sqrt(d_head) x (RoPE attention factor)^2. ``m != 1`` goes
+into the spec as ``scaling="yarn"`` (YaRN with its default factor) or ``scaling="tau",
+scaling_param=1/m``. QK-norm (Qwen3) fixes ``sigma_s = m`` whatever the init (``qk_std = d^-1/2``).
+GPT-2 scales both residual output projections (``c_proj``) by ``1/sqrt(2L)``:
+``sigma_o2 = std^2 d / (2L)``, ``sigma_w2_out = std^2 d_ff / (2L)``.
+Pre-LN models feed the raw embeddings (``q0 = std^2`` per summed table: 8e-4 for GPT-2's wte +
+wpe, 4e-4 for LLaMA) into the residual stream, while the theory starts at ``q = 1``. The pre-LN
+map is invariant under rescaling the stream together with the sublayer outputs, so
+``absorb_embedding=True`` divides ``sigma_o2`` and ``sigma_w2_out`` by ``q0`` (measured ``q``
+is then in units of ``q0``). Input cosine of distinct tokens: a table shared by all positions
+(BERT / RoBERTa token type) gives ``rho0 = shared / tables`` (1/3 for BERT, 0 for GPT-2, LLaMA).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from ..spec import ArchSpec, SpecError
+from .config import load_config
+
+__all__ = ["HFInfo", "FAMILIES", "describe", "spec_from_config", "spec_and_info",
+           "translations"]
+
+_ENC, _DEC = ("post", "layernorm", False, False, "learned"), ("pre", "rms", True, True, "rope")
+#: model_type -> (norm, ln_kind, causal, gated MLP, positions); the families checked here.
+FAMILIES = {"bert": _ENC, "roberta": _ENC, "xlm-roberta": _ENC,
+            "gpt2": ("pre", "layernorm", True, False, "learned"),
+            "llama": _DEC, "mistral": _DEC, "qwen2": _DEC, "qwen3": _DEC}
+_QK_NORM = ("qwen3",)
+_ACTS = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu",
+         "relu": "relu", "silu": "silu", "swish": "silu", "tanh": "tanh", "linear": "linear"}
+DEFAULT_SEQ_LEN = 512
+
+
+@dataclass(frozen=True)
+class HFInfo:
+    """Facts about an HF architecture that :class:`ArchSpec` cannot hold, and ``notes``: one
+    plain sentence per place where the theory does not (fully) cover the model."""
+
+    model_type: str
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    vocab_size: int
+    positions: str  # "learned" | "rope"
+    rope_theta: float | None
+    rope_type: str | None
+    rope_attention_factor: float
+    attention_scale: float  # the factor multiplying q.k
+    logit_multiplier: float  # m in the module docstring
+    tied_embeddings: bool
+    max_position: int | None
+    max_len: int | None  # longest sequence the model can run (None: unbounded, RoPE)
+    embed_q: float  # q0 of the block-0 input (1 after an embedding LayerNorm)
+    rho0: float  # expected input cosine of distinct tokens
+    activation_hf: str
+    qk_norm: bool
+    attention_bias: bool
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "notes": list(self.notes)}
+
+
+def _rope(cfg) -> tuple[float | None, str | None, float, str | None]:
+    """(theta, rope_type, attention factor applied to cos and sin, problem)."""
+    rp = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
+    if rp and all(isinstance(v, dict) for v in rp.values()):  # per layer type
+        rp = next(iter(rp.values()))
+    rtype = rp.get("rope_type", rp.get("type", "default"))
+    theta = rp.get("rope_theta", getattr(cfg, "rope_theta", None))
+    if rtype == "default":
+        return theta, rtype, 1.0, None
+    try:
+        from transformers.modeling_rope_utils import ROPE_INIT_FUNCTIONS
+        _, factor = ROPE_INIT_FUNCTIONS[rtype](cfg, "cpu")
+        return theta, rtype, float(factor), None
+    except Exception as err:  # noqa: BLE001 - any failure only loses the attention factor
+        return theta, rtype, 1.0, f"RoPE type {rtype!r}: attention factor not evaluated " \
+                                  f"({type(err).__name__}); taken as 1"
+
+
+#: ArchSpec field -> the config.json field it is read from (for error messages)
+_CONFIG_KEYS = {"depth": "num_hidden_layers", "d_model": "hidden_size",
+                "heads": "num_attention_heads", "d_ff": "intermediate_size",
+                "init_std": "initializer_range", "scaling_param": "rope_parameters"}
+
+
+def _analyse(config, seq_len, rho0, absorb_embedding) -> tuple[ArchSpec, HFInfo]:
+    cfg = load_config(config)
+    mt = cfg.model_type
+    if mt not in FAMILIES:
+        raise SpecError("model", f"architecture {mt!r} is not supported; supported: "
+                                 f"{', '.join(FAMILIES)}")
+    norm, ln_kind, causal, gated, positions = FAMILIES[mt]
+    notes: list[str] = []
+    d, L, H = cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads
+    kv = getattr(cfg, "num_key_value_heads", None) or H
+    head_dim = getattr(cfg, "head_dim", None) or d // H
+    d_ff = getattr(cfg, "intermediate_size", None) or getattr(cfg, "n_inner", None) or 4 * d
+    std = float(cfg.initializer_range)
+    act_hf = getattr(cfg, "hidden_act", None) or getattr(cfg, "activation_function", "gelu")
+    act = _ACTS.get(act_hf) if isinstance(act_hf, str) else None
+    if act is None or (gated and act != "silu"):
+        key = "hidden_act" if getattr(cfg, "hidden_act", None) else "activation_function"
+        raise SpecError("model", f"config {key} {act_hf!r} of {mt} has no sigprop counterpart "
+                                 f"(known: {', '.join(sorted(_ACTS))})")
+    if gated:
+        act = "swiglu"
+        notes.append("SwiGLU MLP: covered by the product kernel silu(gate) x up "
+                     "(docs/theory.md §2.5)")
+    elif act_hf != act:
+        notes.append(f"{act_hf}: a tanh approximation of GELU, treated as exact GELU")
+
+    # sequence length
+    max_pos = getattr(cfg, "max_position_embeddings", None)
+    max_len = None
+    if positions == "learned" and max_pos:
+        pad = cfg.pad_token_id if isinstance(cfg.pad_token_id, int) else 1
+        max_len = max_pos - (pad + 1 if "roberta" in mt else 0)  # RoBERTa counts from pad + 1
+    T = int(seq_len) if seq_len is not None else min(max_len or max_pos or DEFAULT_SEQ_LEN,
+                                                     DEFAULT_SEQ_LEN)
+    if max_len is not None and T > max_len:
+        raise SpecError("seq_len", f"must be <= {max_len} for {mt} (learned position "
+                                   f"embeddings; got {T})")
+
+    # score scale: attention scale x RoPE attention factor^2, relative to 1/sqrt(d_head)
+    scale = head_dim ** -0.5
+    if mt == "gpt2":
+        scale = scale if cfg.scale_attn_weights else 1.0
+        if cfg.scale_attn_by_inverse_layer_idx:
+            notes.append("scale_attn_by_inverse_layer_idx: layer l's logits are divided by l; "
+                         "the spec uses layer 1's scale for all layers")
+    theta, rtype, a_rope = None, None, 1.0
+    if positions == "rope":
+        theta, rtype, a_rope, problem = _rope(cfg)
+        notes.append(f"RoPE (theta={theta:g}): the theory ignores the positional rotation "
+                     "(score variance is unchanged; its position dependence is not modelled)")
+        if rtype != "default" and a_rope == 1.0:
+            notes.append(f"RoPE scaling {rtype!r}: rescales frequencies only (attention factor 1)")
+        elif rtype != "default":
+            notes.append(f"RoPE scaling {rtype!r}: attention factor {a_rope:.4g} on cos and "
+                         f"sin, so the logits are multiplied by {a_rope ** 2:.4g}")
+        if problem:
+            notes.append(problem)
+        if max_pos and T > max_pos:
+            notes.append(f"seq_len {T} exceeds max_position_embeddings={max_pos}")
+    m = scale * math.sqrt(head_dim) * a_rope**2
+    scaling, scaling_param = "none", None
+    if abs(m - 1.0) > 1e-12:
+        f = (getattr(cfg, "rope_parameters", None) or {}).get("factor")
+        yarn_default = rtype == "yarn" and f and abs(a_rope - (0.1 * math.log(f) + 1)) < 1e-9
+        if yarn_default and abs(scale * math.sqrt(head_dim) - 1) < 1e-12:
+            scaling, scaling_param = "yarn", float(f)
+        else:
+            scaling, scaling_param = "tau", 1.0 / m
+    qk_norm = mt in _QK_NORM
+    qk_std = d**-0.5 if qk_norm else None
+    if qk_norm:
+        notes.append("QK-norm: q and k are RMS-normalised per head, so sigma_s = 1 (times the "
+                     "logit multiplier) whatever the Q/K init; beta is not set by init_std")
+    if kv != H:
+        notes.append(f"GQA: {kv} K/V heads shared by {H} query heads; per-head statistics "
+                     "follow the theory, heads in one group are correlated")
+    if head_dim * H != d:
+        notes.append(f"head_dim {head_dim} x {H} heads != d_model {d}: sigma_s is unaffected, "
+                     "the spec's d_head is d_model/heads")
+    heads = H if d % H == 0 else math.gcd(d, H)
+    window = getattr(cfg, "sliding_window", None)
+    if (isinstance(window, int) and window < T and getattr(cfg, "use_sliding_window", True)):
+        notes.append(f"sliding window {window} < seq_len {T}: keys are limited to the window, "
+                     "the theory lets every query see all (earlier) keys")
+
+    # variances: GPT-2 residual scaling, pre-LN embedding scale q0, input cosine rho0
+    var_o, var_w_out = std**2 * d, std**2 * d_ff
+    if mt == "gpt2":
+        var_o, var_w_out = var_o / (2 * L), var_w_out / (2 * L)
+        notes.append("GPT-2 init scales both c_proj by 1/sqrt(2L): in sigma_o2 and sigma_w2_out")
+    shared = 1 if getattr(cfg, "type_vocab_size", 0) else 0
+    tables = 2 + shared if positions == "learned" else 1
+    embed_q = 1.0 if norm == "post" else tables * std**2
+    r0 = shared / tables if rho0 == "auto" else rho0
+    if shared:
+        notes.append(f"token-type embedding shared by all positions: distinct tokens enter "
+                     f"with cosine rho0 = {shared}/{tables}")
+    explicit = mt == "gpt2"
+    if norm == "pre":
+        if absorb_embedding:
+            var_o, var_w_out, explicit = var_o / embed_q, var_w_out / embed_q, True
+            notes.append(f"pre-LN: embeddings enter the residual stream with q0 = {embed_q:.3g}; "
+                         "absorbed into sigma_o2 and sigma_w2_out (measured q is in units of q0)")
+        notes.append("final norm after the last block is outside the theory (cos unchanged)")
+    if getattr(cfg, "attention_bias", False) or mt == "qwen2":
+        notes.append("attention biases are zero at init (sigma_b2 = 0)")
+    try:
+        spec = ArchSpec(depth=L, d_model=d, heads=heads, d_ff=d_ff, seq_len=T, norm=norm,
+                        ln_kind=ln_kind, qk_std=qk_std, scaling=scaling,
+                        scaling_param=scaling_param, init_std=std,
+                        sigma_o2=var_o if explicit else None,
+                        sigma_w2_out=var_w_out if explicit else None, sigma_b2=0.0,
+                        activation=act, causal=causal, rho0=r0)
+    except SpecError as err:  # name the config.json field the bad value came from
+        if err.field == "seq_len":
+            raise
+        key = _CONFIG_KEYS.get(err.field, err.field)
+        raise SpecError("model", f"config {key}: {str(err).split(': ', 1)[1]}") from None
+    fix = getattr(cfg, "sigprop_fix", None)
+    if isinstance(fix, dict):
+        spec = spec_with_record(spec, fix)
+        notes.append("sigprop fix in config.json: " + ", ".join(
+            f"{k}={v}" for k, v in fix.items() if k != "version" and v is not None))
+    info = HFInfo(mt, H, kv, head_dim, cfg.vocab_size, positions, theta, rtype, a_rope,
+                  scale, m, bool(getattr(cfg, "tie_word_embeddings", False)), max_pos, max_len,
+                  embed_q, float(shared / tables), str(act_hf), qk_norm,
+                  bool(getattr(cfg, "attention_bias", False) or mt == "qwen2"), tuple(notes))
+    return spec, info
+
+
+def spec_and_info(config, seq_len: int | None = None, *, rho0: float | str | None = "auto",
+                  absorb_embedding: bool = True) -> tuple[ArchSpec, HFInfo]:
+    """:func:`spec_from_config` and :func:`describe` in one call."""
+    return _analyse(config, seq_len, rho0, absorb_embedding)
+
+
+def spec_from_config(config, seq_len: int | None = None, *, rho0: float | str | None = "auto",
+                     absorb_embedding: bool = True) -> ArchSpec:
+    """The :class:`ArchSpec` of an HF architecture at its HF initialisation (module docstring).
+
+    ``config``: anything :func:`load_config` takes. ``seq_len``: default
+    ``min(max_position_embeddings, 512)`` (learned positions: the model's longest input, which
+    ``seq_len`` may not exceed). ``rho0``: ``"auto"`` = the expected input cosine of distinct
+    tokens, None = leave it to the measurement / 0. Unsupported families raise SpecError."""
+    return _analyse(config, seq_len, rho0, absorb_embedding)[0]
+
+
+def describe(config, seq_len: int | None = None) -> HFInfo:
+    """The :class:`HFInfo` of an HF architecture (what ArchSpec cannot hold, and notes)."""
+    return _analyse(config, seq_len, "auto", True)[1]
+
+
+def translations(config, seq_len: int | None = None, rho: float | None = None) -> dict:
+    """docs/theory.md §6 names of the score scale (``ArchSpec.derived``), identical for every
+    layer at HF init (all Q/K weights share one law); ``rho`` defaults to the spec's ``rho0``."""
+    return spec_from_config(config, seq_len).derived(rho)
+
+
+def spec_with_record(spec: ArchSpec, rec: dict[str, Any]) -> ArchSpec:
+    """The spec of a model whose config carries ``sigprop_fix`` = ``rec``."""
+    kw: dict[str, Any] = {}
+    if rec.get("qk_std") is not None:
+        kw.update(qk_std=float(rec["qk_std"]), beta=None)
+    if rec.get("alpha_attn") is not None:
+        kw["alpha_attn"] = float(rec["alpha_attn"])
+    if rec.get("attention") is not None:
+        kw["attention"] = rec["attention"]
+    if (rec.get("scaling") or "none") != "none":
+        kw.update(scaling=rec["scaling"], scaling_param=rec.get("scaling_param"))
+    return spec.replace(**kw) if kw else spec

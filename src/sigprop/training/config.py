@@ -1,0 +1,75 @@
+"""Training hyper-parameters (:class:`TrainConfig`): one frozen, validated dataclass shared by
+the training loop, the task model and the trainability grid."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..spec import SpecError
+
+TASKS = ("mlm", "clm", "reverse", "heaviside")
+BIAS_INITS = ("zero", "unigram")
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """Training hyper-parameters (module docstring). ``eval_every`` / ``measure_every`` /
+    ``log_every`` default to steps/10, steps/5 and steps/100 (0 turns measuring off).
+    ``threads``: CPU intra-op threads while training (0 = leave torch's setting). Default 1:
+    the small models of these checks are latency-bound, and on a shared 2-core machine a step
+    with 2 threads was measured 5-9x slower than with 1 (OpenMP barrier stalls).
+    ``bias_init``: the LM readout's bias at initialisation, ``zero`` or ``unigram`` (log token
+    frequencies of the training stream; module docstring). Tasks without a token vocabulary
+    ignore it (``reverse``'s symbols are uniform, so its unigram bias is the zero bias)."""
+
+    task: str = "mlm"
+    steps: int = 1000
+    batch_size: int = 64
+    lr: float = 2e-3
+    warmup_ratio: float = 0.05
+    weight_decay: float = 0.01
+    max_grad_norm: float = 1.0
+    eval_every: int | None = None
+    measure_every: int | None = None
+    log_every: int | None = None
+    eval_sequences: int = 256
+    seeds: int = 1
+    seed: int = 0
+    device: str = "cpu"
+    mask_prob: float = 0.15
+    n_symbols: int = 10
+    n_points: int = 50
+    attention_only: bool = False
+    tie: bool = False
+    threads: int = 1
+    bias_init: str = "zero"
+
+    def __post_init__(self) -> None:
+        def check(name, ok, rng):
+            if not ok:
+                raise SpecError(name, f"must be {rng} (got {getattr(self, name)!r})")
+
+        check("task", self.task in TASKS, f"one of {', '.join(TASKS)}")
+        check("steps", 1 <= self.steps <= 10_000_000, "an integer in [1, 10000000]")
+        check("batch_size", 1 <= self.batch_size <= 65536, "an integer in [1, 65536]")
+        check("lr", 0 < self.lr <= 10, "a number in (0, 10]")
+        check("warmup_ratio", 0 <= self.warmup_ratio < 1, "a number in [0, 1)")
+        check("weight_decay", 0 <= self.weight_decay <= 10, "a number in [0, 10]")
+        check("max_grad_norm", 0 <= self.max_grad_norm, "a number >= 0 (0 = no clipping)")
+        for name, lo in (("eval_every", 1), ("measure_every", 0), ("log_every", 1)):
+            v = getattr(self, name)
+            check(name, v is None or lo <= v <= 10_000_000,
+                  f"an integer in [{lo}, 10000000]" + (" (0 = off)" if lo == 0 else ""))
+        check("eval_sequences", 1 <= self.eval_sequences <= 100_000, "an integer in [1, 100000]")
+        check("seeds", 1 <= self.seeds <= 256, "an integer in [1, 256]")
+        check("seed", self.seed >= 0, "a non-negative integer")
+        check("mask_prob", 0 < self.mask_prob < 1, "a number in (0, 1)")
+        check("n_symbols", 2 <= self.n_symbols <= 100_000, "an integer in [2, 100000]")
+        check("n_points", 1 <= self.n_points <= 1_000_000, "an integer in [1, 1000000]")
+        check("threads", 0 <= self.threads <= 4096, "an integer in [0, 4096] (0 = torch's)")
+        check("bias_init", self.bias_init in BIAS_INITS, f"one of {', '.join(BIAS_INITS)}")
+
+    def every(self, name: str) -> int:
+        v = getattr(self, name)
+        frac = {"eval_every": 10, "measure_every": 5, "log_every": 100}[name]
+        return max(1, self.steps // frac) if v is None else v

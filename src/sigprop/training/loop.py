@@ -1,0 +1,298 @@
+"""Training checks: does a spec that the theory calls trainable actually train (gg25 Figs 1f, 4)?
+
+One :func:`train` call trains ``config.seeds`` independent initialisations at once (the seed is
+the leading dimension of every weight of :class:`sigprop.nn.model.SigpropTransformer`), and
+optionally several score scales ``betas`` side by side (slice ``i * seeds + j`` holds beta ``i``,
+seed ``j``; the Q/K draws are the same for every beta, rescaled by ``sqrt(beta)`` as the REM
+initialisation of docs/theory.md §2.1 prescribes). The loss is the sum of the slices' losses, so
+every
+slice gets its own gradient; AdamW and weight decay act elementwise, so each slice behaves as an
+independent run; gradient clipping is applied to each slice's own norm.
+
+Optimiser defaults follow gg25 A.1/A.3 (AdamW, linear schedule with warmup ratio 0.05, weight
+decay 0.01 on matrices only (HF's convention: not on biases), gradient norm clipped at 1,
+batch 64, MLM masking 0.15). Learning rate 2e-3 instead of Fig. 4's 5e-4: gg25 trains an
+epoch of TinyStories, a CPU check trains ~2,000 steps; measured on the built-in stories (1 layer,
+d = T = 64, 2,000 steps): at 5e-4 both beta = 0.5 and beta = 8 end at 5.15 nats (neither has
+started using the context yet, unigram baseline 5.27); at 1e-3: 4.54 vs 4.95; at 2e-3:
+3.48 vs 4.44 (all with a zero readout bias).
+
+Readout bias (``bias_init``): ``"unigram"`` starts the LM head's bias at the log token
+frequencies of the training stream (:func:`sigprop.data.collate.unigram_logp`, the same add-one
+smoothed distribution as the baseline), so training starts from the context-free baseline
+(plus the ~1/(2d) nats that the random ``h W`` term adds) and every nat of gain measures use of
+the context. With a zero bias Adam moves each of the V bias entries by ~lr per step, so a short
+run spends most of its budget learning token frequencies. Measured: the deep post-LN model of
+:data:`sigprop.training.trainability.DEEP_SMALL` (alpha_attn = 2, beta = 0.3 and 1; batch 64, lr
+2e-3,
+500 steps) ends 0.62 and 0.69 nats below the unigram baseline with ``unigram``, but 0.01 nats
+*above* it with ``zero`` (from log V = 7.6 it reaches the baseline by step ~300 and stays
+there); the 1-layer
+``sigprop train`` acceptance pair (d = T = 64, 2,000 steps) ends at 2.21 (beta 0.5) vs 4.20
+nats (beta 8) with ``unigram`` against 3.52 vs 4.44 with ``zero``. The CLI commands default to
+``unigram``; the library default stays ``zero`` so that existing callers (the registered
+experiments) keep their measured behaviour. Tasks:
+
+* ``mlm``: BERT masked LM on a corpus (:mod:`sigprop.data.corpus`); ``clm``: next-token LM
+  (needs a causal spec); both with a linear head to the vocabulary;
+* ``reverse``: noci22 C.1, symbols in reverse order (per-position cross-entropy);
+* ``heaviside``: mindthegap A.3, the model's output fitted to ``1[X0 > 0]`` (MSE).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from torch import Tensor, nn
+
+from ..spec import ArchSpec, SpecError
+from .config import TrainConfig
+from .task import TaskModel, slice_losses
+
+__all__ = ["TrainResult", "clip_per_slice", "make_optimizer", "save_checkpoint", "train"]
+
+def clip_per_slice(params: Sequence[nn.Parameter], max_norm: float) -> Tensor:
+    """Scale each slice's gradient (leading dim) to global norm <= ``max_norm``; returns the
+    per-slice norms before clipping."""
+    grads = [p.grad for p in params if p.grad is not None]
+    sq = sum(g.double().square().flatten(1).sum(1) for g in grads)
+    norm = sq.sqrt()
+    if max_norm > 0:
+        factor = (max_norm / (norm + 1e-6)).clamp(max=1.0).to(grads[0].dtype)
+        for g in grads:
+            g.mul_(factor.view(-1, *([1] * (g.dim() - 1))))
+    return norm
+
+
+def make_optimizer(model: nn.Module, config: TrainConfig):
+    """AdamW (decay on matrices only) and HF's linear warmup/decay schedule."""
+    params = [p for p in model.parameters() if p.requires_grad]
+    groups = [{"params": [p for p in params if p.dim() >= 3],
+               "weight_decay": config.weight_decay},
+              {"params": [p for p in params if p.dim() < 3], "weight_decay": 0.0}]
+    groups = [g for g in groups if g["params"]]
+    try:  # the fused kernel (CPU and CUDA) is several times faster than the per-tensor loop
+        opt = torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999), eps=1e-8,
+                                fused=True)
+    except (RuntimeError, TypeError):
+        opt = torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999), eps=1e-8)
+    warm = math.ceil(config.warmup_ratio * config.steps)
+
+    def factor(step: int) -> float:
+        if step < warm:
+            return (step + 1) / warm
+        return max(0.0, (config.steps - step) / max(1, config.steps - warm))
+
+    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor), params
+
+
+# --------------------------------------------------------------------------------------------
+# training loop
+# --------------------------------------------------------------------------------------------
+@dataclass
+class TrainResult:
+    """``trajectory``: tidy rows (``loss`` with ``step`` and ``split`` train/eval; measured
+    observables with ``step``; a ``beta`` column when several betas were trained). Per-slice
+    arrays: ``final_train`` / ``final_eval`` (S,), the last logged train loss and the last eval
+    loss (pooled over the eval set's labelled positions, as ``baseline`` is). ``baseline``:
+    the loss of a context-free predictor (unigram cross-entropy for LM tasks, log(n_symbols)
+    for reverse, the target variance 0.25 for heaviside)."""
+
+    trajectory: object
+    final_train: np.ndarray
+    final_eval: np.ndarray
+    baseline: float
+    seconds: float
+    spec: ArchSpec
+    config: TrainConfig
+    betas: list[float] | None = None
+    info: dict = field(default_factory=dict)
+    model: TaskModel | None = field(default=None, repr=False)
+
+
+def _mean_err(v: np.ndarray) -> tuple[float, float]:
+    v = np.asarray(v, dtype=np.float64)
+    err = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
+    return float(v.mean()), err
+
+
+DEFAULT_CONFIG = TrainConfig()
+
+
+def train(spec: ArchSpec, config: TrainConfig = DEFAULT_CONFIG, *, data: str = "builtin",
+          corpus=None, betas: Sequence[float] | None = None,
+          on_step: Callable[[int, int], None] | None = None,
+          keep_model: bool = False) -> TrainResult:
+    """Train ``config.seeds`` initialisations of ``spec`` (times ``len(betas)``) on
+    ``config.task`` and return the loss curves and the observables measured during training.
+    ``data``: ``builtin`` | ``tinystories`` | a path (token tasks); ``corpus``: an already
+    loaded :class:`sigprop.data.corpus.Corpus`. ``on_step(step, total)`` after every step.
+
+    On CPU, denormal floats are flushed to zero while training (and the flag reset after):
+    condensed attention (large beta) fills the softmax backward with denormals, which made
+    the beta = 8 acceptance run 1.5x slower on this machine for a change below 1e-38."""
+    from ..measurement._threads import cpu_settings
+
+    check_memory(spec, config, betas=betas, data=data, corpus=corpus)
+    cpu = config.device == "cpu"
+    with cpu_settings(threads=config.threads if cpu else None, flush_denormal=cpu):
+        return _train(spec, config, data, corpus, betas, on_step, keep_model)
+
+
+def check_memory(spec: ArchSpec, config: TrainConfig, *, betas: Sequence[float] | None = None,
+                 data: str = "builtin", corpus=None,
+                 shrink: dict[str, int] | None = None) -> float:
+    """Refuse (``SpecError``) a training run that would not fit in memory, before any
+    allocation (:func:`sigprop.measurement.memory.check`, ``train`` model). The vocabulary is the
+    corpus's, or before it is loaded the built-in stories' (other data: BERT's 30522)."""
+    from ..measurement import memory
+
+    if config.task == "reverse":
+        vocab = config.n_symbols
+    elif config.task == "heaviside":
+        vocab = None
+    elif corpus is not None:
+        vocab = corpus.vocab_size
+    else:
+        vocab = memory.BUILTIN_VOCAB if data == "builtin" else memory.OTHER_VOCAB
+    slices = config.seeds * (len(betas) if betas else 1)
+    if shrink is None:
+        shrink = {"seq_len": 2, "batch_size": 1, "d_model": spec.heads}
+    return memory.check("train", spec=spec, batch_size=config.batch_size, slices=slices,
+                        task=config.task, vocab=vocab, eval_sequences=config.eval_sequences,
+                        tie=config.tie, shrink=shrink)
+
+
+def _train(spec, config, data, corpus, betas, on_step, keep_model) -> TrainResult:
+    from .. import trajectory
+    from ..data.batches import Batches
+
+    t0 = time.perf_counter()
+    if config.task == "clm" and not spec.causal:
+        raise SpecError("task", "clm needs a causal model (add --causal)")
+    if config.task in ("mlm", "reverse") and spec.causal:
+        raise SpecError("task", f"{config.task} needs a bidirectional model (drop --causal)")
+    if config.task == "heaviside" and spec.seq_len > spec.d_model:
+        raise SpecError("seq_len", f"heaviside's isometric inputs need seq_len <= d_model="
+                                   f"{spec.d_model} (got {spec.seq_len})")
+    device = torch.device(config.device)
+    batches = Batches(spec, config, data=data, corpus=corpus)
+    bias = batches.unigram_logp if config.bias_init == "unigram" else None
+    model = TaskModel(spec, config, batches.vocab, betas, head_bias=bias).to(device)
+    opt, sched, params = make_optimizer(model, config)
+    S = model.n_slices
+    train_gen = torch.Generator().manual_seed(config.seed)
+    log_every, eval_every = config.every("log_every"), config.every("eval_every")
+    measure_every = config.every("measure_every")
+    rows: list[dict] = []
+    group = np.arange(S) // config.seeds  # beta index of every slice
+    keys = [{}] if betas is None else [{"beta": float(b)} for b in betas]
+
+    def emit(step, observable, layer, per_slice, **extra):
+        per_slice = np.asarray(per_slice, dtype=np.float64)
+        for gi, key in enumerate(keys):
+            m, e = _mean_err(per_slice[group == gi])
+            rows.append(dict(layer=layer, observable=observable, source="measured", value=m,
+                             stderr=e, step=step, **key, **extra))
+
+    def evaluate(step):
+        # pooled over the eval set (each batch's mean weighted by its labelled positions, or
+        # elements for heaviside), the same pooling as the baseline: an unweighted mean of
+        # batch means differs from it (measured: 0.024 nats for a unigram predictor on 8
+        # batches of 8 sequences of 16 tokens, whose label counts vary)
+        from ..data.collate import IGNORE
+
+        model.eval()
+        with torch.no_grad():
+            tot, n = torch.zeros(S, dtype=torch.float64), 0
+            for x, y in batches.eval_batches(device):
+                w = y.numel() if config.task == "heaviside" else int((y != IGNORE).sum())
+                if w == 0:
+                    continue
+                tot += slice_losses(model, config.task, x, y).double().cpu() * w
+                n += w
+            ev = (tot / max(n, 1)).numpy()
+        emit(step, "loss", spec.depth, ev, split="eval")
+        model.train()
+        return ev
+
+    def measure(step):
+        if measure_every and (step % measure_every == 0 or step == config.steps):
+            model.eval()
+            _measure_rows(model, batches.probe(device), emit, step)
+            model.train()
+
+    final_eval = evaluate(0)
+    measure(0)
+    acc, n_acc, last_train = torch.zeros(S, dtype=torch.float64), 0, None
+    for step in range(1, config.steps + 1):
+        x, y = batches.train_batch(train_gen, device)
+        losses = slice_losses(model, config.task, x, y)
+        opt.zero_grad(set_to_none=True)
+        losses.sum().backward()
+        clip_per_slice(params, config.max_grad_norm)
+        opt.step()
+        sched.step()
+        acc += losses.detach().double().cpu()
+        n_acc += 1
+        if step % log_every == 0 or step == config.steps:
+            last_train = (acc / n_acc).numpy()
+            if not np.all(np.isfinite(last_train)):
+                last_train = np.where(np.isfinite(last_train), last_train, np.nan)
+            emit(step, "loss", spec.depth, last_train, split="train")
+            acc.zero_()
+            n_acc = 0
+        if step % eval_every == 0 or step == config.steps:
+            final_eval = evaluate(step)
+        measure(step)
+        if on_step is not None:
+            on_step(step, config.steps)
+    traj = trajectory.make(rows, spec)
+    info = {"task": config.task, "data": batches.source, "vocab_size": batches.vocab,
+            "slices": S, "device": str(device)}
+    return TrainResult(traj, last_train, final_eval, batches.baseline,
+                       time.perf_counter() - t0, spec, config,
+                       None if betas is None else [float(b) for b in betas], info,
+                       model if keep_model else None)
+
+
+@torch.no_grad()
+def _measure_rows(model: TaskModel, x: Tensor, emit, step: int) -> None:
+    """cos (layers 0..L) and attention ipr / entropy / wmax (layers 1..L) on the probe batch,
+    per slice (docs/theory.md §1), each averaged over sequences (and heads)."""
+    from ..measurement import observables as obs
+
+    out = model.body(x, return_hidden=True, return_stats=True)
+    for layer, h in enumerate(out.hidden):
+        emit(step, "cos", layer, obs.mean_cos(h.double()).mean(dim=1).cpu().numpy())
+        if layer > 0:
+            st = out.stats[layer - 1]
+            for name in ("entropy", "ipr", "wmax"):
+                emit(step, name, layer, st[name].double().mean(dim=(1, 2)).cpu().numpy())
+
+
+def save_checkpoint(result: TrainResult, directory: str) -> list[str]:
+    """Write ``model.safetensors`` (every weight, seed-sliced) and ``spec.json`` (spec, config,
+    betas, final losses) to ``directory``; returns the paths written."""
+    import json
+    import os
+
+    from safetensors.torch import save_file
+
+    if result.model is None:
+        raise ValueError("train(..., keep_model=True) is needed to save a checkpoint")
+    os.makedirs(directory, exist_ok=True)
+    weights = os.path.join(directory, "model.safetensors")
+    state = {k: v.detach().cpu().contiguous() for k, v in result.model.state_dict().items()}
+    save_file(state, weights)
+    meta = os.path.join(directory, "spec.json")
+    with open(meta, "w") as fh:
+        json.dump({"spec": result.spec.to_dict(), "config": asdict(result.config),
+                   "betas": result.betas, "final_eval": result.final_eval.tolist()}, fh,
+                  indent=1)
+    return [weights, meta]

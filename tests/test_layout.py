@@ -1,0 +1,151 @@
+"""The package layout (docs/architecture.md): floors that only point down, no import cycles,
+few modules at the package root, theory without torch, and one public API.
+
+The import graph is read from the source with an AST walk (every ``import`` statement,
+including those inside functions: a lazy import is still a dependency)."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+SRC = Path(__file__).resolve().parents[1] / "src" / "sigprop"
+
+#: floor of each top-level part of the package (docs/architecture.md)
+FLOORS = {
+    "spec": 0, "trajectory": 0,
+    "theory": 1, "nn": 1, "plotting": 1,
+    "measurement": 2, "data": 2,
+    "models": 3, "training": 3,
+    "analysis": 4,
+    "reproduce": 5, "runs": 5, "integrations": 5,
+    "report": 6,
+    "cli": 7, "__main__": 7,
+    "__init__": 8,
+}
+ROOT_MODULES = {"__init__", "__main__", "spec", "trajectory"}
+
+
+def _modules() -> dict[str, Path]:
+    out = {}
+    for p in SRC.rglob("*.py"):
+        parts = list(p.relative_to(SRC).with_suffix("").parts)
+        if parts[-1] == "__init__" and len(parts) > 1:
+            parts = parts[:-1]
+        out[".".join(["sigprop", *parts])] = p
+    return out
+
+
+def _imports(name: str, path: Path, known: set[str]) -> set[str]:
+    """Modules of the package that ``name`` imports (resolved, submodules preferred)."""
+    is_pkg = path.name == "__init__.py"
+    base = name.split(".") if is_pkg else name.split(".")[:-1]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                mod = ".".join(base[: len(base) - node.level + 1] + (
+                    node.module.split(".") if node.module else []))
+            else:
+                mod = node.module or ""
+            targets = [f"{mod}.{a.name}" if f"{mod}.{a.name}" in known else mod
+                       for a in node.names]
+        else:
+            continue
+        for t in targets:
+            while t and t not in known:
+                t = t.rpartition(".")[0]
+            if t.startswith("sigprop") and t != name:
+                found.add(t)
+    return found
+
+
+def _part(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else "__init__"
+
+
+@pytest.fixture(scope="module")
+def graph():
+    mods = _modules()
+    return {m: _imports(m, p, set(mods)) for m, p in mods.items()}
+
+
+def test_every_module_has_a_floor(graph):
+    unknown = sorted({_part(m) for m in graph} - set(FLOORS))
+    assert not unknown, f"no floor for {unknown}: add it to docs/architecture.md and FLOORS"
+
+
+def test_root_holds_only_the_allowed_modules():
+    root = {p.stem for p in SRC.glob("*.py")}
+    assert root <= ROOT_MODULES, sorted(root - ROOT_MODULES)
+
+
+def test_imports_only_point_down(graph):
+    up = [(m, t) for m, ts in graph.items() for t in ts
+          if FLOORS[_part(t)] > FLOORS[_part(m)] or t == "sigprop"]
+    assert not up, "\n".join(f"{m} -> {t}" for m, t in sorted(up))
+
+
+def test_no_import_cycle(graph):
+    """Tarjan's strongly connected components over the module graph: none larger than 1."""
+    index, low, stack, on, cycles = {}, {}, [], set(), []
+    counter = [0]
+
+    def visit(v):
+        index[v] = low[v] = counter[0]
+        counter[0] += 1
+        stack.append(v)
+        on.add(v)
+        for w in graph.get(v, ()):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            comp = []
+            while True:
+                w = stack.pop()
+                on.discard(w)
+                comp.append(w)
+                if w == v:
+                    break
+            if len(comp) > 1:
+                cycles.append(sorted(comp))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    assert not cycles, cycles
+
+
+def test_theory_and_plotting_never_import_torch():
+    for sub in ("theory", "plotting"):
+        for p in (SRC / sub).rglob("*.py"):
+            for node in ast.walk(ast.parse(p.read_text())):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                         [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+                assert not any(n.split(".")[0] == "torch" for n in names), p
+
+
+def test_no_compatibility_shims():
+    """Old paths are gone, not re-exported through a module ``__getattr__``."""
+    for p in SRC.rglob("*.py"):
+        tree = ast.parse(p.read_text())
+        assert not any(isinstance(n, ast.FunctionDef) and n.name == "__getattr__"
+                       for n in tree.body), p
+
+
+def test_public_api():
+    import sigprop
+
+    for name in ("ArchSpec", "predict", "measure", "diagnose", "fix", "longctx",
+                 "__version__"):
+        assert hasattr(sigprop, name), name
+    assert callable(sigprop.diagnose) and callable(sigprop.measure)
+    assert (SRC / "py.typed").exists()
