@@ -19,7 +19,7 @@ import time
 import numpy as np
 
 from sigprop.spec import ArchSpec
-from sigprop.theory import blocks, kernels, rem
+from sigprop.theory import blocks, depth, kernels, rem
 
 
 def timeit(fn, repeat=3):
@@ -36,8 +36,8 @@ def bench_diagram(n_sample: int) -> None:
     spec = ArchSpec(depth=60, beta=0.5, rho0=0.0, sigma_v2=0.2, sigma_w2=0.2, sigma_b2=4e-4)
     betas = np.linspace(0.0, 3.0, 256)
     alphas = np.linspace(0.0, 2.0, 256)
-    blocks.final_cos(spec, beta=betas[:4, None], alpha_attn=alphas[None, :4])  # warm tables
-    t_vec, grid = timeit(lambda: blocks.final_cos(spec, beta=betas[:, None],
+    depth.final_cos(spec, beta=betas[:4, None], alpha_attn=alphas[None, :4])  # warm tables
+    t_vec, grid = timeit(lambda: depth.final_cos(spec, beta=betas[:, None],
                                                   alpha_attn=alphas[None, :]))
     rng = np.random.default_rng(0)
     idx = rng.integers(0, 256, size=(n_sample, 2))

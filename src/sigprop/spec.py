@@ -1,6 +1,6 @@
 """ArchSpec: the one validated description of an architecture (docs/architecture.md).
 
-Both the theory map (:func:`sigprop.theory.blocks.propagate`) and the torch model are built from
+Both the theory map (:func:`sigprop.theory.depth.propagate`) and the torch model are built from
 an :class:`ArchSpec`. Bad values raise :class:`SpecError`, whose message is one line naming the
 field and its allowed range; the CLI prints it and exits with code 2.
 

@@ -52,8 +52,19 @@ def make(records: Iterable[Mapping[str, Any]], spec: ArchSpec | None = None) -> 
 def to_rows(df: pd.DataFrame) -> list[dict[str, Any]]:
     """JSON rows per docs/cli.md (spec columns dropped; NaN/inf become null)."""
     cols = [c for c in df.columns if not c.startswith("spec.")]
-    return [{k: clean(v) for k, v in zip(cols, row, strict=True)}
-            for row in df[cols].itertuples(index=False, name=None)]
+    columns = []
+    for c in cols:  # column-wise (C-level tolist), not value by value: 60k rows in ~50 ms
+        arr = df[c].to_numpy()
+        if arr.dtype.kind == "f":
+            vals = arr.tolist()
+            for i in np.flatnonzero(~np.isfinite(arr)).tolist():
+                vals[i] = None
+        elif arr.dtype.kind in "iub":
+            vals = arr.tolist()
+        else:
+            vals = [clean(v) for v in arr.tolist()]
+        columns.append(vals)
+    return [dict(zip(cols, row, strict=True)) for row in zip(*columns, strict=True)]
 
 
 def wide(df: pd.DataFrame, source: str | None = None) -> pd.DataFrame:
@@ -75,9 +86,23 @@ def clean(x: Any) -> Any:
     return x
 
 
+_PLAIN = (str, int, bool, type(None))
+
+
+def _plain(d: dict) -> bool:
+    """A flat dict of JSON-safe scalars (finite floats), as :func:`to_rows` makes them."""
+    for v in d.values():
+        if not (isinstance(v, _PLAIN) or (type(v) is float and math.isfinite(v))):
+            return False
+    return True
+
+
 def clean_json(obj: Any) -> Any:
-    """Recursively make ``obj`` JSON-safe (arrays are converted whole, not element by element)."""
+    """Recursively make ``obj`` JSON-safe (arrays are converted whole, not element by element;
+    flat dicts that are already safe, such as Trajectory rows, are kept as they are)."""
     if isinstance(obj, dict):
+        if all(type(k) is str for k in obj) and _plain(obj):
+            return obj
         return {str(k): clean_json(v) for k, v in obj.items()}
     if isinstance(obj, np.ndarray):
         if obj.dtype.kind in "iub":

@@ -7,7 +7,7 @@ import pytest
 
 from sigprop.measurement.engine import measure
 from sigprop.spec import ArchSpec
-from sigprop.theory import blocks
+from sigprop.theory import depth
 
 
 def _at(df, obs, layer):
@@ -21,7 +21,7 @@ def test_one_layer_condensed_ipr_and_cos():
     spec = ArchSpec(depth=1, beta=2.0, d_model=256, heads=1, seq_len=512, rho0=0.3,
                     alpha_attn=0.0, alpha_mlp=0.0)
     m = measure(spec, seeds=4, sequences=2, input="rho", rho0=0.3)
-    th = blocks.propagate(spec)
+    th = depth.propagate(spec)
     assert abs(_at(th, "ipr", 1) - _at(m.trajectory, "ipr", 1)) < 0.03
     assert abs(_at(th, "cos", 1) - _at(m.trajectory, "cos", 1)) < 0.05
 
@@ -34,7 +34,7 @@ def test_deep_post_ln_gg25_variances(beta):
     spec = ArchSpec(depth=24, beta=beta, d_model=256, heads=1, seq_len=256, rho0=0.05,
                     sigma_v2=0.2, sigma_w2=0.2, sigma_b2=4e-4)
     m = measure(spec, seeds=3, sequences=1, input="rho", rho0=0.05, stable_rank=False)
-    th = blocks.propagate(spec, rho0=max(m.rho0, 0.0))
+    th = depth.propagate(spec, rho0=max(m.rho0, 0.0))
     t = th[th.observable == "cos"].sort_values("layer")["value"].to_numpy()
     s = m.trajectory[m.trajectory.observable == "cos"].sort_values("layer")["value"].to_numpy()
     assert np.max(np.abs(t - s)) < 0.05
@@ -47,7 +47,7 @@ def test_uniform_attention_matches_exactly_in_expectation():
                     d_model=256, heads=4, seq_len=64, sigma_v2=1.0, sigma_w2=1.0, rho0=0.2,
                     alpha_attn=1.0, alpha_mlp=1.0)
     m = measure(spec, seeds=8, sequences=2, input="rho", rho0=0.2, stable_rank=False)
-    th = blocks.propagate(spec, rho0=m.rho0)
+    th = depth.propagate(spec, rho0=m.rho0)
     for layer in (1, 2, 3):
         assert _at(m.trajectory, "q", layer) == pytest.approx(_at(th, "q", layer), rel=0.1)
         assert abs(_at(m.trajectory, "cos", layer) - _at(th, "cos", layer)) < 0.03
@@ -66,9 +66,9 @@ def _fig3_point(beta, rho, seeds, sequences):
                 stable_rank=False)
     r0 = max(m.rho0, 0.0)
     meas = _at(m.trajectory, "cos", 1)
-    fin = _at(blocks.propagate(spec, rho0=r0), "cos", 1)
-    plain = _at(blocks.propagate(spec, rho0=r0, fluctuations=False), "cos", 1)
-    asym = _at(blocks.propagate(spec, rho0=r0, asymptotic=True), "cos", 1)
+    fin = _at(depth.propagate(spec, rho0=r0), "cos", 1)
+    plain = _at(depth.propagate(spec, rho0=r0, fluctuations=False), "cos", 1)
+    asym = _at(depth.propagate(spec, rho0=r0, asymptotic=True), "cos", 1)
     return meas, fin, plain, asym
 
 

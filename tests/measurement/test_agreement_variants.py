@@ -1,7 +1,7 @@
 """Theory vs simulation for the block variants (docs/theory.md §2.4, §2.6, §2.7): pre-LN (and which
 beta_c convention it follows), centred attention, tanh order/chaos, causal attention.
 
-Same style as ``test_agreement.py``: the finite-T theory (``blocks.propagate``) beside the batched
+Same style as ``test_agreement.py``: the finite-T theory (``depth.propagate``) beside the batched
 torch model at small sizes; each docstring states its tolerance, the finite-size effect it
 allows for, and the numbers measured when the test was written (CPU, float32, seed 0).
 Per-token LayerNorm averages cos over row-to-row fluctuations of Y2 (``sigprop.theory.fluct``);
@@ -21,7 +21,7 @@ import pytest
 
 from sigprop.measurement.engine import measure
 from sigprop.spec import ArchSpec
-from sigprop.theory import blocks, rem
+from sigprop.theory import blocks, depth, rem
 
 
 def _at(df, obs, layer):
@@ -86,7 +86,7 @@ def test_pre_ln_beta_c_convention_normalised_input_wins():
     ~0.017 with 4 seeds). Block 1 (q = 1) is the same for both conventions."""
     spec = ArchSpec(**PRE_LN)
     m = measure(spec, seeds=4, sequences=2, input="rho", rho0=spec.rho0, stable_rank=False)
-    th = blocks.propagate(spec, rho0=max(m.rho0, 0.0))
+    th = depth.propagate(spec, rho0=max(m.rho0, 0.0))
     y_sig, y_alt = _pre_ln_conventions(spec, th)
     # the sigprop column really is what propagate uses (tabulated vs direct integral)
     np.testing.assert_allclose(y_sig, _values(th, "ipr"), atol=2e-3)
@@ -136,7 +136,7 @@ def test_centred_attention_deep_post_ln_and_vs_softmax():
     for att in ("centred", "softmax"):
         spec = ArchSpec(attention=att, **CENTRED)
         m = measure(spec, seeds=3, sequences=1, input="rho", rho0=rho0, stable_rank=False)
-        th = blocks.propagate(spec, rho0=max(m.rho0, 0.0))
+        th = depth.propagate(spec, rho0=max(m.rho0, 0.0))
         t, s = _values(th, "cos"), _values(m.trajectory, "cos")
         print(f"{att}: theory cos {np.round(t, 3)}\n{att}: measured cos {np.round(s, 3)}")
         assert np.max(np.abs(t - s)) < 0.05
@@ -163,12 +163,12 @@ TANH = dict(norm="post", beta=0.2, d_model=256, heads=1, seq_len=128, rho0=0.2,
             sigma_v2=0.2, sigma_b2=4e-4, activation="tanh", alpha_attn=1.0, alpha_mlp=1.0)
 
 
-def _tanh_run(sigma_w2, depth, seeds, sequences, rho0=TANH["rho0"], fixed_point=True):
-    spec = ArchSpec(depth=depth, sigma_w2=sigma_w2, **dict(TANH, rho0=rho0))
+def _tanh_run(sigma_w2, n_layers, seeds, sequences, rho0=TANH["rho0"], fixed_point=True):
+    spec = ArchSpec(depth=n_layers, sigma_w2=sigma_w2, **dict(TANH, rho0=rho0))
     m = measure(spec, seeds=seeds, sequences=sequences, input="rho", rho0=rho0,
                 stable_rank=False)
-    th = blocks.propagate(spec, rho0=max(m.rho0, 0.0))
-    fixed = (float(blocks.final_cos(spec, rho0=max(m.rho0, 0.0), depth=1000))
+    th = depth.propagate(spec, rho0=max(m.rho0, 0.0))
+    fixed = (float(depth.final_cos(spec, rho0=max(m.rho0, 0.0), depth=1000))
              if fixed_point else float("nan"))
     return _values(th, "cos"), _values(m.trajectory, "cos"), fixed
 
@@ -260,7 +260,7 @@ def test_causal_one_layer_position_average(beta):
     th = {"ipr": float(st.y2), "entropy": float(st.entropy), "wmax": float(st.wmax)}
     print(f"causal beta={beta}: measured {meas}, theory {th}, encoder ipr {float(enc.y2):.4f}")
     # propagate with causal=True gives the same statistics
-    assert _at(blocks.propagate(spec, rho0=r0), "ipr", 1) == pytest.approx(th["ipr"], abs=1e-9)
+    assert _at(depth.propagate(spec, rho0=r0), "ipr", 1) == pytest.approx(th["ipr"], abs=1e-9)
     assert abs(meas["ipr"] - th["ipr"]) < 0.012
     assert abs(meas["wmax"] - th["wmax"]) < 0.012
     assert abs(meas["entropy"] - th["entropy"]) < 0.01
@@ -279,8 +279,8 @@ def _one_layer_cos(spec, rho0, seeds, sequences):
                 stable_rank=False)
     r0 = max(m.rho0, 0.0)
     return (_at(m.trajectory, "cos", 1),
-            _at(blocks.propagate(spec, rho0=r0), "cos", 1),
-            _at(blocks.propagate(spec, rho0=r0, fluctuations=False), "cos", 1))
+            _at(depth.propagate(spec, rho0=r0), "cos", 1),
+            _at(depth.propagate(spec, rho0=r0, fluctuations=False), "cos", 1))
 
 
 @pytest.mark.parametrize("beta", [1.5, 2.0])

@@ -11,7 +11,7 @@ import torch
 
 from sigprop.nn import SigpropTransformer, build, init_foreign, rem_qk_std
 from sigprop.spec import ArchSpec
-from sigprop.theory import blocks, kernels
+from sigprop.theory import blocks, depth, kernels
 
 
 def unit_tokens(shape, d, seed=0, dtype=torch.float64):
@@ -353,7 +353,7 @@ def test_one_post_ln_layer_agrees_with_finite_t_theory(beta):
     assert meas["wmax"] == pytest.approx(float(st.wmax), abs=0.03)
     assert ratio_cos(att.out.double()).mean().item() == pytest.approx(p_att / q_att, abs=0.03)
     assert mean_cos(att.out.double()).mean().item() == pytest.approx(p_att / q_att, abs=0.05)
-    traj = blocks.propagate(spec)
+    traj = depth.propagate(spec)
     cos1 = traj[(traj["observable"] == "cos") & (traj["layer"] == 1)]["value"].item()
     assert mean_cos(out.hidden[1].double()).mean().item() == pytest.approx(cos1, abs=0.05)
     # the MLP half alone is exact given the measured post-LN input cosine (docs/theory.md §2.5)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from sigprop.spec import ArchSpec
-from sigprop.theory import blocks, kernels, rem
+from sigprop.theory import blocks, depth, kernels, rem
 
 
 def _values(traj, obs):
@@ -24,7 +24,7 @@ def gg25_spec(**kw):
 def test_post_ln_asymptotic_hand_iteration():
     """gg25 post-LN ReLU map (docs/theory.md §2.6) iterated by hand, independent of blocks.py."""
     spec = gg25_spec()
-    traj = blocks.propagate(spec, asymptotic=True)
+    traj = depth.propagate(spec, asymptotic=True)
     assert set(traj["source"]) == {"theory_asymptotic"}
     cos = _values(traj, "cos")
     assert len(cos) == 11 and cos[0] == pytest.approx(0.05)
@@ -50,10 +50,10 @@ def test_rank_collapse_without_residual_and_preservation_above_beta_c():
     # beta > beta_c preserves rho / (rho + (1 - rho) Y2).
     kw = dict(depth=1, alpha_attn=0.0, alpha_mlp=0.0, sigma_v2=1.0, sigma_w2=1.0,
               activation="linear", norm="none", rho0=0.3)
-    low = blocks.propagate(ArchSpec(beta=0.5, **kw), asymptotic=True)
+    low = depth.propagate(ArchSpec(beta=0.5, **kw), asymptotic=True)
     assert _values(low, "cos")[1] == pytest.approx(1.0, abs=1e-12)
     beta = 3.0
-    high = blocks.propagate(ArchSpec(beta=beta, **kw), asymptotic=True)
+    high = depth.propagate(ArchSpec(beta=beta, **kw), asymptotic=True)
     y2 = 1 - math.sqrt(2 / 0.7) / beta
     assert _values(high, "cos")[1] == pytest.approx(0.3 / (0.3 + 0.7 * y2), rel=1e-12)
 
@@ -62,7 +62,7 @@ def test_finite_t_source_and_ipr_close_to_mc_reference():
     # docs/theory.md §2.3 measured reference: key-query attention, T = 1024, rho = 0, beta = 1.5 ->
     # 0.26
     spec = ArchSpec(depth=1, beta=1.5, rho0=0.0, seq_len=1024)
-    traj = blocks.propagate(spec)
+    traj = depth.propagate(spec)
     assert set(traj["source"]) == {"theory"}
     assert abs(_values(traj, "ipr")[0] - 0.26) < 0.01
 
@@ -78,7 +78,7 @@ def _noci_spec(L, a1, a2, n):
 
 @pytest.mark.parametrize("L,a1,a2,n,rho0", [(5, 0.7, 1.3, 16, 0.2), (12, 0.3, 0.5, 64, 0.0)])
 def test_noci22_lemmas_via_propagate(L, a1, a2, n, rho0):
-    traj = blocks.propagate(_noci_spec(L, a1, a2, n), rho0=rho0)
+    traj = depth.propagate(_noci_spec(L, a1, a2, n), rho0=rho0)
     q, cos = _values(traj, "q"), _values(traj, "cos")
     d = 1.0  # both sides per feature dimension
     scale = (a1 * a2) ** (2 * np.arange(L + 1))
@@ -98,8 +98,8 @@ def test_noci22_lemmas_via_propagate(L, a1, a2, n, rho0):
 def test_uniform_is_beta_zero_limit():
     # docs/theory.md §2.4: uniform attention is the beta -> 0 limit of softmax at finite T
     kw = dict(depth=4, seq_len=128, rho0=0.1, sigma_v2=0.5, sigma_w2=1.5, sigma_b2=0.01)
-    u = blocks.propagate(ArchSpec(attention="uniform", **kw))
-    s = blocks.propagate(ArchSpec(beta=1e-6, **kw))
+    u = depth.propagate(ArchSpec(attention="uniform", **kw))
+    s = depth.propagate(ArchSpec(beta=1e-6, **kw))
     np.testing.assert_allclose(_values(u, "cos"), _values(s, "cos"), atol=1e-6)
 
 
@@ -114,7 +114,7 @@ def test_centred_removes_bias_and_mean():
 
 def test_pre_ln_grows_norm_and_keeps_rho_in_range():
     spec = ArchSpec(depth=24, norm="pre", beta=0.5, sigma_v2=1.0, sigma_w2=2.0, rho0=0.05)
-    traj = blocks.propagate(spec)
+    traj = depth.propagate(spec)
     q, cos = _values(traj, "q"), _values(traj, "cos")
     assert np.all(np.diff(q) > 0)  # residual stream accumulates
     assert np.all((cos >= 0) & (cos <= 1))
@@ -126,24 +126,24 @@ def test_every_activation_and_variant_runs_finite(act):
         for norm in ("post", "pre", "none"):
             spec = ArchSpec(depth=3, activation=act, attention=attention, norm=norm,
                             beta=1.0, rho0=0.2, seq_len=64, causal=(norm == "pre"))
-            traj = blocks.propagate(spec)
+            traj = depth.propagate(spec)
             assert np.isfinite(traj["value"]).all(), (act, attention, norm)
 
 
 def test_causal_statistics_lie_between_positions():
     # causal rows average positions 1..T: early queries see few keys, so the mean ipr is larger
     # than the encoder's at N = T (docs/theory.md §2.4 causal)
-    enc = blocks.propagate(ArchSpec(depth=1, beta=1.0, seq_len=256))
-    dec = blocks.propagate(ArchSpec(depth=1, beta=1.0, seq_len=256, causal=True))
+    enc = depth.propagate(ArchSpec(depth=1, beta=1.0, seq_len=256))
+    dec = depth.propagate(ArchSpec(depth=1, beta=1.0, seq_len=256, causal=True))
     assert _values(dec, "ipr")[0] > _values(enc, "ipr")[0]
 
 
 def test_verdicts():
-    assert blocks.verdict(ArchSpec(beta=3.0, depth=2)) == "entropy_collapse"
+    assert depth.verdict(ArchSpec(beta=3.0, depth=2)) == "entropy_collapse"
     deep = ArchSpec(depth=60, beta=0.5, rho0=0.05, sigma_v2=0.2, sigma_w2=0.2, sigma_b2=4e-4,
                     alpha_attn=0.2)
-    assert blocks.verdict(deep) == "rank_collapse"
-    assert blocks.verdict(deep.replace(alpha_attn=5.0)) == "trainable"
+    assert depth.verdict(deep) == "rank_collapse"
+    assert depth.verdict(deep.replace(alpha_attn=5.0)) == "trainable"
     # entropy collapse uses the asymptotic threshold beta_c(rho0) of docs/theory.md §2.7
     assert float(rem.beta_c(0.0)) == pytest.approx(math.sqrt(2))
 
@@ -200,6 +200,6 @@ def test_asymptotic_pre_ln_at_tiny_t_keeps_p_within_q():
     a = float(diagram.alpha_crit(spec, asymptotic=True)[0])
     assert np.isfinite(a) and a >= 0
     for alpha in (0.0, 1e-6, 1e-3, 1.0):
-        traj = blocks.propagate(spec.replace(alpha_attn=alpha), asymptotic=True)
+        traj = depth.propagate(spec.replace(alpha_attn=alpha), asymptotic=True)
         cos = traj[traj.observable == "cos"]["value"]
         assert cos.between(-1, 1).all()

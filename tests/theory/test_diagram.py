@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from sigprop.spec import ArchSpec
-from sigprop.theory import blocks, diagram
+from sigprop.theory import depth, diagram
 
 GG = dict(depth=60, rho0=0.0, sigma_v2=0.2, sigma_w2=0.2, sigma_b2=4e-4)
 
@@ -20,8 +20,8 @@ def test_regions_and_alpha_crit_definition():
     for beta in (0.2, 0.8, 1.3):
         a = float(diagram.alpha_crit(spec, [beta])[0])
         assert np.isfinite(a) and a > 0
-        above = blocks.final_cos(spec, beta=beta, alpha_attn=a * 1.01)
-        below = blocks.final_cos(spec, beta=beta, alpha_attn=a * 0.99)
+        above = depth.final_cos(spec, beta=beta, alpha_attn=a * 1.01)
+        below = depth.final_cos(spec, beta=beta, alpha_attn=a * 0.99)
         assert above < spec.rho_max <= below
 
 
@@ -32,7 +32,7 @@ def test_grid_matches_scalar_loop():
     for i, b in enumerate(d.betas):
         for j, a in enumerate(d.alphas):
             one = spec.replace(beta=float(b), alpha_attn=float(a))
-            ref = blocks.propagate(one)
+            ref = depth.propagate(one)
             cos_l = ref[(ref.observable == "cos") & (ref.layer == 8)]["value"].item()
             assert d.rho_l[i, j] == pytest.approx(cos_l, abs=1e-9)
 

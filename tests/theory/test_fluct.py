@@ -9,7 +9,7 @@ import pytest
 from scipy.special import logsumexp
 
 from sigprop.spec import ArchSpec
-from sigprop.theory import blocks, fluct, rem
+from sigprop.theory import blocks, depth, fluct, rem
 
 
 @pytest.mark.parametrize("T", [64, 512, 4096, 1 << 20])
@@ -82,8 +82,8 @@ def test_ln_average_matches_two_row_rem(beta, rho):
                     alpha_attn=0.0, alpha_mlp=0.0, activation="linear", sigma_v2=1.0,
                     sigma_w2=1.0)
     direct, ratio_of_means = _two_row_rem(beta, rho)
-    new = float(blocks.final_cos(spec, rho0=rho))
-    old = float(blocks.final_cos(spec, rho0=rho, fluctuations=False))
+    new = float(depth.final_cos(spec, rho0=rho))
+    old = float(depth.final_cos(spec, rho0=rho, fluctuations=False))
     assert abs(new - direct) < 0.008
     assert abs(old - ratio_of_means) < 0.008        # the two sides model the same rows
     if (beta, rho) in ((1.5, 0.3), (2.0, 0.3)):
@@ -144,8 +144,8 @@ def test_causal_ln_average_matches_direct_rows(beta, rho):
                     causal=True, alpha_attn=0.0, alpha_mlp=0.0, activation="linear",
                     sigma_v2=1.0, sigma_w2=1.0)
     direct, se = _causal_rem(beta, rho)
-    new = float(blocks.final_cos(spec, rho0=rho))
-    old = float(blocks.final_cos(spec, rho0=rho, fluctuations=False))
+    new = float(depth.final_cos(spec, rho0=rho))
+    old = float(depth.final_cos(spec, rho0=rho, fluctuations=False))
     assert se < 0.004
     assert abs(new - direct) < 0.01
     assert direct - old > 0.01
@@ -157,12 +157,12 @@ def test_causal_ln_average_broadcasts_and_limits():
                     sigma_v2=1.0, sigma_w2=1.0)
     rho0 = np.array([0.0, 0.3, 0.6, 1.0])
     beta = np.array([[0.5], [2.0]])
-    grid = blocks.final_cos(spec, rho0=rho0, beta=beta)
+    grid = depth.final_cos(spec, rho0=rho0, beta=beta)
     assert grid.shape == (2, 4)
     for i, b in enumerate(beta[:, 0]):
         for j, r in enumerate(rho0):
-            assert grid[i, j] == pytest.approx(float(blocks.final_cos(spec, rho0=r, beta=b)),
+            assert grid[i, j] == pytest.approx(float(depth.final_cos(spec, rho0=r, beta=b)),
                                                abs=1e-12)
     assert np.all(grid[:, -1] == 1.0)                    # identical tokens stay identical
-    assert np.all(grid >= blocks.final_cos(spec, rho0=rho0, beta=beta, fluctuations=False))
+    assert np.all(grid >= depth.final_cos(spec, rho0=rho0, beta=beta, fluctuations=False))
     assert np.all((grid >= 0) & (grid <= 1))

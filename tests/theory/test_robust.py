@@ -28,7 +28,7 @@ def test_centred_causal_small_beta_keeps_p_below_q():
     st_ = blocks.attention_stats(spec.sigma_s, 0.3, 16, d_head=spec.d_head, causal=True)
     assert float(st_.yx - st_.inv_t_cross) == pytest.approx(0.0, abs=1e-9)
     assert float(st_.y2 - st_.inv_t) == pytest.approx(0.0, abs=1e-9)
-    cos = _cos_rows(blocks.propagate(spec))
+    cos = _cos_rows(depth.propagate(spec))
     assert np.all(np.isfinite(cos)) and np.all(np.abs(cos) <= 1.0)
     for beta in (0.5, 1.0, 2.0):  # the cross term never exceeds the diagonal one
         st_ = blocks.attention_stats(beta * math.sqrt(math.log(16)), np.linspace(0, 1, 5), 16,
@@ -84,7 +84,7 @@ def test_tanh_no_norm_deep_long_is_fast_and_small():
                     activation="tanh", rho0=1.0)
     tracemalloc.start()
     t0 = time.perf_counter()
-    traj = blocks.propagate(spec)
+    traj = depth.propagate(spec)
     crit = diagram.alpha_crit(spec)
     elapsed = time.perf_counter() - t0
     peak = tracemalloc.get_traced_memory()[1]
@@ -104,7 +104,7 @@ def test_homogeneous_overflow_keeps_the_exact_cosine():
                     seq_len=16, rho0=0.2)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        traj = blocks.propagate(spec)
+        traj = depth.propagate(spec)
     cos = _cos_rows(traj)
     # reference recursion in float64 with explicit per-layer normalisation
     a2, m2, T = spec.alpha_attn**2, spec.alpha_mlp**2, 16
@@ -123,18 +123,18 @@ def test_non_homogeneous_overflow_is_a_spec_error():
     """No norm with swiglu: q grows doubly exponentially and cannot be factored out."""
     spec = ArchSpec(norm="none", depth=100, activation="swiglu")
     with pytest.raises(SpecError, match="overflows float64 at layer"):
-        blocks.propagate(spec)
+        depth.propagate(spec)
     assert np.isnan(diagram.alpha_crit(spec)[0])
-    assert np.isnan(blocks.final_cos(spec))
+    assert np.isnan(depth.final_cos(spec))
 
 
 def test_pre_ln_scale_is_carried():
     """Pre-LN with a huge residual gain overflowed the stream norm; the cosine is exact with
     the branches divided by the carried scale (they read the normalised stream)."""
     spec = ArchSpec(norm="pre", depth=200, alpha_attn=100.0, alpha_mlp=100.0, rho0=0.3)
-    cos = _cos_rows(blocks.propagate(spec))
+    cos = _cos_rows(depth.propagate(spec))
     assert np.all(np.isfinite(cos)) and np.all((cos >= 0) & (cos <= 1))
-    assert float(blocks.final_cos(spec)) == pytest.approx(cos[-1], rel=1e-12)
+    assert float(depth.final_cos(spec)) == pytest.approx(cos[-1], rel=1e-12)
     # q ~ 1e8^L leaves float64 at L ~ 38 (the old code then read cos = 1); before that the
     # unscaled iteration is exact, and the residual (gain 1e8 per block) keeps cos near rho0
     bp, q, p, ref = blocks.BlockParams.from_spec(spec), 1.0, 0.3, [0.3]
@@ -151,9 +151,9 @@ def test_deep_stack_under_a_second_per_fixed_point():
     remaining layers are filled, not iterated (rows identical to iterating)."""
     spec = ArchSpec(depth=10000)
     t0 = time.perf_counter()
-    traj = blocks.propagate(spec)
+    traj = depth.propagate(spec)
     assert time.perf_counter() - t0 < 2.5  # iterating all 10000 layers took 4-10 s
-    short = blocks.propagate(spec.replace(depth=600))
+    short = depth.propagate(spec.replace(depth=600))
     a = traj[traj["layer"] <= 600]["value"].to_numpy()
     assert np.array_equal(a, short["value"].to_numpy())
 
@@ -195,7 +195,7 @@ def test_every_theory_row_is_finite_and_in_range(kw, asymptotic):
     [0, 1], q >= 0 (finite here: depth <= 6) -- or a SpecError for an overflowing no-norm q."""
     spec = ArchSpec(d_model=64, heads=4, **kw)  # d_head 16: tables shared with the tests above
     try:
-        traj = blocks.propagate(spec, asymptotic=asymptotic)
+        traj = depth.propagate(spec, asymptotic=asymptotic)
     except SpecError:
         assert spec.norm == "none"
         return
@@ -234,7 +234,7 @@ def test_deep_causal_stack_at_huge_score_scale_finishes():
     spec = ArchSpec(depth=30, d_model=16, heads=2, seq_len=16, qk_std=3.0, norm="pre",
                     causal=True)
     t0 = time.perf_counter()
-    traj = blocks.propagate(spec)
+    traj = depth.propagate(spec)
     assert time.perf_counter() - t0 < 60.0
     assert np.all(np.isfinite(traj["value"].to_numpy()))
 
@@ -260,7 +260,7 @@ def test_prediction_table_of_a_deep_stack_is_sampled():
     from sigprop.report.console import print_prediction
 
     spec = ArchSpec(depth=2000)
-    traj = blocks.propagate(spec)
+    traj = depth.propagate(spec)
     cos = traj[traj["observable"] == "cos"].set_index("layer")["value"]
     cross = int(cos.index[cos.to_numpy() >= spec.rho_max][0])
     buf = io.StringIO()

@@ -1,7 +1,7 @@
 """noci22 uniform-attention theory (docs/theory.md §4): Lemmas 3.2/3.3, Thm 3.3, Eqs. 17-18, 43-47.
 
 Gradient formulas are checked against torch autograd Jacobians of one attention layer
-(noci22 Lemma A.2's model), forward formulas against sigprop's one recursion (blocks.propagate).
+(noci22 Lemma A.2's model), forward formulas against sigprop's one recursion (depth.propagate).
 Monte Carlo checks use fixed seeds and 4-standard-error bands (SE = sample std / sqrt(draws)).
 """
 
@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from sigprop.spec import ArchSpec
-from sigprop.theory import blocks
+from sigprop.theory import depth
 from sigprop.theory import uniform as U
 
 torch = pytest.importorskip("torch")
@@ -29,7 +29,7 @@ def _c0_f0(n, d, rho0, sx2=1.0):
     (7, 0.0, 0.8, 10, 0.3, 1.0), (7, 0.6, 0.0, 10, 0.3, 1.0), (4, 0.0, 0.0, 5, 0.1, 1.0),
 ])
 def test_lemmas_32_33_equal_propagate(L, a1, a2, n, rho0, sx2):
-    # noci22 Eqs. 10 and 12 in closed form == the (q, p) recursion of blocks.propagate, to
+    # noci22 Eqs. 10 and 12 in closed form == the (q, p) recursion of depth.propagate, to
     # roundoff (both are exact; 1e-12 relative leaves room for L multiplications).
     d = 32
     tr = U.propagate_noci(L, a1, a2, n, rho0, d=d, sigma_x2=sx2)
@@ -52,7 +52,7 @@ def test_skip_gauge_agrees_with_branch_gauge():
     spec = ArchSpec(depth=L, norm="none", attention="uniform", activation="linear",
                     sigma_v2=1.0, sigma_w2=1.0, sigma_b2=0.0, alpha_attn=1 / a1,
                     alpha_mlp=1 / a2, seq_len=n)
-    traj = blocks.propagate(spec, rho0=rho0)
+    traj = depth.propagate(spec, rho0=rho0)
 
     def col(name):
         return traj[traj["observable"] == name].sort_values("layer")["value"].to_numpy()

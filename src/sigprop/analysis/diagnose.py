@@ -119,12 +119,12 @@ def _verdict(spec: ArchSpec, meas, heads) -> tuple[str, int | None, list[int]]:
 
 def recommend(spec: ArchSpec, rho0: float) -> list[dict]:
     """Concrete changes with the theory's predicted effect on the final cosine / regime."""
-    from ..theory import blocks, diagram, rem
+    from ..theory import depth, diagram, rem
 
     out = []
     bc = float(rem.beta_c(rho0))
     logt = math.sqrt(math.log(spec.seq_len))
-    base = float(blocks.final_cos(spec, rho0=rho0))
+    base = float(depth.final_cos(spec, rho0=rho0))
     out.append({"what": "beta window", "current": spec.beta_eff, "limit": bc,
                 "qk_std_max": math.sqrt(bc * logt / spec.d_model / spec.multiplier),
                 "text": f"keep beta below beta_c(rho0)={bc:.3g} (now {spec.beta_eff:.3g}): "
@@ -134,8 +134,8 @@ def recommend(spec: ArchSpec, rho0: float) -> list[dict]:
         target = 0.5 * bc
         fixed = spec.replace(beta=target, qk_std=None)
         out.append({"what": "lower beta", "beta": target,
-                    "predicted_cos_L": float(blocks.final_cos(fixed, rho0=rho0)),
-                    "predicted_verdict": blocks.verdict(fixed, rho0=rho0),
+                    "predicted_cos_L": float(depth.final_cos(fixed, rho0=rho0)),
+                    "predicted_verdict": depth.verdict(fixed, rho0=rho0),
                     "text": f"re-initialise Q/K for beta={target:.3g} (sigprop fix --beta "
                             f"{target:.3g})"})
     a_crit = float(diagram.alpha_crit(spec, rho0=rho0)[0])
@@ -144,9 +144,9 @@ def recommend(spec: ArchSpec, rho0: float) -> list[dict]:
     if math.isfinite(a_crit) and a_crit > spec.alpha_attn:
         a_new = 1.1 * a_crit
         fixed = spec.replace(alpha_attn=a_new)
-        new_cos = float(blocks.final_cos(fixed, rho0=rho0))
+        new_cos = float(depth.final_cos(fixed, rho0=rho0))
         item.update(alpha=a_new, predicted_cos_L=new_cos,
-                    predicted_verdict=blocks.verdict(fixed, rho0=rho0),
+                    predicted_verdict=depth.verdict(fixed, rho0=rho0),
                     text=f"scale the attention skip to alpha_attn={a_new:.3g} (alpha_crit(L="
                          f"{spec.depth})={a_crit:.3g}): predicted final cos {base:.3g} -> "
                          f"{new_cos:.3g}")
@@ -155,9 +155,9 @@ def recommend(spec: ArchSpec, rho0: float) -> list[dict]:
                         f"{a_crit:.3g}: no change needed")
     out.append(item)
     centred = spec.replace(attention="centred")
-    c_cos = float(blocks.final_cos(centred, rho0=rho0))
+    c_cos = float(depth.final_cos(centred, rho0=rho0))
     out.append({"what": "centred attention", "predicted_cos_L": c_cos,
-                "predicted_verdict": blocks.verdict(centred, rho0=rho0),
+                "predicted_verdict": depth.verdict(centred, rho0=rho0),
                 "text": f"centred attention (A - 11^T/T, mindthegap): predicted final cos "
                         f"{base:.3g} -> {c_cos:.3g}"})
     long_t = min(spec.seq_len * 16, 2**20)
@@ -209,7 +209,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
 
     from .. import models as hf
     from ..measurement.probe import Probe, to_trajectory
-    from ..theory import blocks
+    from ..theory import depth
 
     for name, v, hi in (("seeds", seeds, 64), ("sequences", sequences, 256)):
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
@@ -264,7 +264,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     rho0 = float(meas[(meas.observable == "cos") & (meas.layer == 0)]["value"].iloc[0])
     rho0 = min(max(rho0, 0.0), 1.0)
     spec = spec.replace(rho0=rho0)
-    theory = blocks.propagate(spec, rho0=rho0)
+    theory = depth.propagate(spec, rho0=rho0)
     traj = pd.concat([theory, meas], ignore_index=True)
     verdict, first, bad_heads = _verdict(spec, meas, heads)
     return Diagnosis(model=name, spec=spec, info=info, trajectory=traj, heads=heads,

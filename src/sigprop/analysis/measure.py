@@ -49,7 +49,7 @@ def measure(spec: ArchSpec | None = None, *, seeds: int = 4, sequences: int = 2,
 
     from ..measurement.engine import compare
     from ..measurement.engine import measure as run
-    from ..theory import blocks, diagram
+    from ..theory import depth, diagram
 
     spec = _spec(spec, fields)
     m = run(spec, seeds=seeds, sequences=sequences, input=input,
@@ -57,10 +57,10 @@ def measure(spec: ArchSpec | None = None, *, seeds: int = 4, sequences: int = 2,
             dtype=torch.float64 if float64 else torch.float32, grads=grads)
     given = spec.rho0 if rho0 is None else rho0
     r0 = float(given) if given is not None else min(max(m.rho0, 0.0), 1.0)
-    theory = blocks.propagate(spec, rho0=r0, asymptotic=asymptotic)
+    theory = depth.propagate(spec, rho0=r0, asymptotic=asymptotic)
     return Comparison(
         spec=spec, trajectory=pd.concat([theory, m.trajectory], ignore_index=True),
-        verdict=blocks.verdict(spec, theory, rho0=r0, asymptotic=asymptotic),
+        verdict=depth.verdict(spec, theory, rho0=r0, asymptotic=asymptotic),
         alpha_crit=finite_or_none(diagram.alpha_crit(spec, rho0=r0, asymptotic=asymptotic)[0]),
         rho0=r0, max_abs_error=compare(theory, m.trajectory), seconds=m.seconds,
         info=dict(m.info))

@@ -18,7 +18,8 @@ class Prediction(Result):
     """What the theory says about ``spec``: per-layer ``trajectory`` (source ``theory`` or
     ``theory_asymptotic``), ``verdict`` (trainable | rank_collapse | entropy_collapse),
     ``alpha_crit`` (smallest attention residual strength keeping the final cosine below
-    ``spec.rho_max``; None in entropy collapse) and ``derived`` (the score scale in the five
+    ``spec.rho_max``; None in entropy collapse, inf when no strength up to the search ceiling
+    is enough) and ``derived`` (the score scale in the five
     papers' terms)."""
 
     spec: ArchSpec
@@ -40,9 +41,11 @@ def _spec(spec: ArchSpec | None, fields: dict[str, Any]) -> ArchSpec:
 
 
 def finite_or_none(x: float) -> float | None:
+    """``alpha_crit`` as a result field: None where it does not exist (NaN: entropy
+    collapse), inf where no residual strength up to the search ceiling suffices."""
     import math
 
-    return float(x) if math.isfinite(x) else None
+    return None if math.isnan(x) else float(x)
 
 
 def predict(spec: ArchSpec | None = None, *, rho0: float | None = None,
@@ -51,13 +54,13 @@ def predict(spec: ArchSpec | None = None, *, rho0: float | None = None,
     ``fields`` override the spec's (``predict(depth=48, beta=0.5)``). ``rho0``: the input
     cosine (default the spec's, else 0); ``asymptotic``: the T -> infinity limit instead of
     finite T. Bad values raise :class:`~sigprop.spec.SpecError` naming the field."""
-    from ..theory import blocks, diagram
+    from ..theory import depth, diagram
 
     spec = _spec(spec, fields)
     r0 = spec.rho_init if rho0 is None else float(rho0)
-    traj = blocks.propagate(spec, rho0=r0, asymptotic=asymptotic)
+    traj = depth.propagate(spec, rho0=r0, asymptotic=asymptotic)
     return Prediction(spec=spec, trajectory=traj,
-                      verdict=blocks.verdict(spec, traj, rho0=r0, asymptotic=asymptotic),
+                      verdict=depth.verdict(spec, traj, rho0=r0, asymptotic=asymptotic),
                       alpha_crit=finite_or_none(
                           diagram.alpha_crit(spec, rho0=r0, asymptotic=asymptotic)[0]),
                       derived=spec.derived(r0), rho0=r0)

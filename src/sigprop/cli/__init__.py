@@ -94,8 +94,10 @@ def run(args: list[str] | None = None) -> int:
         return 130
     except exits as err:
         return int(getattr(err, "exit_code", 1) or 0)
-    except SpecError as err:
-        typer.echo(f"sigprop: error: {err}", err=True)
+    except SpecError as err:  # raised past a command's own handling: name the option
+        msg = str(err).split(": ", 1)[-1]
+        where = common.option_name(err.field) if err.field in common._SPEC_OPTIONS else err.field
+        typer.echo(f"sigprop: error: {where}: {msg}", err=True)
         return 2
     return rv if isinstance(rv, int) else 0
 

@@ -264,8 +264,21 @@ def _emit_json(obj: dict) -> None:
     """Print a result as JSON, with ``meta``: the command line and the sigprop version."""
     from ..trajectory import clean_json
 
-    obj = {**obj, "meta": {"command": command_line(), "version": version()}}
-    sys.stdout.write(json.dumps(clean_json(obj), indent=1) + "\n")
+    obj = clean_json({**obj, "meta": {"command": command_line(), "version": version()}})
+    sys.stdout.write(dumps(obj) + "\n")
+
+
+def dumps(obj: dict) -> str:
+    """JSON with one top-level key per line and one element per line in lists of objects
+    (Trajectory rows), each value written compactly: readable, diffable, and fast (the C
+    encoder; ``indent=`` would use the pure-Python one, 1.2 s for 60,000 rows)."""
+    def value(v) -> str:
+        if isinstance(v, list) and v and all(isinstance(x, dict) for x in v):
+            return "[\n  " + ",\n  ".join(json.dumps(x, allow_nan=False) for x in v) + "\n ]"
+        return json.dumps(v, allow_nan=False)
+
+    body = ",\n".join(f" {json.dumps(k)}: {value(v)}" for k, v in obj.items())
+    return "{\n" + body + "\n}"
 
 
 def write_report_file(path: str, d, **kwargs) -> None:

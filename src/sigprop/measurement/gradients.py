@@ -156,7 +156,7 @@ def qkv_grad_norms(model: nn.Module, inputs, loss_fn: Callable | None = None,
 def grads_to_trajectory(result: dict, spec=None, source: str = "measured"):
     """Trajectory rows from :func:`qkv_grad_norms` (or a list of results, one per seed).
 
-    Block ``l`` (1-based, as in ``theory.blocks.propagate``) gives ``grad_qk`` rows for W_Q and
+    Block ``l`` (1-based, as in ``theory.depth.propagate``) gives ``grad_qk`` rows for W_Q and
     then W_K (extra column ``weight`` = ``"q"`` / ``"k"``; consumers that want one number per
     layer take the first, W_Q) and a ``grad_v`` row (``weight = "v"``). Mean and stderr over
     seeds (stderr NaN for one result).

@@ -6,7 +6,7 @@ layer.
     traj = to_trajectory(p)        # Trajectory rows, mean ± stderr over sequences (or seeds)
 
 Layer 0 is the input of the first block (embeddings), layer ``l`` the output of block ``l`` and
-where block ``l``'s attention statistics go, as in ``theory.blocks.propagate``. Attention
+where block ``l``'s attention statistics go, as in ``theory.depth.propagate``. Attention
 probabilities (``p.info[i]["source"]``) are ``returned`` when the attention module outputs them
 second (HF eager attention; transformers 5 does so even without ``output_attentions``), else
 ``recomputed`` as ``softmax(q k^T * scale + mask)`` from hooked Q/K projections. Which modules

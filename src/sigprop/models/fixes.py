@@ -248,7 +248,7 @@ def apply_fix(model: nn.Module, *, beta: float | None = None,
     default the architecture's); ``scaling`` one of docs/theory.md §3.2's kinds with its
     parameter."""
     from ..nn.init import scale_linear_
-    from ..theory import blocks
+    from ..theory import depth
     from .arch import spec_and_info
     from .names import qkv_names
 
@@ -304,7 +304,7 @@ def apply_fix(model: nn.Module, *, beta: float | None = None,
     if needs_runtime(model.config):
         _set_attn(model)
     r0 = before.rho_init if rho0 is None else float(rho0)
-    predicted = {k: {"final_cos": float(blocks.final_cos(s, rho0=r0)),
-                     "verdict": blocks.verdict(s, rho0=r0)}
+    predicted = {k: {"final_cos": float(depth.final_cos(s, rho0=r0)),
+                     "verdict": depth.verdict(s, rho0=r0)}
                  for k, s in (("before", before), ("after", after))}
     return FixReport(before, after, rec, changes or ["nothing to change"], predicted)

@@ -24,9 +24,9 @@ from . import register
 
 
 def _verdict(spec: ArchSpec) -> str:
-    from ..theory import blocks
+    from ..theory import depth
 
-    return blocks.verdict(spec)
+    return depth.verdict(spec)
 
 
 def _summary(res, label: str, **extra) -> list[dict]:

@@ -43,6 +43,7 @@ import math
 import numpy as np
 
 from ..spec import ArchSpec, SpecError
+from . import rem
 from .blocks import BlockParams, _cos, block_step
 
 #: largest signal norm q carried unscaled (beyond it the next layer may overflow float64)
@@ -222,3 +223,21 @@ def propagate(spec: ArchSpec, rho0: float | None = None, *,
                                   value=qv if k == "q" else v) for k, v in same]
                 break
     return trajectory.make(rows, spec)
+
+
+def verdict(spec: ArchSpec, traj=None, *, rho0: float | None = None,
+            asymptotic: bool = False, rho_l: float | None = None) -> str:
+    """docs/theory.md §2.7 regime of the spec's own point: ``entropy_collapse`` if
+    beta > beta_c(rho0); else ``rank_collapse`` if rho_L >= rho_max; else ``trainable``.
+    rho_L is ``rho_l`` when given, else read from ``traj``, else propagated."""
+    r0 = spec.rho_init if rho0 is None else float(rho0)
+    if spec.attention != "uniform" and spec.beta_eff > float(rem.beta_c(r0)):
+        return "entropy_collapse"
+    if rho_l is None and traj is None:
+        rho_l = float(final_cos(spec, rho0=r0, asymptotic=asymptotic))
+    elif rho_l is None:
+        cos = traj[traj["observable"] == "cos"]
+        rho_l = float(cos.loc[cos["layer"].idxmax(), "value"])
+    if not math.isfinite(rho_l):
+        raise overflow_error(spec, spec.depth)
+    return "rank_collapse" if rho_l >= spec.rho_max else "trainable"

@@ -13,7 +13,7 @@ import numpy as np
 
 from ..spec import ArchSpec
 from . import rem
-from .blocks import final_cos, verdict
+from .depth import final_cos, verdict
 
 TRAINABLE, RANK_COLLAPSE, ENTROPY_COLLAPSE = 0, 1, 2
 REGIMES = ("trainable", "rank_collapse", "entropy_collapse")
@@ -63,7 +63,7 @@ def alpha_crit(spec: ArchSpec, betas=None, *, rho0: float | None = None,
     NaN above beta_c(rho0) (softmax and centred attention): there the first layer condenses
     (entropy collapse) whatever the residual, so no alpha_attn makes the spec trainable. This is
     the one definition used by ``predict``, ``measure`` and ``diagram`` (grid and own point).
-    NaN also where the search met a non-finite rho_L (see :func:`.blocks.final_cos`)."""
+    NaN also where the search met a non-finite rho_L (see :func:`.depth.final_cos`)."""
     b_all = np.atleast_1d(np.asarray(spec.beta_eff if betas is None else betas,
                                      dtype=np.float64))
     r0 = spec.rho_init if rho0 is None else float(rho0)

@@ -27,7 +27,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..spec import ArchSpec
-from . import blocks
+from . import depth
 
 
 def _f(x) -> np.ndarray:
@@ -201,7 +201,7 @@ def noci_spec(L: int, alpha1, alpha2, n: int, d: int = 64) -> ArchSpec:
 
 def propagate_noci(L, alpha1, alpha2, n, rho0, d: int = 64, sigma_x2: float = 1.0):
     """noci22's model (uniform attention, linear activation, no LN, value and FF weights of
-    variance ``1/d``) run through :func:`sigprop.theory.blocks.propagate` (docs/theory.md §4: the
+    variance ``1/d``) run through :func:`sigprop.theory.depth.propagate` (docs/theory.md §4: the
     (q, p) recursion of §2 with uniform attention) via :func:`noci_spec`.
 
     Input: ``n`` tokens of width ``d``, per-dimension variance ``sigma_x2`` and pairwise
@@ -210,7 +210,7 @@ def propagate_noci(L, alpha1, alpha2, n, rho0, d: int = 64, sigma_x2: float = 1.
     Lemmas 3.2/3.3 (:func:`lemma32_C`, :func:`lemma33_norm`) to roundoff. Scalar parameters
     only (the Trajectory is one spec's); ``L >= 1``.
     """
-    traj = blocks.propagate(noci_spec(L, alpha1, alpha2, n, d), rho0=float(rho0))
+    traj = depth.propagate(noci_spec(L, alpha1, alpha2, n, d), rho0=float(rho0))
 
     def column(name: str) -> np.ndarray:
         sub = traj[traj["observable"] == name].sort_values("layer")

@@ -53,7 +53,7 @@ def trainability(spec: ArchSpec, betas: Sequence[float] = DEFAULT_BETAS,
                  *, data: str = "builtin", corpus=None, margin: float = DEFAULT_MARGIN,
                  on_step: Callable[[int, int], None] | None = None):
     """Train every (beta, alpha_attn) point briefly and classify it (:func:`criterion_text`)
-    beside the theory's regime (:func:`sigprop.theory.blocks.verdict`, docs/theory.md §2.7).
+    beside the theory's regime (:func:`sigprop.theory.depth.verdict`, docs/theory.md §2.7).
 
     Betas of one alpha train together (one batched model, slices = betas x seeds). Returns
     ``(table, trajectory)``: one table row per point with ``beta, alpha, theory, outcome,
@@ -61,7 +61,7 @@ def trainability(spec: ArchSpec, betas: Sequence[float] = DEFAULT_BETAS,
     and ``alpha`` columns. ``on_step(done, total)`` counts steps over the whole grid."""
     import pandas as pd
 
-    from ..theory import blocks
+    from ..theory import depth
 
     if not betas or not alphas:
         raise SpecError("betas", "give at least one beta and one alpha")
@@ -91,7 +91,7 @@ def trainability(spec: ArchSpec, betas: Sequence[float] = DEFAULT_BETAS,
         for bi, b in enumerate(betas):
             final = res.final_eval[bi * config.seeds:(bi + 1) * config.seeds]
             m, e = _mean_err(final)
-            theory = blocks.verdict(replace(sp, beta=float(b)))
+            theory = depth.verdict(replace(sp, beta=float(b)))
             learned = m <= res.baseline - margin
             agree = learned == (theory == "trainable")
             rows.append(dict(beta=float(b), alpha=float(a), theory=theory,
