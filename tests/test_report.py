@@ -163,3 +163,22 @@ def test_figures_leave_matplotlib_state_alone(tmp_path):
     assert fig.axes and not list(tmp_path.iterdir())
     plot_diagram(d, str(tmp_path / "d.svg"))
     assert (tmp_path / "d.svg").read_text().lstrip().startswith("<?xml")
+
+
+def test_trainability_plot_is_the_grid():
+    """The (beta, alpha) grid: one cell per point coloured by the theory's regime, one marker
+    per point (filled: learned, cross: stuck), a red frame where training disagreed."""
+    import pandas as pd
+
+    from sigprop.report.training import plot_trainability
+
+    rows = [dict(beta=b, alpha=a, theory="trainable" if a > 1 else "rank_collapse",
+                 outcome="learned" if a > 1 else "stuck", gain=0.7 if a > 1 else 0.0,
+                 agree=not (a == 0.2 and b == 0.3))
+            for b in (0.3, 1.0) for a in (0.2, 2.0)]
+    fig = plot_trainability(None, pd.DataFrame(rows))
+    ax = fig.axes[0]
+    assert ax.images[0].get_array().shape == (2, 2)
+    markers = [ln.get_marker() for ln in ax.lines]
+    assert sorted(markers) == ["X", "X", "o", "o"]
+    assert sum(p.get_edgecolor()[:3] == (1.0, 0.0, 0.0) for p in ax.patches) == 1
