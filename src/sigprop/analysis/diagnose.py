@@ -100,14 +100,94 @@ def _text_ids(sequences: int, T: int, vocab: int, seed: int):
     return torch.remainder(ids, vocab)
 
 
-def _verdict(spec: ArchSpec, meas, heads) -> tuple[str, int | None, list[int]]:
+def _repeats(config) -> int:
+    """Applications of each block per forward pass: ALBERT shares ``num_hidden_groups`` layer
+    groups over ``num_hidden_layers`` layers; 1 elsewhere."""
+    groups = getattr(config, "num_hidden_groups", None)
+    L = getattr(config, "num_hidden_layers", None)
+    if isinstance(groups, int) and isinstance(L, int) and 0 < groups < L and L % groups == 0:
+        return L // groups
+    return 1
+
+
+def _inputs(config, kind: str, T: int, sequences: int, vocab: int, seed: int,
+            device: str) -> tuple[dict, str | None]:
+    """The model's inputs (and a note saying what they are where they are not text):
+    ``input_ids`` + ``attention_mask`` of built-in text; images: ``pixel_values`` N(0, 1) per
+    pixel (a normalised image's scale); audio: ``input_features`` N(0, 1) over the
+    ``2 * max_source_positions`` frames the encoder requires."""
+    import torch
+
+    if kind == "text":
+        ids = _text_ids(sequences, T, vocab, seed).to(device)
+        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, None
+    g = torch.Generator().manual_seed(int(seed))
+    if kind == "image":
+        size = getattr(config, "image_size", 224)
+        size = size if isinstance(size, int) else size[0]
+        c = getattr(config, "num_channels", 3)
+        x = torch.randn(sequences, c, size, size, generator=g)
+        return {"pixel_values": x.to(device)}, (
+            f"image input: pixel_values i.i.d. N(0, 1) ({c}x{size}x{size}, a normalised "
+            f"image's scale), {T - 1} patches + CLS = T {T}")
+    mel = getattr(config, "num_mel_bins", 80)
+    frames = 2 * T
+    x = torch.randn(sequences, mel, frames, generator=g)
+    return {"input_features": x.to(device)}, (
+        f"audio input: input_features i.i.d. N(0, 1) ({mel} mel bins x {frames} frames = "
+        f"2 x max_source_positions, the length the encoder requires), T = {T}")
+
+
+def _forward(model, inputs: dict, enc_dec: bool, returned: bool = False) -> None:
+    """One forward pass; an encoder-decoder model runs its encoder only. ``returned``: ask
+    for the attention probabilities (``output_attentions=True``, eager attention), so that
+    the Probe reads the model's own maps (relative-position terms included) where a module
+    returns them only on request (DeBERTa-v2)."""
+    if enc_dec and hasattr(model, "get_encoder"):
+        model = model.get_encoder()
+    if returned:
+        try:
+            model(**inputs, output_attentions=True)
+            return
+        except TypeError:  # a forward without output_attentions
+            pass
+    model(**inputs)
+
+
+def _probe_notes(probe, meas) -> list[str]:
+    """Notes on layers whose attention statistics are missing or approximate."""
+    n = len(probe.info)
+    have = {int(x) for x in meas[meas.observable == "entropy"]["layer"]}
+    out = []
+    missing = [i for i in range(1, n + 1) if i not in have]
+    if missing:
+        why = ("no attention module with recognised Q/K projections"
+               if all(probe.sites[(i - 1) // probe.repeats] is None for i in missing)
+               else "the attention module did not run or returned nothing readable")
+        out.append(f"attention statistics could not be read for layer(s) "
+                   f"{', '.join(map(str, missing))} ({why}); their cos / q / stable rank are "
+                   "measured")
+    rope = [i + 1 for i, d in enumerate(probe.info) if d.get("rope") == "missing"]
+    bias = [i + 1 for i, d in enumerate(probe.info) if d.get("bias") == "missing"]
+    if rope:
+        out.append(f"layer(s) {', '.join(map(str, rope))}: attention recomputed without RoPE "
+                   "(the module gets no (cos, sin)); approximate")
+    if bias:
+        out.append(f"layer(s) {', '.join(map(str, bias))}: attention recomputed without its "
+                   "ALiBi / relative position bias; approximate")
+    return out
+
+
+def _verdict(spec: ArchSpec, meas, heads, theory: bool = True
+             ) -> tuple[str, int | None, list[int]]:
+    """``theory=False``: the measurement alone (no beta_c condition)."""
     from ..theory import rem
 
     cos = meas[meas.observable == "cos"].set_index("layer")["value"]
     ent = meas[meas.observable == "entropy"].set_index("layer")["value"]
-    bc = float(rem.beta_c(spec.rho_init))
+    over = theory and spec.beta_eff > float(rem.beta_c(spec.rho_init))
     low_ent = [int(layer) for layer, v in ent.items() if v < ENTROPY_MIN]
-    if spec.attention != "uniform" and (spec.beta_eff > bc or low_ent):
+    if spec.attention != "uniform" and (over or low_ent):
         first = low_ent[0] if low_ent else 1
         h = heads[(heads.layer == first) & (heads.observable == "entropy")]
         return "entropy_collapse", first, sorted(int(x) for x in h[h.value < ENTROPY_MIN]["head"])
@@ -209,6 +289,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
 
     from .. import models as hf
     from ..measurement.probe import Probe, to_trajectory
+    from ..models.arch import FAMILIES, generic_spec_and_info, input_kind
     from ..theory import depth
 
     for name, v, hi in (("seeds", seeds, 64), ("sequences", sequences, 256)):
@@ -223,19 +304,36 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     config = _module_config(module) if module is not None else hf.load_config(model)
     name = type(module).__name__ if module is not None else (
         str(model) if isinstance(model, str | Path) else getattr(config, "model_type", "config"))
-    spec, info = hf.spec_and_info(config, seq_len)
+    mapped = config.model_type in FAMILIES
+    spec, info = (hf.spec_and_info(config, seq_len) if mapped
+                  else generic_spec_and_info(config, seq_len))
+    notes = list(getattr(info, "notes", ()))
     vocab = vocab_at_init(config, info.vocab_size)
     check_memory(config, spec, sequences, vocab)
-    ids = _text_ids(sequences, spec.seq_len, vocab, seed).to(device)
+    kind = input_kind(config)
+    inputs, input_note = _inputs(config, kind, spec.seq_len, sequences, vocab, seed, device)
+    if input_note:
+        notes.append(input_note)
+    if seq_len is not None and kind != "text" and seq_len != spec.seq_len:
+        notes.append(f"seq_len {seq_len} ignored: the {kind} input fixes T={spec.seq_len}")
+    enc_dec = bool(getattr(config, "is_encoder_decoder", False))
+    if enc_dec:
+        notes.append("encoder-decoder: the encoder stack is measured (model.get_encoder()); "
+                     "the decoder is not")
+    repeats = _repeats(config)
+    if repeats > 1:
+        notes.append(f"shared layers ({config.model_type}): each of "
+                     f"{getattr(config, 'num_hidden_groups', 1)} layer group(s) is applied "
+                     f"{repeats} times; every application is measured as one layer")
     probes, trained = [], False
     if module is not None:  # the user's model, as it is
         was_training = module.training
         module.eval()
         try:
-            p = Probe(module, keep_hidden=False)
+            p = Probe(module, keep_hidden=False, repeats=repeats)
+            dev = next(module.parameters()).device
             with p, torch.no_grad():
-                module(input_ids=ids.to(next(module.parameters()).device),
-                       attention_mask=torch.ones_like(ids))
+                _forward(module, {k: v.to(dev) for k, v in inputs.items()}, enc_dec)
         finally:
             module.train(was_training)
         probes, trained, seeds = [p], True, 0
@@ -244,13 +342,15 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     # a model folder's weights (safetensors, or weights_only pickles) replace the init
     folder = _folder(model)
     for s in range(seeds):
-        m = hf.model_at_init(config, seed=seed + s, attn_implementation="sdpa",
-                             vocab_size=vocab).to(device)
+        # unmapped families: eager attention (probabilities returned as the model forms them,
+        # biases and soft-capping included; some families have no SDPA path)
+        m = hf.model_at_init(config, seed=seed + s, attn_implementation="sdpa" if mapped
+                             else "eager", vocab_size=vocab).to(device)
         if folder is not None:
             trained = hf.load_local_weights(m, folder).trained or trained
-        p = Probe(m, keep_hidden=False)
+        p = Probe(m, keep_hidden=False, repeats=repeats)
         with p, torch.no_grad():
-            m(input_ids=ids, attention_mask=torch.ones_like(ids))
+            _forward(m, inputs, enc_dec, returned=not mapped)
         probes.append(p)
         del m
         if on_seed is not None:
@@ -264,15 +364,21 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     rho0 = float(meas[(meas.observable == "cos") & (meas.layer == 0)]["value"].iloc[0])
     rho0 = min(max(rho0, 0.0), 1.0)
     spec = spec.replace(rho0=rho0)
-    theory = depth.propagate(spec, rho0=rho0)
-    traj = pd.concat([theory, meas], ignore_index=True)
-    verdict, first, bad_heads = _verdict(spec, meas, heads)
+    notes += _probe_notes(probes[0], meas)
+    if mapped:
+        theory = depth.propagate(spec, rho0=rho0)
+        traj = pd.concat([theory, meas], ignore_index=True)
+        verdict, first, bad_heads = _verdict(spec, meas, heads)
+        derived, recs = spec.derived(rho0), recommend(spec, rho0)
+    else:  # measured-only: the verdict reads the measurement alone
+        traj = meas.reset_index(drop=True)
+        verdict, first, bad_heads = _verdict(spec, meas, heads, theory=False)
+        derived, recs = {}, []
     return Diagnosis(model=name, spec=spec, info=info, trajectory=traj, heads=heads,
-                     derived=spec.derived(rho0), verdict=verdict, first_failing_layer=first,
-                     failing_heads=bad_heads, recommendations=recommend(spec, rho0),
+                     derived=derived, verdict=verdict, first_failing_layer=first,
+                     failing_heads=bad_heads, recommendations=recs,
                      rho0=rho0, seconds=time.perf_counter() - t0, trained=trained,
-                     notes=list(getattr(info, "notes", ())), seeds=len(probes),
-                     sequences=sequences, seed=seed)
+                     notes=notes, seeds=len(probes), sequences=sequences, seed=seed)
 
 
 def head_extremes(heads) -> list[dict]:

@@ -8,7 +8,8 @@ layer.
 Layer 0 is the input of the first block (embeddings), layer ``l`` the output of block ``l`` and
 where block ``l``'s attention statistics go, as in ``theory.depth.propagate``. Attention
 probabilities (``p.info[i]["source"]``) are ``returned`` when the attention module outputs them
-second (HF eager attention; transformers 5 does so even without ``output_attentions``), else
+after its output (HF eager attention, second; transformers 5 does so even without
+``output_attentions``; a returned tensor counts only if its rows are probabilities), else
 ``recomputed`` as ``softmax(q k^T * scale + mask)`` from hooked Q/K projections. Which modules
 are blocks and which own Q/K (split, fused ``[q | k | v]`` or per-head interleaved projections;
 head counts, scale): :mod:`.probe_sites`. The recomputation (masks, grouped-query KV, RoPE, and
@@ -57,6 +58,22 @@ def _as_tensor(out):
     return getattr(out, "last_hidden_state", None)
 
 
+def _returned_probs(out):
+    """The attention probabilities an attention module returned: the first tensor after
+    the output (second place in HF eager attention) that is a probability map (rows >= 0
+    summing to 1), so that another tensor there is never read as one (T5 returns its
+    ``position_bias`` second and the probabilities third); None if there is none."""
+    if not isinstance(out, tuple | list):
+        return None
+    for t in out[1:]:
+        if torch.is_tensor(t) and t.ndim >= 3 and t.is_floating_point() and t.numel():
+            rows = t.detach().float().sum(-1)  # bf16 maps sum to 1 within ~1e-2
+            if bool((t >= 0).all()) and bool(torch.allclose(rows, torch.ones_like(rows),
+                                                            atol=2e-2)):
+                return t
+    return None
+
+
 def _bound(module, args, kwargs) -> dict:
     try:
         b = inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
@@ -76,7 +93,9 @@ class Probe(_RecomputeMixin):
     None; ``probs`` — ``"auto"`` (returned if available, else recomputed), ``"returned"``,
     ``"recomputed"``; ``causal`` overrides every site's causality; ``rope=False`` ignores
     ``(cos, sin)`` (to quantify the no-RoPE approximation); ``spectral`` adds ``gap``;
-    ``dtype`` is the precision of the recomputation and of every statistic (float64 default).
+    ``dtype`` is the precision of the recomputation and of every statistic (float64 default);
+    ``repeats``: each block is applied this many times in a row per forward pass (weight
+    sharing, ALBERT), and every application is one layer (``len(blocks) * repeats`` layers).
 
     After the forward pass(es): ``hidden`` (L+1 tensors, layer 0 = embeddings),
     ``hidden_stats`` (L+1 dicts name -> tensor over the leading dims), ``attention_stats``
@@ -88,7 +107,7 @@ class Probe(_RecomputeMixin):
     def __init__(self, model: nn.Module, layers=None, attention="auto", *, keep_probs=False,
                  keep_hidden=True, probs="auto", causal: bool | None = None, rope=True,
                  spectral=False, hidden_stats: Sequence[str] = HIDDEN_STATS,
-                 dtype=torch.float64):
+                 dtype=torch.float64, repeats: int = 1):
         if probs not in ("auto", "returned", "recomputed"):
             raise ValueError(f"probs must be auto, returned or recomputed (got {probs!r})")
         self.model, self.keep_probs, self.keep_hidden = model, keep_probs, keep_hidden
@@ -96,15 +115,20 @@ class Probe(_RecomputeMixin):
         self.hidden_stat_names = tuple(hidden_stats)
         self.blocks = self._resolve_layers(model, layers)
         self.sites = self._resolve_sites(attention, causal)
+        if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
+            raise ValueError(f"repeats must be a positive integer (got {repeats!r})")
+        self.repeats = repeats
+        self._calls = [0] * len(self.blocks)
         self.model_has_rope = any("rotary" in type(m).__name__.lower() for m in model.modules())
         self._handles: list = []
-        L = len(self.blocks)
+        L = len(self.blocks) * repeats
         self._hid = [[] for _ in range(L + 1)]
         self._hst = [defaultdict(list) for _ in range(L + 1)]
         self._ast = [defaultdict(list) for _ in range(L)]
         self._pending = [{} for _ in range(L)]
         self.info = [{"site": s.name if s else None, "source": None, "rope": None,
-                      "bias": None, "approximate": False} for s in self.sites]
+                      "bias": None, "approximate": False}
+                     for s in self.sites for _ in range(repeats)]
 
     # ---- resolution ------------------------------------------------------------------------
     @staticmethod
@@ -141,12 +165,19 @@ class Probe(_RecomputeMixin):
     # ---- hooks -----------------------------------------------------------------------------
     def __enter__(self):
         first = self.blocks[0][1]
-        self._handles.append(first.register_forward_pre_hook(
-            lambda m, a, kw: self._record_hidden(0, _as_tensor(list(a) + list(kw.values()))),
-            with_kwargs=True))
+
+        def first_in(m, a, kw):
+            if self._calls[0] % self.repeats == 0:  # a shared block: its first application
+                self._record_hidden(0, _as_tensor(list(a) + list(kw.values())))
+
+        def block_out(i, out):
+            self._record_hidden(self._layer(i) + 1, _as_tensor(out))
+            self._calls[i] += 1
+
+        self._handles.append(first.register_forward_pre_hook(first_in, with_kwargs=True))
         for i, (_, block) in enumerate(self.blocks):
             self._handles.append(block.register_forward_hook(
-                lambda m, a, out, i=i: self._record_hidden(i + 1, _as_tensor(out))))
+                lambda m, a, out, i=i: block_out(i, out)))
         for i, site in enumerate(self.sites):
             if site is not None:
                 self._hook_site(i, site)
@@ -158,22 +189,29 @@ class Probe(_RecomputeMixin):
         self._handles = []
         return False
 
+    def _layer(self, i):
+        """Layer index (0-based) of block ``i``'s current application: ``i * repeats`` plus
+        the calls seen so far (ALBERT applies each shared group ``repeats`` times in a row)."""
+        return i * self.repeats + self._calls[i] % self.repeats
+
     def _hook_site(self, i, s: AttentionSite):
-        pend = self._pending[i]
+        pends = self._pending
 
         def pre(m, args, kwargs):
             b = _bound(m, args, kwargs)
+            pend = pends[self._layer(i)]
             pend.clear()
             pend["mask"] = b.get("attention_mask")
             pend["pos"] = b.get("position_embeddings")
             pend["bias"] = any(torch.is_tensor(b.get(n)) for n in ("alibi", "position_bias"))
 
         def grab(key):
-            return lambda m, a, out: pend.__setitem__(key, out)
+            return lambda m, a, out: pends[self._layer(i)].__setitem__(key, out)
 
         H, Hkv, dh = s.n_heads, s.n_kv_heads, s.head_dim
 
         def grab_fused(m, a, out):
+            pend = pends[self._layer(i)]
             if s.fused == "per_head":
                 out = out.unflatten(-1, (H, 3 * dh))  # (..., T, H, dh) pieces
                 pend["q"], pend["k"] = out[..., :dh], out[..., dh: 2 * dh]
@@ -187,7 +225,8 @@ class Probe(_RecomputeMixin):
         else:
             reg((s.q_post or s.q).register_forward_hook(grab("q")))
             reg((s.k_post or s.k).register_forward_hook(grab("k")))
-        reg(s.module.register_forward_hook(lambda m, a, out: self._attention_done(i, s, out)))
+        reg(s.module.register_forward_hook(
+            lambda m, a, out: self._attention_done(self._layer(i), s, out)))
 
     @torch.no_grad()
     def _record_hidden(self, layer, x):
@@ -204,8 +243,7 @@ class Probe(_RecomputeMixin):
     @torch.no_grad()
     def _attention_done(self, i, s: AttentionSite, out):
         pend, info = self._pending[i], self.info[i]
-        ret = out[1] if isinstance(out, tuple | list) and len(out) > 1 else None
-        ret = ret if torch.is_tensor(ret) and ret.ndim >= 3 else None
+        ret = _returned_probs(out)
         use_returned = self.probs_mode == "returned" or (self.probs_mode == "auto"
                                                         and ret is not None)
         if use_returned and ret is None:

@@ -4,9 +4,9 @@ maps (a mixin reading the probe's settings ``dtype``, ``rope``, ``spectral``, ``
 ``model_has_rope`` and writing ``info``).
 
 ``softmax(q k^T * scale + mask)``: grouped-query KV heads are repeated as HF ``repeat_kv``
-does; mask: the module's ``attention_mask`` argument (bool "visible" or additive float) and a
-causal triangle when its ``is_causal`` (or ``causal=``) holds. ``T x Tk`` maps are formed in
-chunks of heads and reduced at once.
+does; mask: the module's ``attention_mask`` argument (bool or 0/1 integer "visible", or
+additive float) and a causal triangle when its ``is_causal`` (or ``causal=``) holds.
+``T x Tk`` maps are formed in chunks of heads and reduced at once.
 
 RoPE: ``position_embeddings = (cos, sin)`` received by the attention module (HF LLaMA family,
 GPT-NeoX) are applied in HF's ``rotate_half`` convention (partial rotary on the first
@@ -54,6 +54,8 @@ class _RecomputeMixin:
             mask = mask[..., -T:, :Tk] if mask.shape[-2] >= T else mask[..., :Tk]
             if mask.dtype == torch.bool:
                 vis = mask
+            elif not mask.dtype.is_floating_point:  # 0/1 integer mask (DeBERTa-v2)
+                vis = mask != 0
             else:
                 vis = mask > torch.finfo(mask.dtype).min / 2
                 bias = mask.to(self.dtype).masked_fill(~vis, 0.0)

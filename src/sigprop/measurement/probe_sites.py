@@ -2,10 +2,13 @@
 there) and the other users of the same discovery (:mod:`.gradients`, :mod:`sigprop.models.loading`).
 
 An attention site is a module owning Q/K projections: split ones (``query/key``,
-``q_proj/k_proj``, ``q_lin/k_lin``, ``wq/wk``, ``q/k``; with ``q_norm/k_norm`` after them as in
-Qwen3 / OLMo2), fused ``[q | k | v]`` (GPT-2 ``c_attn``, ``qkv_proj``, ``Wqkv``) or per-head
-interleaved ``(H, 3, d_H)`` (GPT-NeoX ``query_key_value``, no grouped KV). Scale: the module's
-``scaling`` (HF) or ``head_dim ** -0.5``; causal: the module's ``is_causal`` unless overridden.
+``q_proj/k_proj``, ``query_proj/key_proj`` (DeBERTa-v2), ``q_lin/k_lin``, ``wq/wk``, ``q/k``;
+with ``q_norm/k_norm`` after them as in Qwen3 / OLMo2), fused ``[q | k | v]`` (GPT-2
+``c_attn``, ``qkv_proj``, ``Wqkv``) or per-head interleaved ``(H, 3, d_H)`` (GPT-NeoX
+``query_key_value``, no grouped KV; a multi-query ``query_key_value`` of width
+``(H + 2) d_H`` is ``[q | k | v]`` with one K/V head, Falcon).
+Scale: the module's ``scaling`` (HF) or ``head_dim ** -0.5``; causal: the module's
+``is_causal`` unless overridden.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from torch import nn
 __all__ = ["AttentionSite", "describe_attention", "find_attention", "find_blocks"]
 
 _SPLIT_NAMES = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"),
+                ("query_proj", "key_proj", "value_proj"),
                 ("q_lin", "k_lin", "v_lin"), ("wq", "wk", "wv"), ("q", "k", "v"))
 _FUSED = {"c_attn": "concat", "qkv_proj": "concat", "Wqkv": "concat",
           "query_key_value": "per_head"}
@@ -95,8 +99,10 @@ def describe_attention(module: nn.Module, name: str = "", causal: bool | None = 
             head_dim = (width or q_out // 3) // n_heads
         n_kv = _first_int(srcs, ("num_key_value_heads", "num_kv_heads", "n_kv_heads"))
         n_kv = n_kv or (q_out // head_dim - n_heads) // 2
-        if fused == "per_head" and q_out != 3 * n_heads * head_dim:
-            return None  # grouped / multi-query interleaved layouts (Falcon) are not handled
+        if fused == "per_head" and q_out == (n_heads + 2) * head_dim:
+            fused, n_kv = "concat", 1  # multi-query (Falcon): [q heads | one k | one v]
+        elif fused == "per_head" and q_out != 3 * n_heads * head_dim:
+            return None  # grouped interleaved layouts (Falcon new_decoder_architecture)
     else:
         if head_dim is None and n_heads is None:
             return None

@@ -28,6 +28,7 @@ from ..spec import ArchSpec, SpecError
 from .config import load_config
 
 __all__ = ["HFInfo", "FAMILIES", "describe", "spec_from_config", "spec_and_info",
+           "generic_spec_and_info", "input_kind",
            "translations"]
 
 _ENC, _DEC = ("post", "layernorm", False, False, "learned"), ("pre", "rms", True, True, "rope")
@@ -265,3 +266,81 @@ def spec_with_record(spec: ArchSpec, rec: dict[str, Any]) -> ArchSpec:
     if (rec.get("scaling") or "none") != "none":
         kw.update(scaling=rec["scaling"], scaling_param=rec.get("scaling_param"))
     return spec.replace(**kw) if kw else spec
+
+
+def _first_attr(cfg, names, default=None):
+    for n in names:
+        v = getattr(cfg, n, None)
+        if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
+            return v
+    return default
+
+
+def input_kind(config) -> str:
+    """What a model of this config takes: ``"text"`` (``input_ids``), ``"image"``
+    (``pixel_values``) or ``"audio"`` (``input_features``), from its model class's
+    ``main_input_name`` (``"text"`` when the class cannot be found)."""
+    try:
+        from transformers import AutoModel
+
+        cls = AutoModel._model_mapping[type(load_config(config))]
+        name = getattr(cls, "main_input_name", "input_ids")
+    except Exception:  # noqa: BLE001 - unknown class: text, as most families
+        name = "input_ids"
+    return {"pixel_values": "image", "input_features": "audio"}.get(name, "text")
+
+
+def generic_spec_and_info(config, seq_len: int | None = None) -> tuple[ArchSpec, HFInfo]:
+    """A placeholder :class:`ArchSpec` and :class:`HFInfo` for a model type not in
+    :data:`FAMILIES`, from generic config fields only (layers, width, heads, MLP width,
+    ``initializer_range``, sequence length). No theory is run on it (``sigprop diagnose``
+    gives a measured-only diagnosis): it sizes the inputs and names the shape in reports.
+    The sequence length is the model's own where the input fixes it (image patches + 1,
+    Whisper's ``max_source_positions``)."""
+    cfg = load_config(config)
+    mt = cfg.model_type
+    d = int(_first_attr(cfg, ("hidden_size", "d_model", "dim", "n_embd"), 64))
+    L = int(_first_attr(cfg, ("num_hidden_layers", "encoder_layers", "num_layers", "n_layers",
+                              "n_layer"), 1))
+    H = int(_first_attr(cfg, ("num_attention_heads", "encoder_attention_heads", "num_heads",
+                              "n_heads", "n_head"), 1))
+    kv = int(_first_attr(cfg, ("num_key_value_heads", "num_kv_heads"), H))
+    head_dim = int(_first_attr(cfg, ("head_dim", "d_kv"), d // H or 1))
+    d_ff = int(_first_attr(cfg, ("intermediate_size", "encoder_ffn_dim", "ffn_dim", "d_ff",
+                                 "hidden_dim", "n_inner"), 4 * d))
+    std = float(_first_attr(cfg, ("initializer_range", "init_std"), 0.02))
+    kind = input_kind(cfg)
+    max_pos = _first_attr(cfg, ("max_position_embeddings", "n_positions"))
+    max_len = None
+    if kind == "image":
+        image, patch = getattr(cfg, "image_size", 224), getattr(cfg, "patch_size", 16)
+        image = image if isinstance(image, int) else image[0]
+        patch = patch if isinstance(patch, int) else patch[0]
+        T = max_len = (image // patch) ** 2 + 1
+    elif kind == "audio":
+        T = max_len = int(_first_attr(cfg, ("max_source_positions",), 1500))
+    else:
+        learned = getattr(cfg, "position_embedding_type", "absolute") == "absolute" and not (
+            getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_theta", None))
+        max_len = int(max_pos) if max_pos and learned else None
+        T = int(seq_len) if seq_len is not None else min(int(max_pos or DEFAULT_SEQ_LEN),
+                                                         DEFAULT_SEQ_LEN)
+        if max_len is not None and T > max_len:
+            raise SpecError("seq_len", f"must be <= {max_len} for {mt} "
+                                       f"(max_position_embeddings; got {T})")
+    heads = H if d % H == 0 else math.gcd(d, H)
+    act_hf = getattr(cfg, "hidden_act", None) or getattr(cfg, "activation_function", None) \
+        or getattr(cfg, "hidden_activation", None) or "unknown"
+    notes = (f"theory: model type {mt!r} is not mapped to an ArchSpec yet; verdict read from "
+             "the measurement (no theory rows, no theory-based recommendations)",)
+    try:
+        spec = ArchSpec(depth=max(L, 1), d_model=d, heads=heads, d_ff=d_ff, seq_len=max(T, 2),
+                        init_std=std, sigma_b2=0.0, rho0=0.0)
+    except SpecError as err:
+        raise SpecError("model", f"config of {mt}: {err}") from None
+    info = HFInfo(mt, H, kv, head_dim, int(_first_attr(cfg, ("vocab_size",), 1)), "unknown",
+                  None, None, 1.0, head_dim ** -0.5, 1.0,
+                  bool(getattr(cfg, "tie_word_embeddings", False)),
+                  int(max_pos) if max_pos else None, max_len, 1.0, 0.0, str(act_hf), False,
+                  False, notes)
+    return spec, info
