@@ -174,8 +174,10 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
     tw = trajectory.wide(traj, "theory")
     se = meas.pivot_table(index="layer", columns="observable", values="stderr", aggfunc="first")
     ext = {e["layer"]: e for e in head_extremes(d.heads)}
+    has_theory = bool((traj.source == "theory").any())
+    block = f", {d.spec.norm}-LN" if has_theory else ", measured only"
     console.print(f"[bold]sigprop diagnose[/] {d.model}: L={d.spec.depth}, d={d.spec.d_model}, "
-                  f"H={d.spec.heads}, T={d.spec.seq_len}, {d.spec.norm}-LN")
+                  f"H={d.spec.heads}, T={d.spec.seq_len}{block}")
     layers = list(mw.index)
     obs = [c for c in ("ipr", "entropy", "wmax", "stable_rank") if c in mw.columns]
 
@@ -209,13 +211,15 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
         t.add_row(str(layer), cos_m[i], "" if cos_t[i] == "–" else cos_t[i],
                   *("" if other[c][i] == "–" else other[c][i] for c in obs), head_cells[i])
     console.print(t)
-    console.print(_derived_table(d.derived))
+    if has_theory:
+        console.print(_derived_table(d.derived))
     where = "" if d.first_failing_layer is None else f" from layer {d.first_failing_layer}"
     heads = f", heads {d.failing_heads}" if d.failing_heads else ""
     console.print(f"verdict: [{_VERDICT_STYLE[d.verdict]}]{d.verdict}[/]{where}{heads}")
-    console.print("[bold]recommendations[/]")
-    for r in d.recommendations:
-        console.print(f"  • {r['text']}")
+    if d.recommendations:
+        console.print("[bold]recommendations[/]")
+        for r in d.recommendations:
+            console.print(f"  • {r['text']}")
     if d.notes:
         console.print("[bold]where the theory does not cover this model[/]")
         for n in d.notes:

@@ -134,12 +134,15 @@ def _diagnosis_body(d, *, diagram_grid: int = 64) -> str:
                  f'{_e(spec.activation)}; {"trained weights" if d.trained else "at init"}; '
                  f'{_e(d.seeds)} seed(s) from {_e(d.seed)} x {_e(d.sequences)} sequence(s); '
                  f'measured in {d.seconds:.1f} s</p>')
-    parts.append("<h2>Recommendations</h2><ul>")
-    parts += [f"<li>{_e(r.get('text', r.get('what')))}</li>" for r in d.recommendations]
-    parts.append("</ul>")
-    parts.append("<h2>Derived parameters</h2>")
-    parts.append(_table([{"name": k, "value": v} for k, v in d.derived.items()],
-                        ["name", "value"], left=("name",)))
+    has_theory = bool((d.trajectory["source"] == "theory").any())
+    if d.recommendations:
+        parts.append("<h2>Recommendations</h2><ul>")
+        parts += [f"<li>{_e(r.get('text', r.get('what')))}</li>" for r in d.recommendations]
+        parts.append("</ul>")
+    if has_theory:
+        parts.append("<h2>Derived parameters</h2>")
+        parts.append(_table([{"name": k, "value": v} for k, v in d.derived.items()],
+                            ["name", "value"], left=("name",)))
     parts.append("<h2>Depth curves: theory (lines) and measured (dots)</h2>")
     obs = tuple(o for o in ("cos", "ipr", "entropy", "stable_rank")
                 if o in set(d.trajectory["observable"]))
@@ -151,10 +154,11 @@ def _diagnosis_body(d, *, diagram_grid: int = 64) -> str:
         ext = head_extremes(d.heads)
         parts.append(_table(ext, ["layer", "min_entropy_head", "min_entropy",
                                   "max_entropy_head", "max_entropy"]))
-    parts.append("<h2>Trainability diagram with this model's point</h2>")
-    diag = dg.compute(spec, n_beta=diagram_grid, n_alpha=diagram_grid, rho0=d.rho0)
-    src = _svg(plot_diagram, diag, spec=spec)
-    parts.append(f'<img alt="trainability diagram" src="{src}">')
+    if has_theory:  # a measured-only diagnosis has no spec to place on the diagram
+        parts.append("<h2>Trainability diagram with this model's point</h2>")
+        diag = dg.compute(spec, n_beta=diagram_grid, n_alpha=diagram_grid, rho0=d.rho0)
+        src = _svg(plot_diagram, diag, spec=spec)
+        parts.append(f'<img alt="trainability diagram" src="{src}">')
     rows, names = _layer_rows(d.trajectory)
     parts.append("<h2>Per layer</h2>" + _table(rows, names))
     if d.notes:
