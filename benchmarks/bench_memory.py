@@ -29,7 +29,8 @@ if kind == "measure":
     est = memory.estimate("measure", spec=spec, **kw)
     measure(spec, seeds=kw["seeds"], sequences=kw["sequences"], grads=kw.get("grads", False))
 elif kind == "diagnose":
-    from sigprop import diagnose as dg, hf
+    from sigprop import models as hf
+    from sigprop.analysis import diagnose as dg
     config = hf.load_config(kw["model"])
     sp, info = hf.spec_and_info(config, kw["seq_len"])
     kv = getattr(config, "num_key_value_heads", None) or sp.heads
@@ -37,7 +38,7 @@ elif kind == "diagnose":
                           vocab=min(info.vocab_size, dg.VOCAB_AT_INIT), kv_heads=kv)
     dg.diagnose(kw["model"], seq_len=kw["seq_len"], seeds=1, sequences=kw["sequences"])
 elif kind == "longctx":
-    from sigprop import longctx as lc
+    from sigprop.measurement import longctx as lc
     est = memory.estimate("longctx", spec=spec, lengths=kw["lengths"], queries=kw["queries"],
                           chunk=kw["chunk"], workers=torch.get_num_threads(),
                           n_scalings=len(lc.scaling_kinds(spec, kw["compare"])))

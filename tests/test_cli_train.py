@@ -84,3 +84,13 @@ def test_trainability_json_and_table(tmp_path):
     assert (tmp_path / "t.png").stat().st_size > 5000
     bad = run("trainability", *args[:-6], "--betas", "a,b")
     assert bad.returncode == 2 and "--betas" in bad.stderr
+
+
+def test_data_path_too_long_for_the_file_system_is_one_line(capsys):
+    """Slow-fuzz finding: a 300-character --data name raised OSError (ENAMETOOLONG)."""
+    from sigprop.cli import run
+
+    rc = run(["train", "--depth", "1", "--d-model", "8", "--heads", "1", "--seq-len", "8",
+              "--steps", "1", "--data", "a" * 300])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and err[0].startswith("sigprop: error: --data:")

@@ -299,6 +299,10 @@ EDGES = [
     ["longctx", *SMALL, "--lengths", "2,3", "--queries", "2", "--chunk", "16", "--input",
      "rem"],
     ["train", *SMALL, "--steps", "1", "--batch-size", "1", "--task", "reverse"],
+    # slow-suite findings: uniform attention never uses W_Q/W_K (their gradient is 0, not an
+    # autograd error)
+    ["measure", *SMALL, "--seeds", "1", "--sequences", "1", "--attention", "uniform",
+     "--grads"],
     ["diagram", *SMALL, "--grid", "2"],
     ["translate", *SMALL, "--beta", "0"],
 ]

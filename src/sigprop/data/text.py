@@ -28,7 +28,11 @@ def split_documents(text: str) -> list[str]:
 def read_texts(path: str | Path, max_documents: int | None = None) -> list[str]:
     """Documents of a text file or of every text file under a folder."""
     p = Path(path).expanduser()
-    if not p.exists():
+    try:
+        found = p.exists()
+    except (OSError, ValueError):  # a name too long for the file system, a NUL byte
+        found = False
+    if not found:
         raise CorpusError(f"{str(path)!r} does not exist (give builtin, tinystories, a text "
                           "file or a folder of .txt files)")
     files = [p] if p.is_file() else sorted(f for f in p.rglob("*")

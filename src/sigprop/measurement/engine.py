@@ -64,7 +64,9 @@ def _grad_norms(model, x, seed: int) -> dict[str, torch.Tensor]:
     with torch.enable_grad():
         out = model(x, return_hidden=False, return_stats=False).output
         loss = sum(loss_fn(out[s]) for s in range(out.shape[0]))
-        grads = torch.autograd.grad(loss, params)
+        # uniform attention never uses W_Q, W_K: their gradient is exactly zero, not an error
+        grads = torch.autograd.grad(loss, params, allow_unused=True)
+    grads = [torch.zeros_like(p) if g is None else g for p, g in zip(params, grads, strict=True)]
     sq = torch.stack([g.detach().double().pow(2).sum(dim=(1, 2)) for g in grads])
     return {"grad_qk": sq[0::2], "grad_v": sq[1::2]}
 
