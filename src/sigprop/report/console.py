@@ -30,14 +30,18 @@ def _derived_table(derived: dict) -> Table:
     return t
 
 
-def _wide_columns(w, names, stderr=None) -> dict[str, list[str]]:
+def _wide_columns(w, names) -> dict[str, list[str]]:
     """Formatted columns of a layer x observable frame (shared decimals per column)."""
-    out = {}
-    for c in names:
-        vals = list(w[c])
-        se = list(stderr[c].reindex(w.index)) if stderr is not None and c in stderr else None
-        out[c] = tables.column(vals, se)
-    return out
+    return {c: tables.column(list(w[c])) for c in names}
+
+
+def _evenly(n: int, most: int) -> list[int]:
+    """At most ``most`` evenly spaced indices of ``range(n)``, first and last included."""
+    import numpy as np
+
+    if n <= most:
+        return list(range(n))
+    return np.unique(np.linspace(0, n - 1, most).round().astype(int)).tolist()
 
 
 def print_prediction(spec: ArchSpec, traj, derived: dict, verdict: str,
@@ -58,7 +62,7 @@ def print_prediction(spec: ArchSpec, traj, derived: dict, verdict: str,
                   f"{spec.attention}, {spec.activation} ({src})")
     n = len(w.index)
     if not wide and n > max_rows:
-        keep = set(np.linspace(0, n - 1, max_rows - 1).round().astype(int).tolist())
+        keep = set(_evenly(n, max_rows - 1))
         if "cos" in w.columns:
             over = np.flatnonzero(w["cos"].to_numpy() >= spec.rho_max)
             if over.size:
@@ -86,8 +90,7 @@ def print_diagram(spec: ArchSpec, d, out: str | None, console: Console | None = 
     console.print(f"[bold]trainability diagram[/] L={d.depth}, rho0={d.rho0:g}, "
                   f"beta_c={d.beta_c:.4g}, rho_max={d.rho_max:g}")
     t = tables.table("beta", "alpha_crit", right=("beta", "alpha_crit"))
-    idx = np.unique(np.linspace(0, len(d.betas) - 1, len(d.betas) if wide else 12)
-                    .round().astype(int))
+    idx = _evenly(len(d.betas), len(d.betas) if wide else 12)
     b = tables.column([float(d.betas[i]) for i in idx])
     a = tables.column([float(d.alpha_crit[i]) for i in idx])
     for bi, ai in zip(b, a, strict=True):
@@ -229,12 +232,7 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
 
 def _sampled_layers(layers: list, wide: bool, most: int = 13) -> list:
     """All layers (``wide`` or few), else ``most`` evenly spaced ones incl. first and last."""
-    if wide or len(layers) <= most:
-        return layers
-    import numpy as np
-
-    idx = np.unique(np.linspace(0, len(layers) - 1, most).round().astype(int))
-    return [layers[i] for i in idx]
+    return [layers[i] for i in _evenly(len(layers), len(layers) if wide else most)]
 
 
 def print_fix(before, rep, after, out: str, console: Console | None = None,
