@@ -254,7 +254,10 @@ def test_cli_fix_entropy_collapse_with_beta(tmp_path):
     res = json.loads(p.stdout)
     assert res["verdict_before"] == "entropy_collapse"
     assert res["verdict"] == "trainable"
-    assert res["after"]["derived"]["beta"] == pytest.approx(1.0, rel=1e-9)
+    # beta is read back from the written float32 weights (docs/theory.md §2.8): every layer
+    # was rescaled to beta 1, exact up to float32 rounding of the weights (~1e-7 relative)
+    assert res["after"]["derived"]["beta"] == pytest.approx(1.0, rel=1e-6)
+    assert [r["beta"] for r in res["after"]["layers"]] == pytest.approx([1.0] * 4, rel=1e-6)
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -283,3 +286,45 @@ def test_cli_fix_bert_deep_48_preset(tmp_path):
     assert res["verdict_before"] == "rank_collapse"
     assert res["verdict"] == "trainable"
     assert res["after"]["n_layers_measured"] == 48
+
+
+def test_cli_x10_qk_folder_is_diagnosed_from_its_weights(tmp_path):
+    """Issue acceptance (weights first, docs/theory.md §2.8): a BERT folder whose Q/K weights
+    are x10 their init (config.json still says initializer_range 0.02, beta ~0.025) is
+    entropy-collapsed, and the diagnosis says so from the weights: derived.beta within 5% of
+    the beta measured from the score std (expected agreement ~1-3%: 4 heads x 4 layers of
+    64-token score RMS), the beta-window recommendation names that beta, every layer is above
+    beta_c; `fix --beta 1` re-measures as trainable."""
+    cfg = shrink(PRESETS["bert-base-uncased"], layers=4, hidden=128, heads=4, kv_heads=4,
+                 intermediate=512, vocab=1000)
+    model = hf.model_at_init(cfg, seed=5, attn_implementation="sdpa")
+    with torch.no_grad():
+        for lay in model.encoder.layer:
+            lay.attention.self.query.weight.mul_(10.0)
+            lay.attention.self.key.weight.mul_(10.0)
+    src = tmp_path / "x10"
+    model.save_pretrained(str(src), safe_serialization=True)
+    p = run("diagnose", str(src), "--seq-len", "64", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    beta, measured = res["derived"]["beta"], res["derived"]["beta_measured"]
+    config_beta = 0.02**2 * 128 / math.sqrt(math.log(64))
+    assert beta > 50 * config_beta  # x100 in sigma_s, read from the weights
+    assert beta == pytest.approx(measured, rel=0.05)
+    assert res["verdict"] == "entropy_collapse"
+    assert res["first_failing_layer"] == 1
+    window = next(r for r in res["recommendations"] if r["what"] == "beta window")
+    assert window["current"] == pytest.approx(beta, rel=1e-12)
+    assert f"now {beta:.3g}" in window["text"]
+    assert all(r["beta"] > r["beta_c"] for r in res["layers"])
+    lower = next(r for r in res["recommendations"] if r["what"] == "lower beta")
+    assert lower["beta"] < window["limit"] and lower["predicted_verdict"] != "entropy_collapse"
+    assert len(res["per_head"]) == 16 and res["weights"] == "folder"
+    out = tmp_path / "fixed"
+    p = run("fix", str(src), "--out", str(out), "--beta", "1", "--seq-len", "64",
+            "--format", "json")
+    assert p.returncode == 0, p.stderr
+    res = json.loads(p.stdout)
+    assert res["verdict_before"] == "entropy_collapse"
+    assert res["verdict"] == "trainable"
+    assert res["after"]["derived"]["beta"] == pytest.approx(1.0, rel=1e-6)

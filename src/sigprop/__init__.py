@@ -22,7 +22,7 @@ from .analysis.diagnose import Diagnosis, FixResult, diagnose, fix
 from .analysis.longctx import LongContext, longctx
 from .analysis.measure import Comparison, measure
 from .analysis.predict import Prediction, predict
-from .spec import ArchSpec, SpecError
+from .spec import ArchSpec, LayerSpec, SpecError
 
 try:
     __version__ = _version("sigprop")
@@ -30,6 +30,6 @@ except _NotFound:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
 __all__ = [
-    "ArchSpec", "Comparison", "Diagnosis", "FixResult", "LongContext", "Prediction",
+    "ArchSpec", "Comparison", "Diagnosis", "FixResult", "LayerSpec", "LongContext", "Prediction",
     "SpecError", "__version__", "diagnose", "fix", "longctx", "measure", "predict",
 ]

@@ -119,6 +119,65 @@ def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
 
 
 @dataclass(frozen=True)
+class LayerSpec:
+    """One block's theory parameters read from its weights (docs/theory.md §2.8).
+
+    ``sigma_s``: the score std of each query head for inputs with q = 1 at the canonical
+    logit scale ``1/sqrt(d_head)`` (the spec's ``multiplier`` -- model logit scale, length
+    scaling -- comes on top), from ``W_Q``, ``W_K``, their biases and the norm gains in front
+    of them (QK-norm: from the norm gains). ``head_weights``: each head's share of the
+    attention output's variance (``|W_O^h|^2 |W_V^h|^2``), normalised to mean 1 (None: equal).
+    Variances are per output dimension for unit-variance inputs, i.e. weight variance times
+    fan-in as in :class:`ArchSpec`; ``var_o`` None means no output projection; ``var_b`` the
+    mean squared bias of the block's value, output and MLP biases.
+    """
+
+    sigma_s: tuple[float, ...]
+    var_v: float
+    var_o: float | None
+    var_w_in: float
+    var_w_out: float
+    var_b: float = 0.0
+    head_weights: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        sig = tuple(float(x) for x in np.atleast_1d(np.asarray(self.sigma_s, dtype=float)))
+        object.__setattr__(self, "sigma_s", sig)
+        if not sig:
+            raise SpecError("layers.sigma_s", "needs one score std per head (got none)")
+        for x in sig:
+            _check_float("layers.sigma_s", x, 0.0, 1e6)
+        for name in ("var_v", "var_w_in", "var_w_out", "var_b"):
+            _check_float(f"layers.{name}", getattr(self, name), 0.0, 1e12)
+        if self.var_o is not None:
+            _check_float("layers.var_o", self.var_o, 0.0, 1e12)
+        if self.head_weights is not None:
+            w = tuple(float(x) for x in self.head_weights)
+            if len(w) != len(sig):
+                raise SpecError("layers.head_weights", f"needs {len(sig)} entries, one per head "
+                                                       f"(got {len(w)})")
+            for x in w:
+                _check_float("layers.head_weights", x, 0.0, 1e6)
+            object.__setattr__(self, "head_weights", w)
+
+    @property
+    def sigma_rms(self) -> float:
+        """Root mean square of the heads' score stds."""
+        return float(np.sqrt(np.mean(np.square(self.sigma_s))))
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> LayerSpec:
+        names = {f.name for f in fields(cls)}
+        if not isinstance(data, dict):
+            raise SpecError("layers", f"each entry must be a mapping (got {data!r})")
+        unknown = sorted(set(data) - names)
+        if unknown:
+            raise SpecError(f"layers.{unknown[0]}",
+                            f"unknown field; allowed: {', '.join(sorted(names))}")
+        return cls(**data)
+
+
+@dataclass(frozen=True)
 class ArchSpec:
     """A transformer architecture at initialisation (docs/cli.md spec table; defaults = BERT-base).
 
@@ -150,6 +209,7 @@ class ArchSpec:
     causal: bool = False
     rho0: float | None = None
     rho_max: float = 0.9
+    layers: tuple[LayerSpec, ...] | None = None
 
     def __post_init__(self) -> None:
         _check_int("depth", self.depth, 1, 100_000)
@@ -189,6 +249,17 @@ class ArchSpec:
         if self.rho0 is not None:
             _check_float("rho0", self.rho0, 0.0, 1.0)
         _check_float("rho_max", self.rho_max, 0.0, 1.0, lo_open=True)
+        if self.layers is not None:
+            if self.beta is not None or self.qk_std is not None:
+                raise SpecError("layers", "give layers (scores from the weights) or beta / "
+                                          "qk_std, not both")
+            if isinstance(self.layers, LayerSpec | dict) or not hasattr(self.layers, "__len__"):
+                raise SpecError("layers", "must be a list with one entry per layer")
+            lay = tuple(x if isinstance(x, LayerSpec) else LayerSpec.from_dict(x)
+                        for x in self.layers)
+            if len(lay) != self.depth:
+                raise SpecError("layers", f"needs depth={self.depth} entries (got {len(lay)})")
+            object.__setattr__(self, "layers", lay)
 
     # ---------------------------------------------------------------- resolved widths/variances
     @property
@@ -245,10 +316,14 @@ class ArchSpec:
     def sigma_s(self) -> float:
         """Score std for inputs with q = 1, including the length scaling (docs/theory.md §2.1).
 
-        ``beta`` given: ``sigma_s = beta sqrt(log T)`` (REM initialisation);
-        otherwise ``sigma_s = qk_std^2 d`` (``sigma_q = sigma_k = qk_std``, any number of heads).
+        ``layers`` given (read from weights): the root mean square over layers and heads of
+        their score stds; else ``beta`` given: ``sigma_s = beta sqrt(log T)`` (REM
+        initialisation); otherwise ``sigma_s = qk_std^2 d`` (``sigma_q = sigma_k = qk_std``,
+        any number of heads).
         """
-        if self.beta is not None:
+        if self.layers is not None:
+            base = float(np.sqrt(np.mean([np.mean(np.square(x.sigma_s)) for x in self.layers])))
+        elif self.beta is not None:
             base = self.beta * math.sqrt(math.log(self.seq_len))
         else:
             s = self.qk_std if self.qk_std is not None else self.init_std
@@ -295,6 +370,30 @@ class ArchSpec:
         }
 
     # ---------------------------------------------------------------- conversions
+    def layer_sigma(self, layer: int) -> np.ndarray:
+        """Effective per-head score stds of block ``layer`` (1-based; beyond the last layer the
+        last one's), including the length scaling; one entry when the spec has no ``layers``."""
+        if self.layers is None:
+            return np.array([self.sigma_s])
+        lay = self.layers[min(max(layer, 1), len(self.layers)) - 1]
+        return np.asarray(lay.sigma_s) * self.multiplier
+
+    def with_beta(self, beta: float) -> ArchSpec:
+        """This spec with the effective beta (at ``seq_len``, length scaling included) set to
+        ``beta``. A spec read from weights keeps its per-layer, per-head structure: every
+        layer's heads are rescaled together so that the layer's RMS beta is ``beta`` (what
+        rescaling each layer's W_Q and W_K does); otherwise ``qk_std`` is set (REM init)."""
+        _check_float("beta", beta, 0.0, 1e4)
+        if self.layers is None:
+            new = replace(self, beta=float(beta), qk_std=None)
+            return replace(new, qk_std=new.rem_qk_std(), beta=None)
+        target = float(beta) * math.sqrt(math.log(self.seq_len)) / self.multiplier
+        lay = []
+        for x in self.layers:
+            f = target / x.sigma_rms if x.sigma_rms > 0 else 0.0
+            lay.append(replace(x, sigma_s=tuple(v * f for v in x.sigma_s)))
+        return replace(self, layers=tuple(lay))
+
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 

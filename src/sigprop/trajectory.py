@@ -19,9 +19,9 @@ from .spec import ArchSpec
 
 OBSERVABLES = (
     "cos", "q", "ipr", "ipr_cross", "entropy", "wmax", "stable_rank", "gap",
-    "grad_qk", "grad_v", "loss",
+    "grad_qk", "grad_v", "loss", "sigma_s",
 )
-SOURCES = ("theory", "theory_asymptotic", "measured")
+SOURCES = ("theory", "theory_asymptotic", "measured", "weights")
 CORE_COLUMNS = ["layer", "observable", "source", "value", "stderr"]
 
 
@@ -45,7 +45,10 @@ def make(records: Iterable[Mapping[str, Any]], spec: ArchSpec | None = None) -> 
     df = df[CORE_COLUMNS + extra]
     if spec is not None:
         for k, v in spec.to_dict().items():
-            df[f"spec.{k}"] = v
+            if k == "layers":  # per-layer parameters: a flag here, the values in the spec
+                df["spec.layers"] = "weights" if v is not None else None
+            else:
+                df[f"spec.{k}"] = v
     return df
 
 

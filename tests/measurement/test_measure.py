@@ -247,7 +247,7 @@ def test_to_trajectory_seeds_and_sequences():
     main = traj[traj["head"].isna()]
     assert set(main["layer"]) == {0, 1, 2}
     assert set(main["observable"]) == {"cos", "q", "stable_rank", "ipr", "ipr_cross", "entropy",
-                                       "wmax"}
+                                       "wmax", "sigma_s"}  # sigma_s: the measured score std
     row = main[(main["layer"] == 1) & (main["observable"] == "ipr")].iloc[0]
     per_seed = torch.stack([p.attention_stats[0]["ipr"].mean() for p in probes])
     assert row["value"] == pytest.approx(per_seed.mean().item())
@@ -256,7 +256,7 @@ def test_to_trajectory_seeds_and_sequences():
     row = one[(one["layer"] == 1) & (one["observable"] == "ipr")].iloc[0]
     per_seq = probes[0].attention_stats[0]["ipr"].mean(-1)
     assert row["stderr"] == pytest.approx(per_seq.std().item() / math.sqrt(3))
-    assert len(traj[traj["head"] == 3]) == 2 * 4  # 2 attention layers x 4 statistics
+    assert len(traj[traj["head"] == 3]) == 2 * 5  # 2 attention layers x 4 statistics + sigma_s
     single = to_trajectory(_probe(m, dict(input_ids=ids[:1])))
     assert single["stderr"].isna().all()
 

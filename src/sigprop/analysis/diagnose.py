@@ -63,6 +63,12 @@ class Diagnosis(Result):
     seeds: int = 0  # initialisations measured (1 for a folder's trained weights)
     sequences: int = 0  # sequences per initialisation
     seed: int = 0  # first seed
+    #: where the measured weights came from: ``"init"`` (the model's own init under ``seed``),
+    #: ``"folder"`` (a model folder's weight files) or ``"module"`` (the nn.Module given)
+    weights: str = "init"
+    #: per block: beta (RMS over heads, from the weights), rho_in, beta_c, their ratio, the
+    #: heads above beta_c (docs/theory.md §2.8); empty for a measured-only diagnosis
+    layers: list[dict] = field(default_factory=list)
 
 
 def available_memory() -> float:
@@ -178,19 +184,27 @@ def _probe_notes(probe, meas) -> list[str]:
     return out
 
 
-def _verdict(spec: ArchSpec, meas, heads, theory: bool = True
+def _verdict(spec: ArchSpec, meas, heads, theory: bool = True, layers: list[dict] | None = None
              ) -> tuple[str, int | None, list[int]]:
-    """``theory=False``: the measurement alone (no beta_c condition)."""
+    """``theory=False``: the measurement alone (no beta_c condition). ``layers``: the
+    per-block beta table (:func:`sigprop.theory.depth.layer_table`); a block whose beta
+    exceeds beta_c of its input cosine condenses (docs/theory.md §2.7-2.8), and its heads
+    above beta_c are failing heads with the measured low-entropy ones."""
     from ..theory import rem
 
     cos = meas[meas.observable == "cos"].set_index("layer")["value"]
     ent = meas[meas.observable == "entropy"].set_index("layer")["value"]
-    over = theory and spec.beta_eff > float(rem.beta_c(spec.rho_init))
+    over_layers = [r["layer"] for r in layers or [] if r["beta"] > r["beta_c"]]
+    if layers is None:
+        over_layers = [1] if theory and spec.beta_eff > float(rem.beta_c(spec.rho_init)) else []
+    over_layers = over_layers if theory else []
     low_ent = [int(layer) for layer, v in ent.items() if v < ENTROPY_MIN]
-    if spec.attention != "uniform" and (over or low_ent):
-        first = low_ent[0] if low_ent else 1
+    if spec.attention != "uniform" and (over_layers or low_ent):
+        first = min(low_ent[:1] + over_layers[:1])
         h = heads[(heads.layer == first) & (heads.observable == "entropy")]
-        return "entropy_collapse", first, sorted(int(x) for x in h[h.value < ENTROPY_MIN]["head"])
+        bad = {int(x) for x in h[h.value < ENTROPY_MIN]["head"]}
+        bad |= {int(x) for r in layers or [] if r["layer"] == first for x in r["heads_over"]}
+        return "entropy_collapse", first, sorted(bad)
     high = [int(layer) for layer, v in cos.items() if layer > 0 and v >= spec.rho_max]
     if high:
         return "rank_collapse", high[0], []
@@ -212,7 +226,7 @@ def recommend(spec: ArchSpec, rho0: float) -> list[dict]:
                         f"T={spec.seq_len}"})
     if spec.beta_eff > bc:
         target = 0.5 * bc
-        fixed = spec.replace(beta=target, qk_std=None)
+        fixed = spec.with_beta(target)
         out.append({"what": "lower beta", "beta": target,
                     "predicted_cos_L": float(depth.final_cos(fixed, rho0=rho0)),
                     "predicted_verdict": depth.verdict(fixed, rho0=rho0),
@@ -230,6 +244,9 @@ def recommend(spec: ArchSpec, rho0: float) -> list[dict]:
                     text=f"scale the attention skip to alpha_attn={a_new:.3g} (alpha_crit(L="
                          f"{spec.depth})={a_crit:.3g}): predicted final cos {base:.3g} -> "
                          f"{new_cos:.3g}")
+    elif not math.isfinite(a_crit):
+        item["text"] = ("alpha_crit is undefined above beta_c (the attention condenses whatever "
+                        "the residual strength): lower beta first")
     else:
         item["text"] = (f"alpha_attn={spec.alpha_attn:g} is above alpha_crit(L={spec.depth})="
                         f"{a_crit:.3g}: no change needed")
@@ -289,6 +306,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
 
     from .. import models as hf
     from ..measurement.probe import Probe, to_trajectory
+    from ..measurement.weights import WeightReader, WeightTable
     from ..models.arch import FAMILIES, generic_spec_and_info, input_kind
     from ..theory import depth
 
@@ -325,18 +343,20 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         notes.append(f"shared layers ({config.model_type}): each of "
                      f"{getattr(config, 'num_hidden_groups', 1)} layer group(s) is applied "
                      f"{repeats} times; every application is measured as one layer")
-    probes, trained = [], False
+    probes, trained, tables, source = [], False, [], "init"
     if module is not None:  # the user's model, as it is
         was_training = module.training
         module.eval()
         try:
             p = Probe(module, keep_hidden=False, repeats=repeats)
+            w = WeightReader(module, blocks=p.blocks, sites=p.sites, repeats=repeats)
             dev = next(module.parameters()).device
-            with p, torch.no_grad():
+            with p, w, torch.no_grad():
                 _forward(module, {k: v.to(dev) for k, v in inputs.items()}, enc_dec)
         finally:
             module.train(was_training)
-        probes, trained, seeds = [p], True, 0
+        probes, trained, seeds, source = [p], True, 0, "module"
+        tables.append(_read_weights(w, notes))
         if on_seed is not None:
             on_seed(0)
     # a model folder's weights (safetensors, or weights_only pickles) replace the init
@@ -349,9 +369,12 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         if folder is not None:
             trained = hf.load_local_weights(m, folder).trained or trained
         p = Probe(m, keep_hidden=False, repeats=repeats)
-        with p, torch.no_grad():
+        w = WeightReader(m, blocks=p.blocks, sites=p.sites, repeats=repeats)
+        with p, w, torch.no_grad():
             _forward(m, inputs, enc_dec, returned=not mapped)
         probes.append(p)
+        tables.append(_read_weights(w, notes if s == 0 else []))
+        source = "folder" if trained else source
         del m
         if on_seed is not None:
             on_seed(s)
@@ -365,11 +388,24 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     rho0 = min(max(rho0, 0.0), 1.0)
     spec = spec.replace(rho0=rho0)
     notes += _probe_notes(probes[0], meas)
+    table = WeightTable.average(tables) if tables and all(tables) else None
+    if table is not None and len(table.layers) != spec.depth:
+        notes.append(f"weights: {len(table.layers)} attention layers read, the config has "
+                     f"{spec.depth}; theory from the config")
+        table = None
+    if mapped and table is not None:
+        spec = _weights_spec(spec, table, meas, notes)
+    elif mapped:
+        notes.append("theory parameters from the config (initializer_range), not the weights")
+    heads = _with_weight_heads(heads, table, spec)
+    layer_rows: list[dict] = []
     if mapped:
         theory = depth.propagate(spec, rho0=rho0)
         traj = pd.concat([theory, meas], ignore_index=True)
-        verdict, first, bad_heads = _verdict(spec, meas, heads)
+        layer_rows = depth.layer_table(spec, theory)
+        verdict, first, bad_heads = _verdict(spec, meas, heads, layers=layer_rows)
         derived, recs = spec.derived(rho0), recommend(spec, rho0)
+        derived["beta_measured"] = _measured_beta(heads, spec.seq_len)
     else:  # measured-only: the verdict reads the measurement alone
         traj = meas.reset_index(drop=True)
         verdict, first, bad_heads = _verdict(spec, meas, heads, theory=False)
@@ -378,7 +414,67 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                      derived=derived, verdict=verdict, first_failing_layer=first,
                      failing_heads=bad_heads, recommendations=recs,
                      rho0=rho0, seconds=time.perf_counter() - t0, trained=trained,
-                     notes=notes, seeds=len(probes), sequences=sequences, seed=seed)
+                     notes=notes, seeds=len(probes), sequences=sequences, seed=seed,
+                     weights=source, layers=layer_rows)
+
+
+def _read_weights(reader, notes: list[str]):
+    """The reader's :class:`WeightTable`, or None (with a note) where the weights of some
+    block could not be read."""
+    try:
+        table = reader.read()
+    except Exception as err:  # noqa: BLE001 - any model the reader does not understand
+        notes.append(f"weights: not readable ({type(err).__name__}: {err}); theory "
+                     "parameters from the config")
+        return None
+    notes += [f"weights: {n}" for n in table.notes]
+    return table
+
+
+def _weights_spec(spec: ArchSpec, table, meas, notes: list[str]) -> ArchSpec:
+    """``spec`` with per-layer parameters from the weights (docs/theory.md §2.8). Pre-LN: the
+    stream starts at the measured embedding norm q0, absorbed into the branch output
+    variances as the config mapping does. Residual strengths are 1: a sigprop alpha fix
+    lives in the output projections, which the weights carry."""
+    from dataclasses import replace
+
+    layers = table.layers
+    if spec.norm == "pre":
+        q0 = meas[(meas.observable == "q") & (meas.layer == 0)]["value"]
+        q0 = float(q0.iloc[0]) if len(q0) and float(q0.iloc[0]) > 0 else 1.0
+        layers = tuple(replace(x, var_o=None if x.var_o is None else x.var_o / q0,
+                               var_w_out=x.var_w_out / q0) for x in layers)
+    if spec.alpha_attn != 1.0:
+        notes.append(f"alpha_attn={spec.alpha_attn:g} of the sigprop fix is in the output "
+                     "projections: read from the weights")
+    notes.append("theory parameters read from the weights, per layer and head "
+                 "(docs/theory.md §2.8)")
+    return spec.replace(layers=layers, qk_std=None, beta=None, alpha_attn=1.0, alpha_mlp=1.0)
+
+
+def _with_weight_heads(heads, table, spec: ArchSpec):
+    """Per-head rows of the weights' score std (source ``weights``, observable
+    ``sigma_s``: the effective one, model scale and length scaling included)."""
+    import pandas as pd
+
+    if table is None:
+        return heads
+    rows = [{"layer": h["layer"], "observable": "sigma_s", "source": "weights",
+             "value": h["sigma_s"] * (spec.multiplier if spec.layers is not None
+                                      else table.scale[h["layer"] - 1]),
+             "stderr": float("nan"), "head": h["head"]}
+            for h in table.heads]
+    return pd.concat([heads, pd.DataFrame(rows)], ignore_index=True) if rows else heads
+
+
+def _measured_beta(heads, seq_len: int) -> float:
+    """beta from the measured score std: RMS over layers and heads of each head's measured
+    sigma_s, over sqrt(log T) (the same aggregate as the spec's beta from the weights);
+    NaN where no scores were recomputed."""
+    m = heads[(heads.observable == "sigma_s") & (heads.source == "measured")]["value"]
+    if not len(m):
+        return float("nan")
+    return float(np.sqrt(np.mean(np.square(m.to_numpy())))) / math.sqrt(math.log(seq_len))
 
 
 def head_extremes(heads) -> list[dict]:
@@ -394,6 +490,34 @@ def head_extremes(heads) -> list[dict]:
     return out
 
 
+def per_head(d: Diagnosis) -> list[dict]:
+    """One entry per layer and head: ``sigma_s`` (from the weights), ``beta``,
+    ``beta_over_beta_c`` (beta_c of the layer's theory input cosine), and the measured
+    ``sigma_s_measured``, ``entropy``, ``ipr`` (None where not available)."""
+    h = d.heads
+    if h is None or not len(h):
+        return []
+    key = h["observable"] + ":" + h["source"]
+    wide = h.assign(key=key).pivot_table(index=["layer", "head"], columns="key",
+                                         values="value", aggfunc="first")
+    logt = math.sqrt(math.log(d.spec.seq_len))
+    bc = {r["layer"]: r["beta_c"] for r in d.layers}
+    out = []
+    for (layer, head), row in wide.iterrows():
+        def get(k, row=row):
+            v = row.get(k)
+            return None if v is None or not np.isfinite(v) else float(v)
+
+        sig = get("sigma_s:weights")
+        beta = None if sig is None else sig / logt
+        c = bc.get(int(layer))
+        out.append({"layer": int(layer), "head": int(head), "sigma_s": sig, "beta": beta,
+                    "beta_over_beta_c": None if beta is None or c is None else beta / c,
+                    "sigma_s_measured": get("sigma_s:measured"),
+                    "entropy": get("entropy:measured"), "ipr": get("ipr:measured")})
+    return out
+
+
 def to_json(d: Diagnosis, *, timing: bool = True) -> dict:
     """The diagnosis as the CLI's JSON; ``timing=False`` leaves out the wall-clock
     ``seconds`` (same seed -> byte-identical output)."""
@@ -406,6 +530,7 @@ def to_json(d: Diagnosis, *, timing: bool = True) -> dict:
             "failing_heads": d.failing_heads, "recommendations": d.recommendations,
             "rho0": d.rho0, "trained_weights": d.trained, "notes": d.notes,
             "seeds": d.seeds, "sequences": d.sequences, "seed": d.seed,
+            "weights": d.weights, "layers": d.layers, "per_head": per_head(d),
             "seconds": d.seconds, "n_layers_measured": int(np.sum(
                 (d.trajectory.source == "measured") & (d.trajectory.observable == "ipr")))}
     if not timing:
@@ -489,7 +614,8 @@ def fix(model: str, out, *, beta: float | None = None, alpha_attn: float | str |
         hf.load_local_weights(m, folder)
     report = hf.apply_fix(m, beta=beta, alpha_attn=alpha_attn, centred=centred,
                           scaling=scaling, scaling_param=scaling_param,
-                          seq_len=before.spec.seq_len, rho0=before.rho0)
+                          seq_len=before.spec.seq_len, rho0=before.rho0,
+                          spec=before.spec if before.spec.layers is not None else None)
     stage(f"writing {outp}")
     outp.mkdir(parents=True, exist_ok=True)
     _save_quietly(m, outp)

@@ -316,8 +316,8 @@ def to_trajectory(probe_results, spec=None, source: str = "measured", per_head: 
         if not st[0]:
             continue
         H = st[0]["ipr"].shape[-1]
-        for name in (*ATTENTION_STATS, "gap"):
-            if name not in st[0]:
+        for name in (*ATTENTION_STATS, "sigma_s", "gap"):
+            if name not in st[0] or any(name not in d for d in st):
                 continue
             extra = {}
             if name == "gap":

@@ -42,6 +42,22 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return torch.cat((xr * cos + rotated * sin, rest), dim=-1)
 
 
+def _score_rms(sc: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+    """Per head: the root mean square of the logits ``q.k * scale`` over visible pairs of
+    distinct tokens, before any position bias -- the measured score std sigma_s
+    (docs/theory.md §2.1: for inputs with q = 1 its expectation over the weights is sigma_s
+    whatever the tokens' cosine)."""
+    T, Tk = sc.shape[-2], sc.shape[-1]
+    keep = torch.ones(T, Tk, dtype=torch.bool, device=sc.device)
+    if T == Tk:
+        keep &= ~torch.eye(T, dtype=torch.bool, device=sc.device)
+    if allowed is not None:
+        keep = keep & allowed
+    w = keep.to(sc.dtype)
+    n = w.sum((-1, -2)).clamp_min(1.0)
+    return ((sc * sc) * w).sum((-1, -2)).div(n).sqrt()
+
+
 class _RecomputeMixin:
     """Masks, statistics and recomputation of attention probabilities (methods of ``Probe``)."""
 
@@ -98,6 +114,7 @@ class _RecomputeMixin:
         for h0 in range(0, s.n_heads, chunk):
             sc = q[..., h0:h0 + chunk, :, :] @ k[..., h0:h0 + chunk, :, :].transpose(-1, -2)
             sc = sc * s.scale
+            parts["sigma_s"].append(_score_rms(sc, allowed))
             if bias is not None:
                 sc = sc + bias
             if allowed is not None:  # finfo.min as HF eager: a fully masked row stays finite

@@ -206,8 +206,7 @@ def resolve(spec: ArchSpec, *, beta: float | None = None, alpha_attn: float | st
         new = new.replace(attention="centred")
     if beta is not None:  # after the scaling, so that beta is the effective one at seq_len
         _check_float("beta", beta, 0.0, 1e4, lo_open=True)
-        new = new.replace(beta=float(beta), qk_std=None)
-        new = new.replace(qk_std=new.rem_qk_std(), beta=None)
+        new = new.with_beta(float(beta))
     if alpha_attn is not None:
         if alpha_attn == "auto":
             a = auto_alpha(new, r0)
@@ -240,19 +239,27 @@ def _qk_targets(entry: dict[str, Any]) -> list[tuple[str, tuple[int, int] | None
 def apply_fix(model: nn.Module, *, beta: float | None = None,
               alpha_attn: float | str | None = None, centred: bool = False,
               scaling: str | None = None, scaling_param: float | None = None,
-              seq_len: int | None = None, rho0: float | None = None) -> FixReport:
+              seq_len: int | None = None, rho0: float | None = None,
+              spec: ArchSpec | None = None) -> FixReport:
     """Patch an HF model in place (module docstring) and record the fix in ``model.config``.
 
     ``beta`` is gg25's beta at ``seq_len`` (default the config's length, as ``diagnose``);
     ``alpha_attn`` a number or ``"auto"`` (:func:`auto_alpha`, at input cosine ``rho0``,
     default the architecture's); ``scaling`` one of docs/theory.md §3.2's kinds with its
-    parameter."""
+    parameter. ``spec``: the model's spec read from its weights (``Diagnosis.spec``, per-layer
+    ``layers``); then ``beta`` rescales each layer's Q and K so that *its* beta becomes the
+    target (trained or rescaled weights), and the predictions use those weights. Without it
+    the spec comes from the config (weights at their HF init)."""
     from ..nn.init import scale_linear_
     from ..theory import depth
     from .arch import spec_and_info
     from .names import qkv_names
 
     before, info = spec_and_info(model.config, seq_len)
+    if spec is not None:
+        if spec.depth != before.depth:
+            raise SpecError("spec", f"has depth {spec.depth}, the model {before.depth}")
+        before = spec
     if beta is not None and info.qk_norm:
         raise SpecError("beta", "this model RMS-normalises q and k per head (QK-norm): the "
                                 "Q/K weights do not set beta")
@@ -262,12 +269,19 @@ def apply_fix(model: nn.Module, *, beta: float | None = None,
     mods = dict(model.named_modules())
     changes: list[str] = []
     # the weights carry the score scale before the length multiplier (applied at run time)
-    r = (after.sigma_s / after.multiplier) / (before.sigma_s / before.multiplier)
-    if beta is not None and r != 1.0:
-        for entry in names:
+    per = len(before.layers) // len(names) if before.layers is not None and names else 1
+    ratios = [float(np.sqrt(np.mean(after.layer_sigma(i * per + 1) ** 2)
+                            / np.mean(before.layer_sigma(i * per + 1) ** 2)))
+              if np.mean(before.layer_sigma(i * per + 1) ** 2) > 0 else 1.0
+              for i in range(len(names))]
+    if beta is not None and any(r != 1.0 for r in ratios):
+        for entry, r in zip(names, ratios, strict=True):
             for name, sl, ax in _qk_targets(entry):
                 scale_linear_(mods[name], math.sqrt(r), out_slice=sl, out_axis=ax)
-        changes.append(f"Q and K weights x{math.sqrt(r):.4g}: beta {before.beta_eff:.4g} -> "
+        lo, hi = min(ratios), max(ratios)
+        x = f"x{math.sqrt(lo):.4g}" if hi == lo else \
+            f"x{math.sqrt(lo):.4g} .. x{math.sqrt(hi):.4g} per layer"
+        changes.append(f"Q and K weights {x}: beta {before.beta_eff:.4g} -> "
                        f"{after.beta_eff:.4g} at T={before.seq_len}")
     ratio = after.alpha_attn / before.alpha_attn
     if ratio != 1.0:
@@ -291,8 +305,11 @@ def apply_fix(model: nn.Module, *, beta: float | None = None,
     rec = dict(getattr(model.config, "sigprop_fix", None) or {})
     rec.update(version=FIX_VERSION, alpha_attn=after.alpha_attn, attention=after.attention,
                seq_len=before.seq_len)
-    if beta is not None:
-        rec.update(qk_std=after.qk_std, beta=float(beta))
+    if beta is not None:  # the i.i.d. Q/K std of this beta (a config-only reader's view)
+        qk = after.qk_std if after.qk_std is not None else math.sqrt(
+            float(beta) * math.sqrt(math.log(after.seq_len)) / after.multiplier
+            / after.d_model)
+        rec.update(qk_std=qk, beta=float(beta))
     if scaling is not None and scaling != "none":  # the model's own multiplier is not ours
         rec.update(scaling=scaling, scaling_param=scaling_param)
     if after.attention != before.attention:

@@ -182,7 +182,10 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
     console.print(f"[bold]sigprop diagnose[/] {d.model}: L={d.spec.depth}, d={d.spec.d_model}, "
                   f"H={d.spec.heads}, T={d.spec.seq_len}{block}")
     layers = list(mw.index)
-    obs = [c for c in ("ipr", "entropy", "wmax", "stable_rank") if c in mw.columns]
+    # narrow terminals: beta/beta_c (from the weights) takes wmax's place; --wide shows both
+    shown = ("ipr", "entropy", "wmax", "stable_rank") if wide or not getattr(d, "layers", None) \
+        else ("ipr", "entropy", "stable_rank")
+    obs = [c for c in shown if c in mw.columns]
 
     def col(c, with_se):
         vals = [mw[c].get(layer) for layer in layers]
@@ -207,11 +210,14 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
                               f"{hi[i]}")
         else:
             head_cells.append(f"{lo[i]}–{hi[i]}")
-    names = ["layer", "cos", "cos th", *[c.replace("stable_rank", "srank") for c in obs],
-             "head entropy"]
+    ratio = {r["layer"]: r["beta_over_beta_c"] for r in getattr(d, "layers", [])}
+    rcol = tables.column([ratio.get(layer) for layer in layers]) if ratio else None
+    names = ["layer", "cos", "cos th", *(["beta/bc"] if rcol else []),
+             *[c.replace("stable_rank", "srank") for c in obs], "head entropy"]
     t = tables.table(*names, right=names)
     for i, layer in enumerate(layers):
-        t.add_row(str(layer), cos_m[i], "" if cos_t[i] == "–" else cos_t[i],
+        extra = [] if rcol is None else ["" if rcol[i] == "–" else rcol[i]]
+        t.add_row(str(layer), cos_m[i], "" if cos_t[i] == "–" else cos_t[i], *extra,
                   *("" if other[c][i] == "–" else other[c][i] for c in obs), head_cells[i])
     console.print(t)
     if has_theory:

@@ -36,6 +36,10 @@ img{max-width:100%;height:auto;border:1px solid #eee}
 """
 
 
+_WEIGHTS = {"init": "weights: fresh init", "folder": "weights: the folder's files",
+            "module": "weights: the module's own"}
+
+
 def _e(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
@@ -131,7 +135,7 @@ def _diagnosis_body(d, *, diagram_grid: int = 64) -> str:
         parts.append(" (heads " + _e(", ".join(str(h) for h in d.failing_heads)) + ")")
     parts.append(f'</p><p class="muted">{_e(spec.depth)} layers, d={_e(spec.d_model)}, '
                  f'{_e(spec.heads)} heads, T={_e(spec.seq_len)}, {_e(spec.norm)}-LN, '
-                 f'{_e(spec.activation)}; {"trained weights" if d.trained else "at init"}; '
+                 f'{_e(spec.activation)}; {_WEIGHTS.get(d.weights, "at init")}; '
                  f'{_e(d.seeds)} seed(s) from {_e(d.seed)} x {_e(d.sequences)} sequence(s); '
                  f'measured in {d.seconds:.1f} s</p>')
     has_theory = bool((d.trajectory["source"] == "theory").any())

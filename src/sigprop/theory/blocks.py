@@ -175,9 +175,15 @@ class BlockParams:
     causal: bool
     heads: int = 1
     ln_fluct: bool = True
+    head_scale: np.ndarray | None = None  # per-head score std / sigma_s0 (RMS 1)
+    head_w: np.ndarray | None = None  # per-head share of the attention output (mean 1)
 
     @classmethod
-    def from_spec(cls, spec: ArchSpec, **override) -> BlockParams:
+    def from_spec(cls, spec: ArchSpec, layer: int | None = None, **override) -> BlockParams:
+        """The parameters of block ``layer`` (1-based): a spec with ``layers`` (read from
+        weights, docs/theory.md §2.8) gives each block its own score stds per head and
+        variances (beyond the last layer, the last one's); otherwise every block has the
+        spec's. ``layer=None`` on a spec with layers: layer 1."""
         base = dict(
             sigma_s0=spec.sigma_s, alpha_attn=spec.alpha_attn, alpha_mlp=spec.alpha_mlp,
             var_v=spec.var_v, var_w_in=spec.var_w_in, var_w_out=spec.var_w_out,
@@ -185,6 +191,17 @@ class BlockParams:
             activation=spec.activation, seq_len=spec.seq_len, d_head=spec.d_head,
             causal=spec.causal, heads=spec.heads,
         )
+        if spec.layers is not None:
+            lay = spec.layers[min(max(layer or 1, 1), len(spec.layers)) - 1]
+            sig = np.asarray(lay.sigma_s, dtype=np.float64)
+            rms = float(np.sqrt(np.mean(sig**2)))
+            base.update(sigma_s0=rms * spec.multiplier, var_v=lay.var_v, var_o=lay.var_o,
+                        var_w_in=lay.var_w_in, var_w_out=lay.var_w_out, var_b=lay.var_b)
+            if sig.size > 1 and np.ptp(sig) > 0:
+                base["head_scale"] = sig / rms if rms > 0 else np.ones_like(sig)
+            if lay.head_weights is not None and sig.size > 1:
+                w = np.asarray(lay.head_weights, dtype=np.float64)
+                base["head_w"] = w / w.mean() if w.mean() > 0 else None
         base.update(override)
         return cls(**base)
 
@@ -258,6 +275,29 @@ def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     return np.minimum(cos, 1.0)
 
 
+def _head_stats(bp: BlockParams, qa, pa, *, asymptotic: bool, full: bool) -> AttentionStats:
+    """Attention statistics of a block, averaged over its heads when they differ
+    (``bp.head_scale``: per-head score stds read from weights, docs/theory.md §2.8). The head
+    average enters the (q, p) map linearly -- ``q_att = s_v^2 [p + (q - p) mean_h Y2_h]`` --
+    weighted by each head's share of the output (``bp.head_w``)."""
+    sig, rho = bp.sigma_s0 * qa, _cos(pa, qa)
+    if bp.head_scale is None and bp.head_w is None:
+        return attention_stats(sig, rho, bp.seq_len, d_head=bp.d_head, causal=bp.causal,
+                               asymptotic=asymptotic, full=full)
+    hs = (np.ones(np.size(bp.head_w)) if bp.head_scale is None
+          else np.asarray(bp.head_scale, dtype=np.float64))
+    sig = np.asarray(sig, dtype=np.float64)[..., None] * hs
+    st = attention_stats(sig, np.asarray(rho, dtype=np.float64)[..., None], bp.seq_len,
+                         d_head=bp.d_head, causal=bp.causal, asymptotic=asymptotic, full=full)
+    w = np.ones(sig.shape[-1]) if bp.head_w is None else np.asarray(bp.head_w, dtype=np.float64)
+    w = np.broadcast_to(w, (sig.shape[-1],)) / np.mean(np.broadcast_to(w, (sig.shape[-1],)))
+
+    def avg(x):
+        return None if x is None else np.mean(np.asarray(x) * w, axis=-1)
+
+    return AttentionStats(*(avg(x) for x in st))
+
+
 def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False,
                branch_scale=1.0):
     """One transformer block (docs/theory.md §2.6): returns ``(q, p, attention stats)``.
@@ -286,8 +326,7 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     if bp.attention == "uniform":
         st = uniform_stats(np.shape(pa), bp.seq_len, causal=bp.causal, asymptotic=asymptotic)
     else:
-        st = attention_stats(bp.sigma_s0 * qa, _cos(pa, qa), bp.seq_len, d_head=bp.d_head,
-                             causal=bp.causal, asymptotic=asymptotic, full=full)
+        st = _head_stats(bp, qa, pa, asymptotic=asymptotic, full=full)
     q_att, p_att = attention_map(qa, pa, st, variant=bp.attention, var_v=bp.var_v,
                                  var_b=bp.var_b, var_o=bp.var_o)
     a2 = np.asarray(bp.alpha_attn, dtype=np.float64) ** 2

@@ -114,6 +114,20 @@ def _certificates(bp: BlockParams, mode, sig, alp, threshold: float, asymptotic:
     return mono, mono & (f[:, -1] < threshold)
 
 
+def _layer_params(spec: ArchSpec, layer: int, over: dict) -> BlockParams:
+    """Block ``layer``'s parameters (weights-derived ``spec.layers``) with the grid options
+    of ``over`` other than the score std and the residual strength."""
+    keep = {k: v for k, v in over.items() if k not in ("sigma_s0", "alpha_attn")}
+    return BlockParams.from_spec(spec, layer, **keep)
+
+
+def _ratio(spec: ArchSpec, layer: int) -> float:
+    """Block ``layer``'s RMS score std relative to the spec's (its RMS over all layers), so a
+    grid value of the spec's beta scales every block alike."""
+    ref = spec.sigma_s
+    return float(np.sqrt(np.mean(spec.layer_sigma(layer) ** 2)) / ref) if ref > 0 else 1.0
+
+
 def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: int | None = None,
               asymptotic: bool = False, fluctuations: bool = True,
               threshold: float | None = None) -> np.ndarray:
@@ -139,7 +153,8 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
     out, act = np.full(p.shape, np.nan), np.arange(p.size)
     mode, bpa, bpa_n = scale_mode(bp), None, -1
     n_layers = spec.depth if depth is None else depth
-    cert = threshold is not None and n_layers >= CERT_MIN_DEPTH
+    per_layer = spec.layers is not None  # weights-derived blocks differ: no 1-D map to certify
+    cert = threshold is not None and n_layers >= CERT_MIN_DEPTH and not per_layer
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         if cert:
             mono, f_below = _certificates(bp, mode, sig, alp, float(threshold), asymptotic)
@@ -156,13 +171,18 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
                 act = act[~done]
             if not act.size:
                 break
-            if bpa is None or bpa_n != act.size:  # the active set only ever shrinks
+            if per_layer:  # this block's own parameters, the grid's sigma scaled by its ratio
+                bl = _layer_params(spec, layer + 1, over)
+                bpa = dataclasses.replace(bl, sigma_s0=sig[act] * _ratio(spec, layer + 1),
+                                          alpha_attn=alp[act])
+            elif bpa is None or bpa_n != act.size:  # the active set only ever shrinks
                 bpa = dataclasses.replace(bp, sigma_s0=sig[act], alpha_attn=alp[act])
                 bpa_n = act.size
             q2, p2, lg2, _ = step(q[act], p[act], logs[act], bpa, mode,
                                   asymptotic=asymptotic, full=False)
             bad = _bad(q2, mode) | ~np.isfinite(p2)
             fixed = (q2 == q[act]) & (p2 == p[act]) & ((lg2 == logs[act]) | (mode != "pre"))
+            fixed &= not per_layer or layer + 1 >= len(spec.layers)  # later blocks may differ
             q[act], p[act], logs[act] = q2, p2, lg2
             out[act[fixed & ~bad]] = _cos(p2[fixed & ~bad], q2[fixed & ~bad])
             act = act[~(bad | fixed)]
@@ -207,11 +227,14 @@ def propagate(spec: ArchSpec, rho0: float | None = None, *,
             dict(layer=0, observable="q", source=source, value=1.0)]
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         for layer in range(1, spec.depth + 1):
+            if spec.layers is not None:
+                bp = BlockParams.from_spec(spec, layer, ln_fluct=bool(fluctuations))
             q2, p2, lg2, st = step(q, p, logs, bp, mode, asymptotic=asymptotic, full=True)
             if _bad(q2, mode) or not np.isfinite(p2):
                 raise overflow_error(spec, layer)
             dl = lg2 - logs
             fixed = q2 == q and p2 == p and (mode != "pre" or dl == 0)
+            fixed = fixed and (spec.layers is None or layer >= len(spec.layers))
             q, p, logs = q2, p2, lg2
             rows += _rows(layer, q, p, logs, st, source, inv_t)
             if fixed:  # every later layer repeats this one; only log S keeps growing by dl
@@ -231,7 +254,12 @@ def verdict(spec: ArchSpec, traj=None, *, rho0: float | None = None,
     beta > beta_c(rho0); else ``rank_collapse`` if rho_L >= rho_max; else ``trainable``.
     rho_L is ``rho_l`` when given, else read from ``traj``, else propagated."""
     r0 = spec.rho_init if rho0 is None else float(rho0)
-    if spec.attention != "uniform" and spec.beta_eff > float(rem.beta_c(r0)):
+    if spec.layers is not None and spec.attention != "uniform":
+        if traj is None:
+            traj = propagate(spec, rho0=r0, asymptotic=asymptotic)
+        if condensed_layers(spec, traj):
+            return "entropy_collapse"
+    elif spec.attention != "uniform" and spec.beta_eff > float(rem.beta_c(r0)):
         return "entropy_collapse"
     if rho_l is None and traj is None:
         rho_l = float(final_cos(spec, rho0=r0, asymptotic=asymptotic))
@@ -241,3 +269,28 @@ def verdict(spec: ArchSpec, traj=None, *, rho0: float | None = None,
     if not math.isfinite(rho_l):
         raise overflow_error(spec, spec.depth)
     return "rank_collapse" if rho_l >= spec.rho_max else "trainable"
+
+
+def layer_table(spec: ArchSpec, traj) -> list[dict]:
+    """Per block of a spec with weights-derived ``layers`` (docs/theory.md §2.8): its RMS
+    ``beta`` over heads, the input cosine ``rho_in`` the theory gives it (``traj``'s cos at
+    the layer below), ``beta_c(rho_in)`` and their ratio, and the per-head ``beta`` list.
+    A spec without layers gives one entry per block with the spec's beta."""
+    cos = traj[traj["observable"] == "cos"].set_index("layer")["value"]
+    logt = math.sqrt(math.log(spec.seq_len))
+    out = []
+    for layer in range(1, spec.depth + 1):
+        heads = spec.layer_sigma(layer) / logt
+        beta = float(np.sqrt(np.mean(heads**2)))
+        r = float(np.clip(cos.get(layer - 1, spec.rho_init), 0.0, 1.0))
+        bc = float(rem.beta_c(r))
+        out.append({"layer": layer, "beta": beta, "rho_in": r, "beta_c": bc,
+                    "beta_over_beta_c": beta / bc, "heads": [float(b) for b in heads],
+                    "heads_over": [int(h) for h in np.flatnonzero(heads > bc)]})
+    return out
+
+
+def condensed_layers(spec: ArchSpec, traj) -> list[int]:
+    """Blocks whose RMS beta exceeds beta_c of their input cosine (:func:`layer_table`): the
+    per-layer form of docs/theory.md §2.7's entropy-collapse condition."""
+    return [r["layer"] for r in layer_table(spec, traj) if r["beta"] > r["beta_c"]]

@@ -1,0 +1,369 @@
+"""Theory parameters read from a model's weights, per layer and per head (docs/theory.md §2.8).
+
+    with WeightReader(model) as w:     # hooks record which modules run, in what order
+        model(**inputs)                # any forward pass (one is enough)
+    table = w.read()                   # WeightTable: per-layer LayerSpec + per-head rows
+
+Works on any ``nn.Module`` whose blocks and attention :mod:`.probe_sites` finds. The forward
+pass only fixes the *call order* -- which normalisation runs last before a block's attention
+and before its MLP, which linear map is the attention output projection (the first one called
+after the value projection) and which are the MLP's (the block's other linear maps; the last
+one called is the output, the earlier ones the inputs: one plain, two gated, or one fused
+``[gate | up]`` of twice the output's fan-in). Every number comes from the weights:
+
+* norm gains: each normalisation module is evaluated on a fixed unit-RMS Gaussian input and
+  its per-feature gain is the regression slope of output on normalised input (either RMS or
+  mean-subtracted normalisation, whichever fits), so any norm class is read the same way
+  (LayerNorm, RMSNorm, Gemma's ``1 + w``, a norm without gain);
+* score std of query head h: ``sigma_s^2 = c^2 (|G W_Q^h^T W_K^g G|_F^2 + |G W_K^g^T b_Q^h|^2)``
+  with ``c = 1/sqrt(d_head)`` (the canonical logit scale; any other is the spec's multiplier),
+  ``g`` the K/V head of h's group and ``G`` the input norm's gains: the variance of
+  ``x_a W_Q W_K^T x_b`` over isotropic inputs with q = 1 (the key bias cancels in the
+  softmax). With QK-norm (q and k RMS-normalised per head with gains ``g_q``, ``g_k``):
+  ``sigma_s^2 = sum_i g_q,i^2 g_k,i^2 / d_head``. RoPE is not in the formula: a rotation leaves
+  the score variance of i.i.d. weights unchanged;
+* ``var_v = |W_V G|_F^2 / rows``, ``var_o = |W_O|_F^2 / rows`` (weight variance times fan-in),
+  MLP ``var_w_in`` (the gate's, for a gated MLP; the up branch's variance multiplies the
+  output, folded into ``var_w_out``), ``var_w_out``; ``var_b``: the mean squared bias of the
+  value, output and MLP maps; ``head_weights``: ``|W_O^h|^2 |W_V^g G|^2`` per head.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..spec import LayerSpec
+from .probe_sites import AttentionSite, describe_attention, find_attention, find_blocks
+
+__all__ = ["WeightReader", "WeightTable", "matrix", "norm_gains"]
+
+#: rows of the Gaussian input a norm module's gains are read on
+GAIN_ROWS = 64
+#: a norm's fit counts as affine per feature when its residual is below this (relative)
+GAIN_FIT_TOL = 1e-3
+
+
+def matrix(m: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
+    """``(W (out, in), bias or None)`` of a linear map: ``nn.Linear``, HF ``Conv1D`` (weight
+    stored ``(in, out)``) or any module with a 2-D ``weight`` and ``in_features``; else None."""
+    w = getattr(m, "weight", None)
+    if not isinstance(w, torch.Tensor) or w.ndim != 2:
+        return None
+    b = getattr(m, "bias", None)
+    b = b.detach() if isinstance(b, torch.Tensor) else None
+    if isinstance(m, nn.Linear) or getattr(m, "in_features", None) == w.shape[1]:
+        return w.detach(), b
+    nf = getattr(m, "nf", None)
+    if isinstance(nf, int) and w.shape[1] == nf:  # HF Conv1D: y = x W + b
+        return w.detach().T, b
+    return None
+
+
+def _is_norm(m: nn.Module) -> bool:
+    name = type(m).__name__.lower()
+    return "norm" in name and not isinstance(m, nn.ModuleList) and not any(
+        isinstance(c, nn.Linear) for c in m.children())
+
+
+def _width(m: nn.Module) -> int | None:
+    w = getattr(m, "weight", None)
+    if isinstance(w, torch.Tensor) and w.ndim == 1:
+        return int(w.numel())
+    shape = getattr(m, "normalized_shape", None)
+    if isinstance(shape, tuple | list) and shape:
+        return int(np.prod(shape))
+    for attr in ("hidden_size", "dim", "d_model"):
+        v = getattr(m, attr, None)
+        if isinstance(v, int) and v > 0:
+            return v
+    return None
+
+
+@torch.no_grad()
+def norm_gains(m: nn.Module, width: int | None = None, seed: int = 0) -> np.ndarray | None:
+    """Per-feature gains of a normalisation module (module docstring); None when it is not
+    affine per feature in its normalised input (then it is not treated as a norm)."""
+    width = width or _width(m)
+    if not width:
+        return None
+    p = next(m.parameters(), None)
+    dtype = p.dtype if p is not None else torch.float32
+    device = p.device if p is not None else "cpu"
+    g = torch.Generator().manual_seed(seed)
+    z = torch.randn(GAIN_ROWS, width, generator=g, dtype=torch.float64)
+    try:
+        y = m(z.to(device=device, dtype=dtype))
+    except Exception:  # noqa: BLE001 - a module that cannot run on a plain (rows, d) input
+        return None
+    y = y[0] if isinstance(y, tuple | list) else y
+    if not torch.is_tensor(y) or tuple(y.shape) != (GAIN_ROWS, width):
+        return None
+    y = y.detach().to(torch.float64).cpu()
+    best = None
+    for zn in (z / z.pow(2).mean(-1, keepdim=True).sqrt(),
+               (z - z.mean(-1, keepdim=True)) / z.std(-1, unbiased=False, keepdim=True)):
+        zc, yc = zn - zn.mean(0), y - y.mean(0)
+        slope = (zc * yc).sum(0) / zc.pow(2).sum(0)
+        resid = (yc - slope * zc).pow(2).sum() / max(float(yc.pow(2).sum()), 1e-300)
+        if best is None or resid < best[0]:
+            best = (float(resid), slope)
+    if best is None or best[0] > GAIN_FIT_TOL:
+        return None
+    return best[1].numpy()
+
+
+@dataclass
+class WeightTable:
+    """What :meth:`WeightReader.read` returns: ``layers`` (one :class:`LayerSpec` per block
+    application), ``heads`` (dicts ``layer, head, sigma_s``: the canonical-scale score std of
+    each query head), ``scale`` (each layer's logit scale times sqrt(d_head): the model's
+    multiplier on top of the canonical ``1/sqrt(d_head)``), ``notes``."""
+
+    layers: tuple[LayerSpec, ...]
+    heads: list[dict]
+    scale: list[float]
+    notes: list[str] = field(default_factory=list)
+
+    @staticmethod
+    def average(tables: list[WeightTable]) -> WeightTable:
+        """Mean over several draws of the same architecture (seeds): variances and squared
+        score stds averaged."""
+        if len(tables) == 1:
+            return tables[0]
+        lay = []
+        for per in zip(*(t.layers for t in tables), strict=True):
+            sig = np.sqrt(np.mean([np.square(x.sigma_s) for x in per], axis=0))
+            hw = None if per[0].head_weights is None else tuple(
+                np.mean([x.head_weights for x in per], axis=0).tolist())
+            vo = None if per[0].var_o is None else float(np.mean([x.var_o for x in per]))
+            lay.append(LayerSpec(sigma_s=tuple(sig.tolist()),
+                                 var_v=float(np.mean([x.var_v for x in per])), var_o=vo,
+                                 var_w_in=float(np.mean([x.var_w_in for x in per])),
+                                 var_w_out=float(np.mean([x.var_w_out for x in per])),
+                                 var_b=float(np.mean([x.var_b for x in per])), head_weights=hw))
+        heads = [dict(h, sigma_s=float(x.sigma_s[h["head"]]))
+                 for x, lay_heads in zip(lay, _by_layer(tables[0].heads), strict=True)
+                 for h in lay_heads]
+        return WeightTable(tuple(lay), heads, tables[0].scale, tables[0].notes)
+
+
+def _by_layer(heads: list[dict]) -> list[list[dict]]:
+    out: dict[int, list[dict]] = {}
+    for h in heads:
+        out.setdefault(h["layer"], []).append(h)
+    return [out[k] for k in sorted(out)]
+
+
+class WeightReader:
+    """Context manager: record the call order of a model's norms and linear maps during one
+    forward pass, then :meth:`read` the per-layer theory parameters (module docstring).
+
+    ``blocks`` and ``sites``: as :class:`~sigprop.measurement.probe.Probe` finds them (pass a
+    probe's ``blocks`` / ``sites`` to share them); ``repeats``: applications of each block
+    (ALBERT); every application is one layer with the same weights."""
+
+    def __init__(self, model: nn.Module, blocks=None, sites=None, repeats: int = 1):
+        self.model = model
+        self.blocks = blocks if blocks is not None else find_blocks(model)
+        self.sites = sites if sites is not None else [find_attention(b, None, n)
+                                                      for n, b in self.blocks]
+        self.repeats = repeats
+        self.order: list[nn.Module] = []
+        self._seen: set[int] = set()
+        self._handles: list = []
+
+    def __enter__(self):
+        def hook(m, args):
+            if id(m) not in self._seen:  # first call only: one forward fixes the order
+                self._seen.add(id(m))
+                self.order.append(m)
+
+        for m in self.model.modules():
+            if _is_norm(m) or matrix(m) is not None or any(
+                    s is not None and m is s.module for s in self.sites):
+                self._handles.append(m.register_forward_pre_hook(hook))
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        return False
+
+    # ---------------------------------------------------------------- reading
+    def _pos(self, m) -> int:
+        try:
+            return next(i for i, x in enumerate(self.order) if x is m)
+        except StopIteration:
+            return -1
+
+    def _norm_before(self, pos: int, width: int) -> np.ndarray | None:
+        """Gains of the last norm of this width called before position ``pos``."""
+        for m in reversed(self.order[:max(pos, 0)]):
+            if _is_norm(m) and _width(m) == width:
+                return norm_gains(m, width)
+        return None
+
+    def read(self) -> WeightTable:
+        """Per-layer :class:`LayerSpec` and per-head score stds (module docstring)."""
+        layers, heads, scales, notes = [], [], [], []
+        for i, ((_, block), site) in enumerate(zip(self.blocks, self.sites, strict=True)):
+            if site is None:
+                raise ValueError(f"block {i + 1}: no attention with recognised Q/K projections")
+            lay, sig, sc, note = self._read_block(block, site)
+            notes += [f"layer {i + 1}: {n}" for n in note]
+            for r in range(self.repeats):
+                layer = i * self.repeats + r + 1
+                layers.append(lay)
+                scales.append(sc)
+                heads += [{"layer": layer, "head": h, "sigma_s": float(s)}
+                          for h, s in enumerate(sig)]
+        return WeightTable(tuple(layers), heads, scales, notes)
+
+    def _qkv(self, s: AttentionSite):
+        """(W_Q, b_Q, W_K, b_K, W_V, b_V) as (out, in) tensors in float64."""
+        H, Hkv, dh = s.n_heads, s.n_kv_heads, s.head_dim
+
+        def f64(t):
+            return None if t is None else t.to(torch.float64).cpu()
+
+        if s.fused:
+            W, b = (f64(t) for t in matrix(s.q))
+            if s.fused == "per_head":
+                Wr = W.unflatten(0, (H, 3, dh))
+                br = None if b is None else b.unflatten(0, (H, 3, dh))
+                parts = [Wr[:, j].flatten(0, 1) for j in range(3)]
+                bparts = [None if br is None else br[:, j].flatten() for j in range(3)]
+            else:
+                cuts = [0, H * dh, (H + Hkv) * dh, (H + 2 * Hkv) * dh]
+                parts = [W[cuts[j]:cuts[j + 1]] for j in range(3)]
+                bparts = [None if b is None else b[cuts[j]:cuts[j + 1]] for j in range(3)]
+            return parts[0], bparts[0], parts[1], bparts[1], parts[2], bparts[2]
+        out = []
+        for m in (s.q, s.k, s.v):
+            mat = matrix(m) if m is not None else None
+            out += [None, None] if mat is None else [f64(mat[0]), f64(mat[1])]
+        return tuple(out)
+
+    def _read_block(self, block: nn.Module, s: AttentionSite):
+        notes = []
+        H, Hkv, dh = s.n_heads, s.n_kv_heads, s.head_dim
+        Wq, bq, Wk, bk, Wv, bv = self._qkv(s)
+        d = Wq.shape[1]
+        pos_attn = self._pos(s.module)
+        g = self._norm_before(pos_attn, d)
+        G = torch.ones(d, dtype=torch.float64) if g is None else torch.as_tensor(g)
+        c2 = 1.0 / dh  # canonical logit scale squared
+        sig = np.empty(H)
+        grp = max(H // max(Hkv, 1), 1)
+        if s.q_post is not None and s.k_post is not None:  # QK-norm: the norm gains set it
+            gq = norm_gains(s.q_post, _width(s.q_post))
+            gk = norm_gains(s.k_post, _width(s.k_post))
+            if gq is None or gk is None:
+                gq = gk = np.ones(dh)
+                notes.append("QK-norm gains not readable; taken as 1")
+            gq = np.resize(gq, H * dh).reshape(H, dh) if gq.size != dh else np.tile(gq, (H, 1))
+            gk = (np.resize(gk, Hkv * dh).reshape(Hkv, dh) if gk.size != dh
+                  else np.tile(gk, (Hkv, 1)))
+            for h in range(H):
+                sig[h] = math.sqrt(float(np.sum(gq[h] ** 2 * gk[h // grp] ** 2)) * c2)
+        else:
+            A = (Wq * G).unflatten(0, (H, dh))  # (H, dh, d)
+            B = (Wk * G).unflatten(0, (Hkv, dh))
+            aat = A @ A.transpose(-1, -2)  # (H, dh, dh)
+            bbt = B @ B.transpose(-1, -2)
+            for h in range(H):
+                kb = bbt[h // grp]
+                fro = float((aat[h] * kb).sum())  # |A_h^T B_g|_F^2 = tr(A A^T B B^T)
+                if bq is not None:
+                    bqh = bq[h * dh:(h + 1) * dh]
+                    fro += float((B[h // grp].T @ bqh).pow(2).sum())
+                sig[h] = math.sqrt(max(fro, 0.0) * c2)
+        # values, output projection, head shares
+        var_v = float((Wv * G).pow(2).sum() / Wv.shape[0]) if Wv is not None else 1.0
+        biases = [b for b in (bv,) if b is not None]
+        proj = self._linears_after(block, s)
+        o, mlp = proj
+        var_o, hw = None, None
+        if o is not None:
+            Wo, bo = (t.to(torch.float64).cpu() if t is not None else None for t in o)
+            var_o = float(Wo.pow(2).sum() / Wo.shape[0])
+            if bo is not None:
+                biases.append(bo)
+            if Wv is not None and Wo.shape[1] == H * dh:
+                vn = (Wv * G).unflatten(0, (Hkv, dh)).pow(2).sum((1, 2))
+                on = Wo.unflatten(1, (H, dh)).pow(2).sum((0, 2))
+                w = np.array([float(on[h] * vn[h // grp]) for h in range(H)])
+                hw = tuple((w / w.mean()).tolist()) if w.mean() > 0 else None
+        elif Wv is not None:
+            notes.append("no attention output projection found; var_o = none")
+        var_w_in, var_w_out = 1.0, 1.0
+        if mlp:
+            ins, out_m, gm = mlp
+            Wout, bout = (t.to(torch.float64).cpu() if t is not None else None for t in out_m)
+            var_w_out = float(Wout.pow(2).sum() / Wout.shape[0])
+            g2 = torch.ones(ins[0][0].shape[1], dtype=torch.float64) if gm is None \
+                else torch.as_tensor(gm)
+            vin = []
+            for W, b in ins:
+                W = W.to(torch.float64).cpu()
+                vin.append(float((W * g2).pow(2).sum() / W.shape[0]))
+                if b is not None:
+                    biases.append(b.to(torch.float64).cpu())
+            if len(vin) == 2:  # gated: gate's variance in, the up branch's scales the output
+                var_w_in = vin[0]
+                var_w_out *= vin[1] / vin[0] if vin[0] > 0 else 1.0
+            else:
+                var_w_in = vin[0]
+            if bout is not None:
+                biases.append(bout)
+        else:
+            notes.append("no MLP found; var_w_in = var_w_out = 1")
+        var_b = float(np.mean([float(b.to(torch.float64).pow(2).mean()) for b in biases])) \
+            if biases else 0.0
+        lay = LayerSpec(sigma_s=tuple(sig.tolist()), var_v=var_v, var_o=var_o,
+                        var_w_in=var_w_in, var_w_out=var_w_out, var_b=var_b, head_weights=hw)
+        return lay, sig, float(s.scale * math.sqrt(dh)), notes
+
+    def _linears_after(self, block: nn.Module, s: AttentionSite):
+        """``(W_O as (W, b) or None, (MLP ins, MLP out, MLP norm gains) or None)`` from the
+        call order (module docstring)."""
+        qkv = {id(m) for m in (s.q, s.k, s.v) if m is not None}
+        inside_attn = {id(m) for m in s.module.modules()}
+        mods = [m for m in block.modules() if matrix(m) is not None and id(m) not in qkv]
+        called = sorted((self._pos(m), m) for m in mods if self._pos(m) >= 0)
+        called = [m for _, m in called]
+        v_pos = max(self._pos(m) for m in (s.q, s.k, s.v) if m is not None)
+        H, dh = s.n_heads, s.head_dim
+        o = next((m for m in called if self._pos(m) > v_pos
+                  and matrix(m)[0].shape[1] == H * dh), None)
+        # cross-attention (decoder blocks) and other attention-like modules are not MLP
+        other_attn = set()
+        for m in block.modules():
+            if m is not s.module and describe_attention(m) is not None:
+                other_attn |= {id(x) for x in m.modules()}
+        rest = [m for m in called if m is not o and id(m) not in inside_attn
+                and id(m) not in other_attn]
+        o_mat = matrix(o) if o is not None else None
+        if not rest:
+            return o_mat, None
+        out_m = rest[-1]
+        Wout = matrix(out_m)[0]
+        ins = []
+        for m in rest[:-1]:
+            W, b = matrix(m)
+            if W.shape[0] == 2 * Wout.shape[1] and len(rest) == 2:  # fused [gate | up]
+                half = Wout.shape[1]
+                ins = [(W[:half], None if b is None else b[:half]),
+                       (W[half:], None if b is None else b[half:])]
+            elif W.shape[0] == Wout.shape[1]:
+                ins.append((W, b))
+        if not ins:
+            return o_mat, None
+        gm = self._norm_before(self._pos(rest[0]), ins[0][0].shape[1])
+        return o_mat, (ins[:2], matrix(out_m), gm)
