@@ -1,7 +1,8 @@
-"""Every family ``transformers`` builds offline from a config diagnoses (issue 15, first step):
-the 8 mapped families with theory, every other one measured-only with one note naming what the
-theory does not cover, on the inputs of its kind (text ids, image patches, audio features,
-the encoder of an encoder-decoder model)."""
+"""Every family ``transformers`` builds offline from a config diagnoses (issue 15), on the
+inputs of its kind (text ids, image patches, audio features, the encoder of an encoder-decoder
+model): with theory wherever the block layout read from the model is one the theory covers (the
+8 config-mapped families and every other one but two), measured-only with a note naming what is
+not covered otherwise."""
 
 import json
 import math
@@ -65,6 +66,25 @@ CONFIGS = {
 
 VERDICTS = {"trainable", "rank_collapse", "entropy_collapse"}
 ENC_DEC = {"bart", "t5", "whisper"}
+#: families whose blocks the theory does not cover yet, with the reason their note names
+MEASURED_ONLY = {"gemma2": "branch outputs are normalised", "mixtral": "no MLP found"}
+_POST = ("post", False, "gelu", False)
+#: published block layouts (norm placement, parallel branches, activation, causal), for
+#: checking the layout sigprop reads from the model (docs/theory.md §2.8)
+LAYOUT = {
+    "bert": _POST, "roberta": _POST, "xlm-roberta": _POST, "albert": _POST, "bart": _POST,
+    "deberta-v2": _POST, "distilbert": _POST, "electra": _POST,
+    "gpt2": ("pre", False, "gelu", True), "llama": ("pre", False, "swiglu", True),
+    "mistral": ("pre", False, "swiglu", True), "qwen2": ("pre", False, "swiglu", True),
+    "qwen3": ("pre", False, "swiglu", True), "olmo": ("pre", False, "swiglu", True),
+    "phi3": ("pre", False, "swiglu", True), "bloom": ("pre", False, "gelu", True),
+    "clip_text_model": ("pre", False, "gelu", True), "falcon": ("pre", True, "gelu", True),
+    "gemma": ("pre", False, "geglu", True), "gpt_neox": ("pre", True, "gelu", True),
+    "modernbert": ("pre", False, "geglu", False), "opt": ("pre", False, "relu", True),
+    "phi": ("pre", True, "gelu", True), "starcoder2": ("pre", False, "gelu", True),
+    "t5": ("pre", False, "relu", False), "vit": ("pre", False, "gelu", False),
+    "whisper": ("pre", False, "gelu", False),
+}
 
 
 def _diagnose(family):
@@ -94,11 +114,19 @@ def test_family_diagnoses(family):
     assert sorted(ent["layer"]) == list(range(1, L + 1)) or any(
         "could not be read" in n for n in d.notes)
     assert not any("not supported" in n for n in d.notes)
-    mapped = family in FAMILIES
+    covered = family not in MEASURED_ONLY
     theory = (d.trajectory.source == "theory").any()
     note = f"theory: model type {d.info.model_type!r} is not mapped to an ArchSpec yet"
-    assert theory == mapped and bool(d.recommendations) == mapped
-    assert sum(note in n for n in d.notes) == (0 if mapped else 1)
+    assert theory == covered and bool(d.recommendations) == covered
+    assert sum(note in n for n in d.notes) == (0 if covered else 1)
+    if covered:  # the layout read from the model is the published one
+        sp = d.spec
+        assert (sp.norm, sp.parallel, sp.activation, sp.causal) == LAYOUT[family]
+        assert d.spec.layers is not None and len(d.layers) == L
+        read = f"model type {family!r}: no config mapping"
+        assert any(read in n for n in d.notes) == (family not in FAMILIES)
+    else:
+        assert any(MEASURED_ONLY[family] in n for n in d.notes)
     assert any("encoder stack is measured" in n for n in d.notes) == (family in ENC_DEC)
     if family == "vit":
         assert any("pixel_values" in n for n in d.notes) and d.spec.seq_len == 17
@@ -149,6 +177,39 @@ def test_cli_diagnoses_an_unmapped_family(tmp_path, capsys):
                 "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["verdict"] in VERDICTS and out["n_layers_measured"] == L
-    assert any("'falcon' is not mapped" in n for n in out["notes"])
+    assert out["spec"]["parallel"] is True and any(r["source"] == "theory" for r in out["rows"])
+    path.write_text(json.dumps(CONFIGS["mixtral"]))
+    assert run(["diagnose", str(path), "--seq-len", "16", "--seeds", "1", "--sequences", "1",
+                "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert any("'mixtral' is not mapped" in n for n in out["notes"])
+    assert not any(r["source"] == "theory" for r in out["rows"])
     assert run(["diagnose", str(path), "--seq-len", "16", "--seeds", "1", "--sequences",
                 "1"]) == 0  # the console report too
+
+
+@pytest.mark.parametrize("family", sorted(ENC_DEC))
+def test_decoder_stack_of_encoder_decoder_models(family):
+    """--stack decoder: the decoder's self-attention blocks are measured (decoder_input_ids of
+    seq_len tokens, the encoder reading its usual input), causal, one layer per decoder block,
+    theory from the decoder's weights, a note on cross-attention."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        d = diagnose(dict(CONFIGS[family], decoder_layers=3, num_decoder_layers=3),
+                     seq_len=12, seeds=1, sequences=1, stack="decoder")
+    assert d.stack == "decoder" and d.spec.depth == 3 and d.spec.seq_len == 12
+    assert d.spec.causal and len(d.layers) == 3
+    meas = d.trajectory[d.trajectory.source == "measured"]
+    assert sorted(meas[meas.observable == "ipr"]["layer"]) == [1, 2, 3]
+    assert any("decoder's self-attention stack is measured" in n for n in d.notes)
+    assert any("cross-attention" in n for n in d.notes)
+
+
+def test_stack_decoder_needs_an_encoder_decoder_model(capsys):
+    from sigprop.cli import run
+
+    with pytest.raises(SpecError, match="stack: decoder needs an encoder-decoder"):
+        diagnose(dict(CONFIGS["gpt2"]), seq_len=8, seeds=1, sequences=1, stack="decoder")
+    assert run(["diagnose", "gpt2", "--stack", "decoder", "--seq-len", "8"]) == 2
+    assert "stack" in capsys.readouterr().err
+    assert run(["diagnose", "gpt2", "--stack", "middle", "--seq-len", "8"]) == 2

@@ -28,7 +28,7 @@ import numpy as np
 NORMS = ("post", "pre", "none")
 LN_KINDS = ("rms", "layernorm")
 ATTENTIONS = ("softmax", "centred", "uniform")
-ACTIVATIONS = ("relu", "gelu", "tanh", "silu", "linear", "swiglu")
+ACTIVATIONS = ("relu", "gelu", "tanh", "silu", "linear", "swiglu", "geglu")
 SCALINGS = ("none", "log-n", "qwen", "ssmax", "yarn", "tau")
 
 #: Default reference length for the length scalings (training context of BERT-base).
@@ -207,6 +207,7 @@ class ArchSpec:
     sigma_b2: float = 0.0
     activation: str = "relu"
     causal: bool = False
+    parallel: bool = False
     rho0: float | None = None
     rho_max: float = 0.9
     layers: tuple[LayerSpec, ...] | None = None
@@ -246,6 +247,8 @@ class ArchSpec:
         _check_float("sigma_b2", self.sigma_b2, 0.0, 1e6)
         if not isinstance(self.causal, bool | np.bool_):
             raise SpecError("causal", f"must be true or false (got {self.causal!r})")
+        if not isinstance(self.parallel, bool | np.bool_):
+            raise SpecError("parallel", f"must be true or false (got {self.parallel!r})")
         if self.rho0 is not None:
             _check_float("rho0", self.rho0, 0.0, 1.0)
         _check_float("rho_max", self.rho_max, 0.0, 1.0, lo_open=True)

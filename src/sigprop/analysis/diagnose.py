@@ -66,6 +66,8 @@ class Diagnosis(Result):
     #: where the measured weights came from: ``"init"`` (the model's own init under ``seed``),
     #: ``"folder"`` (a model folder's weight files) or ``"module"`` (the nn.Module given)
     weights: str = "init"
+    #: the measured stack: ``"encoder"`` (every single-stack model) or ``"decoder"``
+    stack: str = "encoder"
     #: per block: beta (RMS over heads, from the weights), rho_in, beta_c, their ratio, the
     #: heads above beta_c (docs/theory.md §2.8); empty for a measured-only diagnosis
     layers: list[dict] = field(default_factory=list)
@@ -144,12 +146,14 @@ def _inputs(config, kind: str, T: int, sequences: int, vocab: int, seed: int,
         f"2 x max_source_positions, the length the encoder requires), T = {T}")
 
 
-def _forward(model, inputs: dict, enc_dec: bool, returned: bool = False) -> None:
+def _forward(model, inputs: dict, enc_dec: bool, returned: bool = False,
+             decoder: bool = False) -> None:
     """One forward pass; an encoder-decoder model runs its encoder only. ``returned``: ask
     for the attention probabilities (``output_attentions=True``, eager attention), so that
     the Probe reads the model's own maps (relative-position terms included) where a module
-    returns them only on request (DeBERTa-v2)."""
-    if enc_dec and hasattr(model, "get_encoder"):
+    returns them only on request (DeBERTa-v2). ``decoder``: the whole encoder-decoder model
+    runs (``inputs`` then hold ``decoder_input_ids``)."""
+    if enc_dec and not decoder and hasattr(model, "get_encoder"):
         model = model.get_encoder()
     if returned:
         try:
@@ -292,27 +296,34 @@ def _module_config(module):
 
 def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, seeds: int = 2,
              sequences: int = 2, device: str = "cpu", seed: int = 0,
-             on_seed: Callable[[int], None] | None = None) -> Diagnosis:
+             on_seed: Callable[[int], None] | None = None, stack: str = "encoder"
+             ) -> Diagnosis:
     """Measure ``model`` and set the theory beside it, with a verdict and recommendations.
 
     ``model``: a preset name, a local ``config.json`` or model folder (its safetensors
     weights are measured), a ``PretrainedConfig``, a config dict (built with the model's own
     ``_init_weights`` under ``seed``, ``seeds`` draws), or an ``nn.Module`` HuggingFace model,
     measured as it is with the weights it has (one realisation; its train/eval mode is
-    restored afterwards). ``seq_len`` defaults to min(512, the model's maximum)."""
+    restored afterwards). ``seq_len`` defaults to min(512, the model's maximum).
+    ``stack``: for an encoder-decoder model, ``"encoder"`` (default) or ``"decoder"``: the
+    decoder's self-attention stack, fed built-in text as ``decoder_input_ids`` of ``seq_len``
+    tokens while the encoder reads its usual input (cross-attention reads that encoder output;
+    its contribution to the decoder's residual stream is outside the theory)."""
     import pandas as pd
     import torch
     from torch import nn
 
     from .. import models as hf
-    from ..measurement.probe import Probe, to_trajectory
+    from ..measurement.probe import Probe, find_blocks, to_trajectory
     from ..measurement.weights import WeightReader, WeightTable
-    from ..models.arch import FAMILIES, generic_spec_and_info, input_kind
+    from ..models.arch import FAMILIES, generic_spec_and_info, input_kind, structure_spec
     from ..theory import depth
 
     for name, v, hi in (("seeds", seeds, 64), ("sequences", sequences, 256)):
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
             raise SpecError(name, f"must be an integer in [1, {hi}] (got {v!r})")
+    if stack not in ("encoder", "decoder"):
+        raise SpecError("stack", f"must be encoder or decoder (got {stack!r})")
     if device not in ("cpu", "cuda"):
         raise SpecError("device", f"must be cpu or cuda (got {device!r})")
     if device == "cuda" and not torch.cuda.is_available():
@@ -332,12 +343,23 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     inputs, input_note = _inputs(config, kind, spec.seq_len, sequences, vocab, seed, device)
     if input_note:
         notes.append(input_note)
-    if seq_len is not None and kind != "text" and seq_len != spec.seq_len:
+    if seq_len is not None and kind != "text" and seq_len != spec.seq_len and \
+            stack == "encoder":
         notes.append(f"seq_len {seq_len} ignored: the {kind} input fixes T={spec.seq_len}")
     enc_dec = bool(getattr(config, "is_encoder_decoder", False))
-    if enc_dec:
+    decoder = stack == "decoder"
+    if decoder and not enc_dec:
+        raise SpecError("stack", f"decoder needs an encoder-decoder model ({config.model_type} "
+                                 "has one stack: use encoder)")
+    prefer = "decoder" if decoder else None
+    if decoder:
+        spec, dec_note = _decoder_spec(config, spec, seq_len)
+        inputs["decoder_input_ids"] = _text_ids(sequences, spec.seq_len, vocab, seed + 7919
+                                                ).to(device)
+        notes.append(dec_note)
+    elif enc_dec:
         notes.append("encoder-decoder: the encoder stack is measured (model.get_encoder()); "
-                     "the decoder is not")
+                     "the decoder: --stack decoder")
     repeats = _repeats(config)
     if repeats > 1:
         notes.append(f"shared layers ({config.model_type}): each of "
@@ -348,11 +370,13 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         was_training = module.training
         module.eval()
         try:
-            p = Probe(module, keep_hidden=False, repeats=repeats)
+            p = Probe(module, layers=find_blocks(module, prefer), keep_hidden=False,
+                      repeats=repeats)
             w = WeightReader(module, blocks=p.blocks, sites=p.sites, repeats=repeats)
             dev = next(module.parameters()).device
             with p, w, torch.no_grad():
-                _forward(module, {k: v.to(dev) for k, v in inputs.items()}, enc_dec)
+                _forward(module, {k: v.to(dev) for k, v in inputs.items()}, enc_dec,
+                         decoder=decoder)
         finally:
             module.train(was_training)
         probes, trained, seeds, source = [p], True, 0, "module"
@@ -368,10 +392,10 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                              else "eager", vocab_size=vocab).to(device)
         if folder is not None:
             trained = hf.load_local_weights(m, folder).trained or trained
-        p = Probe(m, keep_hidden=False, repeats=repeats)
+        p = Probe(m, layers=find_blocks(m, prefer), keep_hidden=False, repeats=repeats)
         w = WeightReader(m, blocks=p.blocks, sites=p.sites, repeats=repeats)
         with p, w, torch.no_grad():
-            _forward(m, inputs, enc_dec, returned=not mapped)
+            _forward(m, inputs, enc_dec, returned=not mapped, decoder=decoder)
         probes.append(p)
         tables.append(_read_weights(w, notes if s == 0 else []))
         source = "folder" if trained else source
@@ -393,6 +417,16 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         notes.append(f"weights: {len(table.layers)} attention layers read, the config has "
                      f"{spec.depth}; theory from the config")
         table = None
+    if not mapped and table is not None:  # the block layout read from the model itself
+        laid, why = structure_spec(spec, config, table, _causal_seen(probes[0]),
+                                   rope=probes[0].model_has_rope,
+                                   position_bias=_position_bias(probes[0]))
+        if laid is not None:
+            notes[:] = [n for n in notes if not n.startswith("theory: model type")]
+            notes.append(f"model type {config.model_type!r}: no config mapping; the block "
+                         "layout and every parameter are read from the model")
+            spec, mapped = laid, True
+        notes += why
     if mapped and table is not None:
         spec = _weights_spec(spec, table, meas, notes)
     elif mapped:
@@ -415,7 +449,57 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                      failing_heads=bad_heads, recommendations=recs,
                      rho0=rho0, seconds=time.perf_counter() - t0, trained=trained,
                      notes=notes, seeds=len(probes), sequences=sequences, seed=seed,
-                     weights=source, layers=layer_rows)
+                     weights=source, layers=layer_rows, stack=stack)
+
+
+def _decoder_spec(config, spec: ArchSpec, seq_len: int | None) -> tuple[ArchSpec, str]:
+    """The placeholder spec of an encoder-decoder model's decoder stack (its depth, heads and
+    MLP width from the config's decoder fields; every theory parameter is then read from the
+    weights) and the note saying what is measured."""
+    from ..models.arch import _first_attr
+
+    L = int(_first_attr(config, ("decoder_layers", "num_decoder_layers"), spec.depth))
+    H = int(_first_attr(config, ("decoder_attention_heads", "num_heads"), spec.heads))
+    ff = int(_first_attr(config, ("decoder_ffn_dim", "d_ff"), spec.ff))
+    top = _first_attr(config, ("max_target_positions", "max_position_embeddings"))
+    T = int(seq_len) if seq_len is not None else int(min(top or 512, 512))
+    if top is not None and T > top:
+        raise SpecError("seq_len", f"must be <= {int(top)} for the {config.model_type} "
+                                   f"decoder (got {T})")
+    heads = H if spec.d_model % H == 0 else math.gcd(spec.d_model, H)
+    try:
+        new = spec.replace(depth=L, heads=heads, d_ff=ff, seq_len=max(T, 2))
+    except SpecError as err:
+        raise SpecError("model", f"decoder of {config.model_type}: {err}") from None
+    return new, (f"encoder-decoder: the decoder's self-attention stack is measured "
+                 f"(decoder_input_ids: built-in text, T={new.seq_len}); cross-attention reads "
+                 "the encoder output of the same inputs, and its contribution to the residual "
+                 "stream is outside the theory")
+
+
+def _causal_seen(probe) -> bool:
+    """Every measured attention map hid all later keys (a causal mask given as an argument,
+    CLIP's text encoder, BLOOM ...)."""
+    seen = [i.get("causal") for i in probe.info if i.get("causal") is not None]
+    return bool(seen) and all(seen)
+
+
+def _position_bias(probe) -> bool:
+    """Some attention module takes a position bias for its logits (ALiBi, T5's relative bias,
+    DeBERTa's relative positions)."""
+    import inspect
+
+    names = {"alibi", "position_bias", "relative_pos", "rel_embeddings"}
+    for s in probe.sites:
+        if s is None:
+            continue
+        try:
+            params = inspect.signature(s.module.forward).parameters
+        except (TypeError, ValueError):
+            continue
+        if names & set(params):
+            return True
+    return any(i.get("bias") == "missing" for i in probe.info)
 
 
 def _read_weights(reader, notes: list[str]):
@@ -530,7 +614,8 @@ def to_json(d: Diagnosis, *, timing: bool = True) -> dict:
             "failing_heads": d.failing_heads, "recommendations": d.recommendations,
             "rho0": d.rho0, "trained_weights": d.trained, "notes": d.notes,
             "seeds": d.seeds, "sequences": d.sequences, "seed": d.seed,
-            "weights": d.weights, "layers": d.layers, "per_head": per_head(d),
+            "weights": d.weights, "stack": d.stack, "layers": d.layers,
+            "per_head": per_head(d),
             "seconds": d.seconds, "n_layers_measured": int(np.sum(
                 (d.trajectory.source == "measured") & (d.trajectory.observable == "ipr")))}
     if not timing:

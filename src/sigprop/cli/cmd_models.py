@@ -30,6 +30,8 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
              device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
              report: str | None = typer.Option(None, "--report",
                                                help="write a self-contained HTML report"),
+             stack: str = typer.Option("encoder", "--stack",
+                                       help="encoder-decoder models: encoder or decoder"),
              fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt,
              wide: bool = WideOpt) -> None:
     """A real HuggingFace architecture at init: measured per layer, theory beside it, verdict
@@ -46,11 +48,11 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
             with Progress(transient=True) as bar:
                 task = bar.add_task(f"measuring {model}", total=seeds)
                 d = dg.diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences,
-                                device=device, seed=seed,
+                                device=device, seed=seed, stack=stack,
                                 on_seed=lambda s: bar.advance(task))
         else:
             d = dg.diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences,
-                            device=device, seed=seed)
+                            device=device, seed=seed, stack=stack)
     except SpecError as err:
         fail_spec(err)
     if report is not None:

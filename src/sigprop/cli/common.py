@@ -195,8 +195,9 @@ _SPEC_OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "sigma_w2_out": (float | None, None, "MLP output weight variance x fan-in"),
     "sigma_o2": (float | None, None, "output projection variance x fan-in"),
     "sigma_b2": (float, 0.0, "bias variance"),
-    "activation": (str, "relu", "MLP activation: relu|gelu|tanh|silu|linear|swiglu"),
+    "activation": (str, "relu", "MLP activation: relu|gelu|tanh|silu|linear|swiglu|geglu"),
     "causal": (bool, False, "decoder (causal) attention"),
+    "parallel": (bool, False, "attention and MLP read the same input (GPT-J, Falcon, Phi)"),
     "rho0": (float | None, None, "input cosine for theory (default 0)"),
     "rho_max": (float, 0.9, "rank-collapse threshold on the final cosine"),
 }

@@ -111,7 +111,7 @@ def _block_params(spec: ArchSpec, kv_heads: int | None = None) -> int:
     d, F = spec.d_model, spec.ff
     kv = spec.heads if kv_heads is None else kv_heads
     attn = 2 * d * d + 2 * d * spec.d_head * kv + (d * d if spec.var_o is not None else 0)
-    mlp = (3 if spec.activation == "swiglu" else 2) * d * F
+    mlp = (3 if spec.activation in ("swiglu", "geglu") else 2) * d * F
     return attn + mlp + 4 * d + 2 * F
 
 

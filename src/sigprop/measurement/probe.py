@@ -127,7 +127,7 @@ class Probe(_RecomputeMixin):
         self._ast = [defaultdict(list) for _ in range(L)]
         self._pending = [{} for _ in range(L)]
         self.info = [{"site": s.name if s else None, "source": None, "rope": None,
-                      "bias": None, "approximate": False}
+                      "bias": None, "approximate": False, "causal": None}
                      for s in self.sites for _ in range(repeats)]
 
     # ---- resolution ------------------------------------------------------------------------
@@ -255,6 +255,15 @@ class Probe(_RecomputeMixin):
             allowed, _ = self._mask(s, pend.get("mask"), A.shape[-2], A.shape[-1], A.device)
             stats = self._stats(A, None, allowed)
             info.update(source="returned", rope=None, bias=None, approximate=False)
+            if "q" in pend and "k" in pend:  # the score std, from the same q and k
+                try:
+                    stats.update(self._recompute(i, s, pend, scores_only=True))
+                except (RuntimeError, ValueError):  # q / k of a layout we cannot split
+                    pass
+            if info.get("causal") is None and A.shape[-1] == A.shape[-2] > 1:
+                T = A.shape[-1]
+                upper = torch.ones(T, T, dtype=torch.bool, device=A.device).triu(1)
+                info["causal"] = bool(A.masked_select(upper).abs().max() == 0)
         else:
             stats = self._recompute(i, s, pend)
         for k, v in stats.items():

@@ -95,7 +95,9 @@ class _RecomputeMixin:
             out["_probs"] = A.float()
         return out
 
-    def _recompute(self, i, s: AttentionSite, pend):
+    def _recompute(self, i, s: AttentionSite, pend, scores_only: bool = False):
+        """Statistics of ``softmax(q k^T scale + mask)`` from the captured q, k;
+        ``scores_only``: just the per-head score RMS ``sigma_s`` (no softmax)."""
         q = _heads(pend["q"].detach().to(self.dtype), s.n_heads, s.head_dim)
         k = _heads(pend["k"].detach().to(self.dtype), s.n_kv_heads, s.head_dim)
         pos, rope = pend.get("pos"), "none"
@@ -115,6 +117,8 @@ class _RecomputeMixin:
             sc = q[..., h0:h0 + chunk, :, :] @ k[..., h0:h0 + chunk, :, :].transpose(-1, -2)
             sc = sc * s.scale
             parts["sigma_s"].append(_score_rms(sc, allowed))
+            if scores_only:
+                continue
             if bias is not None:
                 sc = sc + bias
             if allowed is not None:  # finfo.min as HF eager: a fully masked row stays finite
@@ -122,6 +126,8 @@ class _RecomputeMixin:
             logp = torch.log_softmax(sc, dim=-1)
             for key, v in self._stats(logp.exp(), logp, allowed).items():
                 parts[key].append(v)
+        if scores_only:
+            return {"sigma_s": torch.cat(parts["sigma_s"], dim=-1)}
         bias_missing = bool(pend.get("bias"))
         self.info[i].update(source="recomputed", rope=rope, bias="missing" if bias_missing
                             else None, approximate=rope == "missing" or bias_missing)

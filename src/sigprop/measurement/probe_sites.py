@@ -128,21 +128,24 @@ def find_attention(block: nn.Module, causal: bool | None = None, prefix: str = "
     return None
 
 
-def find_blocks(model: nn.Module) -> list[tuple[str, nn.Module]]:
+def find_blocks(model: nn.Module, prefer: str | None = None) -> list[tuple[str, nn.Module]]:
     """``[(qualified name, block), ...]`` of the model's transformer blocks.
 
     Candidates are the ``nn.ModuleList`` containers whose children all share one class; ranked
     by (children contain an attention site, name ends with a known container — HF BERT
     ``encoder.layer``, GPT-2 ``h`` / ``transformer.h``, LLaMA/Qwen ``model.layers``, ``layers``,
     ``blocks`` ... —, length), first in module order on ties (so an encoder wins over its
-    decoder). Raises ``ValueError`` when the model has no such list.
+    decoder). ``prefer``: lists whose name contains this word rank first (``"decoder"``:
+    the decoder stack of an encoder-decoder model). Raises ``ValueError`` when the model has
+    no such list.
     """
     best, best_key = None, None
     for name, m in model.named_modules():
         if not isinstance(m, nn.ModuleList) or len(m) == 0 or len({type(c) for c in m}) != 1:
             continue
         known = any(name == s or name.endswith("." + s) for s in _KNOWN_BLOCKS)
-        key = (find_attention(m[0]) is not None, known, len(m))
+        pref = prefer is not None and prefer in name.split(".")
+        key = (pref, find_attention(m[0]) is not None, known, len(m))
         if best_key is None or key > best_key:
             best, best_key = name, key
     if best is None:

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
@@ -117,6 +118,57 @@ def norm_gains(m: nn.Module, width: int | None = None, seed: int = 0) -> np.ndar
     return best[1].numpy()
 
 
+#: activations a module is compared with (docs/theory.md §2.5 kernels), on [-5, 5]
+_ACT_REFERENCE = {
+    "relu": lambda x: np.maximum(x, 0.0),
+    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
+    "silu": lambda x: x / (1.0 + np.exp(-x)),
+    "tanh": np.tanh,
+    "linear": lambda x: x,
+}
+#: a module within this (max abs, on [-5, 5]) of a reference *is* that activation
+ACT_EXACT = 2e-3
+#: within this of GELU it is read as GELU with a note (tanh-approximate GELU differs by ~5e-4,
+#: CLIP's quick-GELU x sigmoid(1.702 x) by ~0.02)
+ACT_APPROX = 0.03
+
+
+def _erf(x):
+    from scipy import special
+
+    return special.erf(x)
+
+
+@torch.no_grad()
+def classify_activation(m: nn.Module) -> tuple[str | None, float]:
+    """``(name, max abs difference)`` of the closest activation in docs/theory.md §2.5's set
+    for a parameter-free elementwise module (evaluated on [-5, 5]); ``(None, inf)`` when the
+    module is not elementwise or not close to any (within :data:`ACT_APPROX` of GELU, or
+    :data:`ACT_EXACT` of another)."""
+    x = np.linspace(-5.0, 5.0, 201)
+    try:
+        y = m(torch.tensor(x, dtype=torch.float32))
+    except Exception:  # noqa: BLE001 - not callable on a plain vector
+        return None, math.inf
+    if not torch.is_tensor(y) or tuple(y.shape) != x.shape:
+        return None, math.inf
+    y = y.double().numpy()
+    errs = {k: float(np.max(np.abs(f(x) - y))) for k, f in _ACT_REFERENCE.items()}
+    name = min(errs, key=errs.get)
+    if errs[name] <= ACT_EXACT or (name == "gelu" and errs[name] <= ACT_APPROX):
+        return name, errs[name]
+    return None, math.inf
+
+
+def _fingerprint(args, kwargs):
+    """A cheap identity of a module's first tensor input: (shape, sum, sum of squares)."""
+    t = next((a for a in list(args) + list(kwargs.values()) if torch.is_tensor(a)), None)
+    if t is None or not t.is_floating_point():
+        return None
+    t = t.detach().double()
+    return tuple(t.shape), float(t.sum()), float(t.pow(2).sum())
+
+
 @dataclass
 class WeightTable:
     """What :meth:`WeightReader.read` returns: ``layers`` (one :class:`LayerSpec` per block
@@ -128,6 +180,13 @@ class WeightTable:
     heads: list[dict]
     scale: list[float]
     notes: list[str] = field(default_factory=list)
+    #: per block: ``norm`` (``pre``: the norm feeding attention runs inside the block on its
+    #: input; ``post``: it is the previous block's / the embeddings' output norm; ``none``),
+    #: ``parallel`` (the MLP's norm reads the block input too, or is the attention's),
+    #: ``gated``, ``activation`` (name or None), ``activation_error``, ``causal``, ``mlp``
+    #: (``ok``, ``missing`` or ``unrecognised``: e.g. a mixture of experts), ``sandwich``
+    #: (pre-LN whose branch outputs are normalised too)
+    structure: list[dict] = field(default_factory=list)
 
     @staticmethod
     def average(tables: list[WeightTable]) -> WeightTable:
@@ -149,7 +208,8 @@ class WeightTable:
         heads = [dict(h, sigma_s=float(x.sigma_s[h["head"]]))
                  for x, lay_heads in zip(lay, _by_layer(tables[0].heads), strict=True)
                  for h in lay_heads]
-        return WeightTable(tuple(lay), heads, tables[0].scale, tables[0].notes)
+        return WeightTable(tuple(lay), heads, tables[0].scale, tables[0].notes,
+                           tables[0].structure)
 
 
 def _by_layer(heads: list[dict]) -> list[list[dict]]:
@@ -174,19 +234,26 @@ class WeightReader:
                                                       for n, b in self.blocks]
         self.repeats = repeats
         self.order: list[nn.Module] = []
+        self.inputs: dict[int, Any] = {}  # id(module) -> fingerprint of its first input
         self._seen: set[int] = set()
         self._handles: list = []
 
     def __enter__(self):
-        def hook(m, args):
+        def hook(m, args, kwargs):
             if id(m) not in self._seen:  # first call only: one forward fixes the order
                 self._seen.add(id(m))
                 self.order.append(m)
+                if _is_norm(m) or id(m) in blocks:
+                    self.inputs[id(m)] = _fingerprint(args, kwargs)
 
+        blocks = {id(b) for _, b in self.blocks}
+        inside = {id(x) for _, b in self.blocks for x in b.modules()}
         for m in self.model.modules():
-            if _is_norm(m) or matrix(m) is not None or any(
+            leaf_fn = (id(m) in inside and not list(m.children()) and not list(m.parameters())
+                       and not isinstance(m, nn.Dropout | nn.Identity))
+            if _is_norm(m) or matrix(m) is not None or id(m) in blocks or leaf_fn or any(
                     s is not None and m is s.module for s in self.sites):
-                self._handles.append(m.register_forward_pre_hook(hook))
+                self._handles.append(m.register_forward_pre_hook(hook, with_kwargs=True))
         return self
 
     def __exit__(self, *exc):
@@ -202,28 +269,77 @@ class WeightReader:
         except StopIteration:
             return -1
 
-    def _norm_before(self, pos: int, width: int) -> np.ndarray | None:
-        """Gains of the last norm of this width called before position ``pos``."""
+    def _norm_module_before(self, pos: int, width: int) -> nn.Module | None:
+        """The last norm of this width called before position ``pos`` (None: none)."""
         for m in reversed(self.order[:max(pos, 0)]):
             if _is_norm(m) and _width(m) == width:
-                return norm_gains(m, width)
+                return m
         return None
+
+    def _norm_before(self, pos: int, width: int) -> np.ndarray | None:
+        """Gains of the last norm of this width called before position ``pos``."""
+        m = self._norm_module_before(pos, width)
+        return None if m is None else norm_gains(m, width)
 
     def read(self) -> WeightTable:
         """Per-layer :class:`LayerSpec` and per-head score stds (module docstring)."""
         layers, heads, scales, notes = [], [], [], []
+        self.structure: list[dict] = []
         for i, ((_, block), site) in enumerate(zip(self.blocks, self.sites, strict=True)):
             if site is None:
                 raise ValueError(f"block {i + 1}: no attention with recognised Q/K projections")
             lay, sig, sc, note = self._read_block(block, site)
             notes += [f"layer {i + 1}: {n}" for n in note]
+            self.structure.append(self._structure(block, site))
             for r in range(self.repeats):
                 layer = i * self.repeats + r + 1
                 layers.append(lay)
                 scales.append(sc)
                 heads += [{"layer": layer, "head": h, "sigma_s": float(s)}
                           for h, s in enumerate(sig)]
-        return WeightTable(tuple(layers), heads, scales, notes)
+        structure = [st for st in self.structure for _ in range(self.repeats)]
+        return WeightTable(tuple(layers), heads, scales, notes, structure)
+
+    def _structure(self, block: nn.Module, s: AttentionSite) -> dict:
+        """The block's layout read from the call order and the inputs' fingerprints (see
+        :class:`WeightTable`)."""
+        d = matrix(s.q)[0].shape[1]
+        own = {id(x) for x in block.modules()}
+        n_attn = self._norm_module_before(self._pos(s.module), d)
+        in_block = [m for m in self.order if id(m) in own]
+        last_is_norm = bool(in_block) and _is_norm(in_block[-1]) and _width(in_block[-1]) == d
+        if n_attn is not None and id(n_attn) in own:
+            norm = "pre"  # the block normalises its own input before attention
+        elif last_is_norm:
+            norm = "post"  # the block's last operation normalises the residual sum
+        else:
+            norm = "none"
+        _, mlp = self._linears_after(block, s)
+        out = {"norm": norm, "parallel": False, "gated": False, "activation": None,
+               "activation_error": math.inf, "causal": bool(s.causal), "mlp": "missing",
+               "sandwich": False}
+        if not mlp:
+            return out
+        # pre-LN with a norm after the MLP output inside the block: the branch outputs are
+        # normalised too (Gemma 2, OLMo 2)
+        out["sandwich"] = norm == "pre" and last_is_norm
+        ins = mlp[0]
+        first_in, last = self._mlp_first, self._mlp_out
+        n_mlp = self._norm_module_before(self._pos(first_in), d)
+        # parallel: the MLP reads the attention's norm, or its own norm of the block input
+        fp = self.inputs.get(id(n_mlp)) if n_mlp is not None else None
+        out["parallel"] = n_attn is not None and n_mlp is not None and norm == "pre" and (
+            n_mlp is n_attn or (fp is not None and fp == self.inputs.get(id(n_attn))))
+        out["gated"] = len(ins) == 2
+        out["mlp"] = "ok" if len(self._mlp_rest) <= 3 else "unrecognised"
+        # the activation: a parameter-free leaf called between the MLP's input and output
+        for m in self.order[self._pos(first_in) + 1:self._pos(last)]:
+            if id(m) in own and not list(m.parameters()) and not list(m.children()):
+                name, err = classify_activation(m)
+                if name is not None:
+                    out.update(activation=name, activation_error=err)
+                    break
+        return out
 
     def _qkv(self, s: AttentionSite):
         """(W_Q, b_Q, W_K, b_K, W_V, b_V) as (out, in) tensors in float64."""
@@ -350,9 +466,11 @@ class WeightReader:
         rest = [m for m in called if m is not o and id(m) not in inside_attn
                 and id(m) not in other_attn]
         o_mat = matrix(o) if o is not None else None
+        self._o_mod, self._mlp_rest = o, rest
         if not rest:
             return o_mat, None
         out_m = rest[-1]
+        self._mlp_first, self._mlp_out = rest[0], out_m
         Wout = matrix(out_m)[0]
         ins = []
         for m in rest[:-1]:

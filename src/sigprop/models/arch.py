@@ -28,7 +28,7 @@ from ..spec import ArchSpec, SpecError
 from .config import load_config
 
 __all__ = ["HFInfo", "FAMILIES", "describe", "spec_from_config", "spec_and_info",
-           "generic_spec_and_info", "input_kind",
+           "generic_spec_and_info", "input_kind", "structure_spec",
            "translations"]
 
 _ENC, _DEC = ("post", "layernorm", False, False, "learned"), ("pre", "rms", True, True, "rope")
@@ -344,3 +344,85 @@ def generic_spec_and_info(config, seq_len: int | None = None) -> tuple[ArchSpec,
                   int(max_pos) if max_pos else None, max_len, 1.0, 0.0, str(act_hf), False,
                   False, notes)
     return spec, info
+
+
+#: config fields whose features the theory leaves out, with the note each gets
+_OUTSIDE = (
+    ("attn_logit_softcapping", "attention logit soft-capping ({v}): logits pass through "
+                               "{v} tanh(s / {v}); the theory uses the raw logits"),
+    ("final_logit_softcapping", None),
+    ("sliding_window", "sliding window {v}: the theory lets every query see all (earlier) keys"),
+)
+
+
+def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = None, *,
+                   rope: bool = False, position_bias: bool = False
+                   ) -> tuple[ArchSpec | None, list[str]]:
+    """A theory spec for a model type outside :data:`FAMILIES`, from what the weights and the
+    call order say (:class:`sigprop.measurement.weights.WeightTable` ``structure``): norm
+    placement, parallel blocks, gated MLP, the activation (read functionally), causality (the
+    attention module's, or a mask seen to hide every later key), the logit scale. Returns
+    ``(spec, notes)``, or ``(None, notes)`` with the reason when the blocks are not all of one
+    layout the theory covers (a mixture-of-experts MLP, an unrecognised activation ...).
+    ``rope`` / ``position_bias``: the model rotates q, k / adds a position bias to the logits
+    (noted: outside the theory)."""
+    import statistics
+    from collections import Counter
+
+    st = list(table.structure)
+    if not st:
+        return None, ["theory: no block layout read"]
+    body = st[1:] if len(st) > 1 else st  # layer 1 may read the embeddings' norm (ModernBERT)
+    norm = Counter(s["norm"] for s in body).most_common(1)[0][0]
+    keys = ("parallel", "gated", "activation", "mlp", "sandwich")
+    first = {k: body[0][k] for k in keys}
+    if any({k: s[k] for k in keys} != first for s in st):
+        return None, ["theory: the blocks differ in layout (MLP, activation or parallel "
+                      "branches); verdict read from the measurement"]
+    if first["mlp"] != "ok":
+        why = ("no MLP found" if first["mlp"] == "missing"
+               else "MLP not recognised (a mixture of experts?)")
+        return None, [f"theory: {why}; verdict read from the measurement"]
+    if first["sandwich"]:
+        return None, ["theory: the branch outputs are normalised too (a norm after each "
+                      "sublayer inside the residual branch), not in the theory yet; verdict "
+                      "read from the measurement"]
+    act = first["activation"]
+    if act is None:
+        return None, ["theory: the MLP activation is not one the theory has (relu, gelu, "
+                      "silu, tanh, linear); verdict read from the measurement"]
+    notes = []
+    if first["gated"]:
+        if act not in ("silu", "gelu"):
+            return None, [f"theory: gated MLP with {act} is not covered; verdict read from "
+                          "the measurement"]
+        act = "swiglu" if act == "silu" else "geglu"
+    if max(s["activation_error"] for s in st) > 2e-3:
+        notes.append(f"activation read as GELU (max difference "
+                     f"{max(s['activation_error'] for s in st):.2g} on [-5, 5]: an "
+                     "approximation such as quick-GELU)")
+    causal = any(s["causal"] for s in st) or bool(causal_seen)
+    if causal and not any(s["causal"] for s in st):
+        notes.append("causal: the attention mask hides every later key (read from the "
+                     "measured attention)")
+    m = float(statistics.median(table.scale))
+    scaling, param = ("none", None) if abs(m - 1.0) < 1e-9 else ("tau", 1.0 / m)
+    if scaling == "tau":
+        notes.append(f"logit scale {m:.4g} / sqrt(d_head) (spec scaling tau = {1 / m:.4g})")
+    for key, text in _OUTSIDE:
+        v = getattr(config, key, None)
+        if text and isinstance(v, int | float) and not isinstance(v, bool) and v:
+            if key != "sliding_window" or v < spec.seq_len:
+                notes.append(text.format(v=v))
+    if rope:
+        notes.append("RoPE: the theory ignores the positional rotation (score variance "
+                     "unchanged)")
+    if position_bias:
+        notes.append("position bias added to the logits (ALiBi / relative): not in the theory "
+                     "(the measurement includes it)")
+    notes.append(f"block layout read from the model: {norm}-LN"
+                 f"{', parallel attention + MLP' if first['parallel'] else ''}, {act}"
+                 f"{', causal' if causal else ''}")
+    new = spec.replace(norm=norm, parallel=bool(first["parallel"]) and norm != "none",
+                       activation=act, causal=causal, scaling=scaling, scaling_param=param)
+    return new, notes

@@ -131,13 +131,49 @@ def init_batched(model: nn.Module, scheme: str = "spec", seed: int = 0, *,
     spec = spec if spec is not None else model.spec
     targets = list(model.init_targets())
     n_seeds = targets[0][0].shape[0]
+    per_block = _block_specs(model, spec) if scheme == "spec" else {}
     for i in range(n_seeds):
         g = torch.Generator().manual_seed(int(seed) + i)
         for param, role, fan_in, fan_out in targets:
-            s, uni = law(scheme, role, fan_in, fan_out, spec=spec, beta=beta, seq_len=seq_len,
-                         std=std)
-            param[i].copy_(_draw(param.shape[1:], s, uni, g))
+            bs = per_block.get(id(param))
+            s, uni = law(scheme, role, fan_in, fan_out, spec=bs[0] if bs else spec, beta=beta,
+                         seq_len=seq_len, std=std)
+            w = _draw(param.shape[1:], s, uni, g)
+            if bs is not None and role in ("q", "k", "o") and bs[1] is not None:
+                w = _scale_heads(w, bs[1], role, spec.heads)
+            param[i].copy_(w)
     return model
+
+
+def _block_specs(model: nn.Module, spec: ArchSpec) -> dict:
+    """For a spec with per-layer ``layers`` (docs/theory.md §2.8): ``id(param) -> (block spec,
+    per-head factors)``. The block spec holds the layer's variances and RMS score std; the
+    factors are ``(score std / RMS, output share)`` per head, applied to the Q/K columns
+    (square root each) and the W_O rows (square root) of that head."""
+    if spec.layers is None or not hasattr(model, "blocks"):
+        return {}
+    out = {}
+    for blk, lay in zip(model.blocks, spec.layers, strict=True):
+        base = math.sqrt(lay.sigma_rms / spec.d_model)
+        bs = spec.replace(layers=None, qk_std=base, sigma_v2=lay.var_v, sigma_w2=lay.var_w_in,
+                          sigma_w2_out=lay.var_w_out, sigma_o2=lay.var_o, sigma_b2=lay.var_b)
+        sig = torch.tensor(lay.sigma_s, dtype=torch.float64)
+        rel = sig / lay.sigma_rms if lay.sigma_rms > 0 else torch.ones_like(sig)
+        share = torch.tensor(lay.head_weights or [1.0] * len(sig), dtype=torch.float64)
+        for param, _, _, _ in blk.init_targets():
+            out[id(param)] = (bs, (rel, share / share.mean()))
+    return out
+
+
+def _scale_heads(w: torch.Tensor, factors, role: str, heads: int) -> torch.Tensor:
+    """Q/K ``(d, d)`` columns of head h times ``sqrt(rel_h)`` (score std rel_h); W_O rows of
+    head h times ``sqrt(share_h)``."""
+    rel, share = factors
+    f = (rel if role in ("q", "k") else share).sqrt()
+    if f.numel() != heads:
+        raise ValueError(f"layers: {f.numel()} heads per layer, the spec has {heads}")
+    per = f.repeat_interleave(w.shape[-1] // heads)
+    return w * (per if role in ("q", "k") else per[:, None])
 
 
 # --------------------------------------------------------------------------------------------

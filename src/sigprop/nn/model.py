@@ -7,10 +7,13 @@ Block structure, exactly as :func:`sigprop.theory.blocks.block_step`:
 * post-LN: ``x = LN(alpha_A x + Attn(x))``; ``x = LN(alpha_M x + MLP(x))``
 * pre-LN:  ``x = alpha_A x + Attn(LN(x))``; ``x = alpha_M x + MLP(LN(x))``
 * none:    ``x = alpha_A x + Attn(x)``;     ``x = alpha_M x + MLP(x)``
+* parallel (GPT-J, Falcon, Phi): ``x = alpha_A x + Attn(h) + MLP(h)`` with ``h = LN(x)``
+  (pre) or ``x`` (none); post-LN normalises the sum
 
 LN has no affine part: ``rms`` is ``x / sqrt(mean(x^2) + eps)`` (gg25, no mean subtraction),
 ``layernorm`` the standard mean-and-variance normalisation. MLP (docs/theory.md §2.5):
-``phi(x W1 + b1) W2 + b2``; SwiGLU: ``(silu(x W_gate + b_gate) * (x W_up + b_up)) W2 + b2``.
+``phi(x W1 + b1) W2 + b2``; SwiGLU: ``(silu(x W_gate + b_gate) * (x W_up + b_up)) W2 + b2``
+(GeGLU: gelu).
 """
 
 from __future__ import annotations
@@ -57,7 +60,8 @@ class BatchedMLP(nn.Module):
         super().__init__()
         S, d, ff = n_seeds, spec.d_model, spec.ff
         self.spec = spec
-        self.swiglu = spec.activation == "swiglu"
+        self.swiglu = spec.activation in ("swiglu", "geglu")  # gated: gate * up
+        self.gate_act = F.silu if spec.activation == "swiglu" else _ACTIVATIONS["gelu"]
         if self.swiglu:
             self.w_gate, self.b_gate = _param(S, d, ff, dtype=dtype), _param(S, ff, dtype=dtype)
             self.w_up, self.b_up = _param(S, d, ff, dtype=dtype), _param(S, ff, dtype=dtype)
@@ -79,7 +83,7 @@ class BatchedMLP(nn.Module):
         S, B, T, d = x.shape
         x2 = x.reshape(S, B * T, d)
         if self.swiglu:
-            h = F.silu(torch.baddbmm(self.b_gate.unsqueeze(1), x2, self.w_gate))
+            h = self.gate_act(torch.baddbmm(self.b_gate.unsqueeze(1), x2, self.w_gate))
             h = h * torch.baddbmm(self.b_up.unsqueeze(1), x2, self.w_up)
         else:
             h = self.act(torch.baddbmm(self.b1.unsqueeze(1), x2, self.w1))
@@ -107,6 +111,11 @@ class BatchedBlock(nn.Module):
                 return_probs: bool = False) -> tuple[Tensor, AttentionOutput]:
         sp = self.spec
         a_att, a_mlp = sp.alpha_attn, sp.alpha_mlp
+        if sp.parallel:  # one skip, both branches read the same input
+            h = self._ln(x) if sp.norm == "pre" else x
+            att = self.attn(h, return_stats, return_probs)
+            x = a_att * x + att.out + self.mlp(h)
+            return (self._ln(x) if sp.norm == "post" else x), att
         if sp.norm == "post":
             att = self.attn(x, return_stats, return_probs)
             x = self._ln(a_att * x + att.out)

@@ -175,6 +175,7 @@ class BlockParams:
     causal: bool
     heads: int = 1
     ln_fluct: bool = True
+    parallel: bool = False
     head_scale: np.ndarray | None = None  # per-head score std / sigma_s0 (RMS 1)
     head_w: np.ndarray | None = None  # per-head share of the attention output (mean 1)
 
@@ -189,7 +190,7 @@ class BlockParams:
             var_v=spec.var_v, var_w_in=spec.var_w_in, var_w_out=spec.var_w_out,
             var_b=spec.sigma_b2, var_o=spec.var_o, norm=spec.norm, attention=spec.attention,
             activation=spec.activation, seq_len=spec.seq_len, d_head=spec.d_head,
-            causal=spec.causal, heads=spec.heads,
+            causal=spec.causal, heads=spec.heads, parallel=spec.parallel,
         )
         if spec.layers is not None:
             lay = spec.layers[min(max(layer or 1, 1), len(spec.layers)) - 1]
@@ -275,15 +276,19 @@ def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     return np.minimum(cos, 1.0)
 
 
-def _head_stats(bp: BlockParams, qa, pa, *, asymptotic: bool, full: bool) -> AttentionStats:
+def _head_stats(bp: BlockParams, qa, pa, *, asymptotic: bool, full: bool
+                ) -> tuple[AttentionStats, AttentionStats]:
     """Attention statistics of a block, averaged over its heads when they differ
-    (``bp.head_scale``: per-head score stds read from weights, docs/theory.md §2.8). The head
-    average enters the (q, p) map linearly -- ``q_att = s_v^2 [p + (q - p) mean_h Y2_h]`` --
-    weighted by each head's share of the output (``bp.head_w``)."""
+    (``bp.head_scale``: per-head score stds read from weights, docs/theory.md §2.8):
+    ``(for the map, to report)``. The head average enters the (q, p) map linearly --
+    ``q_att = s_v^2 [p + (q - p) mean_h w_h Y2_h]`` -- weighted by each head's share of the
+    output (``bp.head_w``); the reported ipr, entropy, ... are the plain head means, as
+    measured."""
     sig, rho = bp.sigma_s0 * qa, _cos(pa, qa)
     if bp.head_scale is None and bp.head_w is None:
-        return attention_stats(sig, rho, bp.seq_len, d_head=bp.d_head, causal=bp.causal,
-                               asymptotic=asymptotic, full=full)
+        st = attention_stats(sig, rho, bp.seq_len, d_head=bp.d_head, causal=bp.causal,
+                             asymptotic=asymptotic, full=full)
+        return st, st
     hs = (np.ones(np.size(bp.head_w)) if bp.head_scale is None
           else np.asarray(bp.head_scale, dtype=np.float64))
     sig = np.asarray(sig, dtype=np.float64)[..., None] * hs
@@ -292,10 +297,11 @@ def _head_stats(bp: BlockParams, qa, pa, *, asymptotic: bool, full: bool) -> Att
     w = np.ones(sig.shape[-1]) if bp.head_w is None else np.asarray(bp.head_w, dtype=np.float64)
     w = np.broadcast_to(w, (sig.shape[-1],)) / np.mean(np.broadcast_to(w, (sig.shape[-1],)))
 
-    def avg(x):
-        return None if x is None else np.mean(np.asarray(x) * w, axis=-1)
+    def avg(x, weights):
+        return None if x is None else np.mean(np.asarray(x) * weights, axis=-1)
 
-    return AttentionStats(*(avg(x) for x in st))
+    return (AttentionStats(*(avg(x, w) for x in st)),
+            AttentionStats(*(avg(x, 1.0) for x in st)))
 
 
 def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False,
@@ -304,6 +310,8 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
 
     post-LN: attention on the normalised input, residual, LN, MLP, residual, LN.
     pre-LN: attention and MLP read LN(residual stream), the stream itself is not normalised.
+    ``parallel`` (GPT-J, Falcon, Phi): attention and MLP read the same (normalised) input and
+    add to one skip, ``x + A(LN x) + M(LN x)`` (post-LN: then LN; alpha_mlp unused).
     none: no normalisation; the score std then scales with the input's q (docs/theory.md §2.1).
 
     Finite-T post-LN softmax blocks average the first LayerNorm over the row-to-row spread of
@@ -324,12 +332,21 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
         # make q_att negative and the next cosine meaningless
         pa = np.maximum(pa, 0.0)
     if bp.attention == "uniform":
-        st = uniform_stats(np.shape(pa), bp.seq_len, causal=bp.causal, asymptotic=asymptotic)
+        st = rep = uniform_stats(np.shape(pa), bp.seq_len, causal=bp.causal,
+                                 asymptotic=asymptotic)
     else:
-        st = _head_stats(bp, qa, pa, asymptotic=asymptotic, full=full)
+        st, rep = _head_stats(bp, qa, pa, asymptotic=asymptotic, full=full)
     q_att, p_att = attention_map(qa, pa, st, variant=bp.attention, var_v=bp.var_v,
                                  var_b=bp.var_b, var_o=bp.var_o)
     a2 = np.asarray(bp.alpha_attn, dtype=np.float64) ** 2
+    if bp.parallel:  # one skip; the MLP reads the attention's input (cross terms vanish)
+        q_h, p_h = mlp_map(qa, pa, activation=bp.activation, var_w_in=bp.var_w_in,
+                           var_w_out=bp.var_w_out, var_b=bp.var_b)
+        q = a2 * q + branch_scale * (q_att + q_h)
+        p = a2 * p + branch_scale * (p_att + p_h)
+        if bp.norm == "post":
+            q, p = np.ones_like(q), _cos(p, q)
+        return q, p, rep
     q, p = a2 * q + branch_scale * q_att, a2 * p + branch_scale * p_att
     if bp.norm == "post":
         ln_avg = bp.ln_fluct and not asymptotic
@@ -347,4 +364,4 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     q, p = m2 * q + branch_scale * q_h, m2 * p + branch_scale * p_h
     if bp.norm == "post":
         q, p = np.ones_like(q), _cos(p, q)
-    return q, p, st
+    return q, p, rep

@@ -33,7 +33,7 @@ from ._lazy import LazyModule
 
 special = LazyModule("scipy.special")
 
-ACTIVATIONS = ("relu", "gelu", "tanh", "silu", "linear", "swiglu")
+ACTIVATIONS = ("relu", "gelu", "tanh", "silu", "linear", "swiglu", "geglu")
 _QUAD_ACTIVATIONS = ("relu", "gelu", "tanh", "silu", "linear")  # single-input phi
 
 _L = 9.0  # half-width of the truncated node domain (Gaussian weight e^{-L^2/2} ~ 3e-18)
@@ -57,9 +57,9 @@ def _check(name: str, allowed: tuple[str, ...] = ACTIVATIONS) -> str:
 
 def activation_fn(name: str) -> Callable[[np.ndarray], np.ndarray]:
     """NumPy activation ``phi`` (gelu is the exact ``x Phi(x)``, silu uses a stable sigmoid)."""
-    if name == "swiglu":
-        raise ValueError("swiglu is a product of two branches, not a single-input function; "
-                         "use kernel('swiglu', ...)")
+    if name in ("swiglu", "geglu"):
+        raise ValueError(f"{name} is a product of two branches, not a single-input function; "
+                         f"use kernel({name!r}, ...)")
     fns = {
         "relu": lambda x: np.maximum(x, 0.0),
         "gelu": lambda x: x * special.ndtr(x),
@@ -329,8 +329,8 @@ def _smooth_kernel(activation: str, q1: np.ndarray, c: np.ndarray) -> tuple[np.n
 def kernel(activation: str, q1, p1) -> tuple[np.ndarray, np.ndarray]:
     """``(E[phi(u)^2], E[phi(u) phi(u')])`` for any activation in :data:`ACTIVATIONS`.
 
-    relu: arc-cosine closed form; linear: ``(q1, p1)``; swiglu ``= silu(g) * v`` with independent
-    gate and up weights of equal pre-activation moments: ``(K_silu_diag q1, K_silu_off p1)``;
+    relu: arc-cosine closed form; linear: ``(q1, p1)``; swiglu ``= silu(g) * v`` (geglu: gelu
+    gate) with independent gate and up weights of equal pre-activation moments: ``(K_silu_diag q1, K_silu_off p1)``;
     tanh/gelu/silu: quadrature (docs/theory.md §2.5).  When a q1 value is shared by >= 256 points
     (the
     post-LN trainability grid), a cached spline in arccos c replaces per-point quadrature
@@ -342,10 +342,10 @@ def kernel(activation: str, q1, p1) -> tuple[np.ndarray, np.ndarray]:
     q1, p1, c = _moments(q1, p1)
     if activation == "linear":
         return q1.copy(), p1.copy()
-    name = "silu" if activation == "swiglu" else activation
+    name = {"swiglu": "silu", "geglu": "gelu"}.get(activation, activation)
     diag, off = _smooth_kernel(name, q1.ravel(), c.ravel())
     diag, off = _finish(diag, off, c.ravel(), q1.shape)
-    if activation == "swiglu":
+    if activation in ("swiglu", "geglu"):
         return np.asarray(diag * q1), np.asarray(off * p1)
     return diag, off
 
@@ -367,8 +367,9 @@ def dblquad_kernel(activation: str, q1: float, p1: float, epsabs: float = 1e-10,
     from scipy import integrate  # slow import, needed only by this baseline
     _check(activation)
     q1v, p1v, cv = (float(v) for v in _moments(q1, p1))
-    if activation == "swiglu":
-        d, o = dblquad_kernel("silu", q1v, p1v, epsabs, epsrel)
+    if activation in ("swiglu", "geglu"):
+        d, o = dblquad_kernel("silu" if activation == "swiglu" else "gelu", q1v, p1v, epsabs,
+                              epsrel)
         return np.float64(d * q1v), np.float64(o * p1v)
     phi, sq, big = _scalar_phi(activation), math.sqrt(q1v), 12.0
     dens = lambda t: math.exp(-0.5 * t * t) / math.sqrt(2.0 * math.pi)  # noqa: E731
