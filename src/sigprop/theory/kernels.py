@@ -330,7 +330,8 @@ def kernel(activation: str, q1, p1) -> tuple[np.ndarray, np.ndarray]:
     """``(E[phi(u)^2], E[phi(u) phi(u')])`` for any activation in :data:`ACTIVATIONS`.
 
     relu: arc-cosine closed form; linear: ``(q1, p1)``; swiglu ``= silu(g) * v`` (geglu: gelu
-    gate) with independent gate and up weights of equal pre-activation moments: ``(K_silu_diag q1, K_silu_off p1)``;
+    gate) with independent gate and up weights of equal pre-activation moments:
+    ``(K_silu_diag q1, K_silu_off p1)``;
     tanh/gelu/silu: quadrature (docs/theory.md §2.5).  When a q1 value is shared by >= 256 points
     (the
     post-LN trainability grid), a cached spline in arccos c replaces per-point quadrature
