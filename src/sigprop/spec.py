@@ -209,6 +209,7 @@ class ArchSpec:
     causal: bool = False
     parallel: bool = False
     rho0: float | None = None
+    q0: float | None = None
     rho_max: float = 0.9
     layers: tuple[LayerSpec, ...] | None = None
 
@@ -251,6 +252,8 @@ class ArchSpec:
             raise SpecError("parallel", f"must be true or false (got {self.parallel!r})")
         if self.rho0 is not None:
             _check_float("rho0", self.rho0, 0.0, 1.0)
+        if self.q0 is not None:
+            _check_float("q0", self.q0, 0.0, 1e12, lo_open=True)
         _check_float("rho_max", self.rho_max, 0.0, 1.0, lo_open=True)
         if self.layers is not None:
             if self.beta is not None or self.qk_std is not None:
@@ -307,6 +310,13 @@ class ArchSpec:
     @property
     def rho_init(self) -> float:
         return 0.0 if self.rho0 is None else float(self.rho0)
+
+    @property
+    def q_init(self) -> float:
+        """Squared norm per dimension of the first block's input (``q0``; default 1). A
+        post-LN stack whose embeddings are not normalised (ALBERT's and ELECTRA's projected
+        embeddings) starts its first block from this raw input."""
+        return 1.0 if self.q0 is None else float(self.q0)
 
     # ---------------------------------------------------------------- score scale (docs/theory.md
     # §2.1)

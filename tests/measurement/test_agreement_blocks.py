@@ -70,3 +70,23 @@ def test_per_layer_init_draws_the_layer_laws():
         np.testing.assert_allclose(got, lay.sigma_s, rtol=0.12)
         wv = blk.attn.w_v[0].detach().double()
         assert float(wv.pow(2).mean() * 128) == pytest.approx(lay.var_v, rel=0.12)
+
+
+@pytest.mark.parametrize("norm", ["post", "pre", "none"])
+def test_unnormalised_embeddings_q0(norm):
+    """Embeddings at |x|^2 = q0 d (q0 = 4): post-LN's first block reads them raw, so its score
+    std is 4x (sigma_s q0); pre-LN / no norm carry the scale in the stream. Theory within 0.03
+    of the 4-seed measurement on cos and 3% on q (tokens at rho0 = 0.2 exactly: the spread is
+    the weights' draw); the q0 = 4 and q0 = 1 theories differ by more than that for post-LN."""
+    s = ArchSpec(depth=3, d_model=128, heads=4, seq_len=64, norm=norm, q0=4.0, rho0=0.2,
+                 qk_std=0.12)
+    c = sigprop.measure(spec=s, seeds=4, sequences=2)
+    assert _gap(c, "cos") < 0.03
+    tr = c.trajectory
+    q = tr[tr.observable == "q"].pivot_table(index="layer", columns="source", values="value")
+    assert ((q["theory"] / q["measured"] - 1).abs() < 0.03).all()
+    if norm == "post":
+        one = sigprop.predict(spec=s.replace(q0=None)).trajectory
+        th = tr[tr.source == "theory"]
+        ent = lambda t: float(t[(t.observable == "entropy") & (t.layer == 1)]["value"].iloc[0])  # noqa
+        assert abs(ent(one) - ent(th)) > 0.03

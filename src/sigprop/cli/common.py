@@ -199,6 +199,7 @@ _SPEC_OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "causal": (bool, False, "decoder (causal) attention"),
     "parallel": (bool, False, "attention and MLP read the same input (GPT-J, Falcon, Phi)"),
     "rho0": (float | None, None, "input cosine for theory (default 0)"),
+    "q0": (float | None, None, "squared norm per dimension of the embeddings (default 1)"),
     "rho_max": (float, 0.9, "rank-collapse threshold on the final cosine"),
 }
 

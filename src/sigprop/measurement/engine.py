@@ -42,12 +42,16 @@ def _seed_stats(v: torch.Tensor) -> tuple[float, float]:
 
 
 def make_inputs(spec: ArchSpec, kind: str, sequences: int, *, rho0: float | None, seed: int):
-    """(inputs, vocab_size or None) for ``kind`` in rho | isometric | text."""
+    """(inputs, vocab_size or None) for ``kind`` in rho | isometric | text; token vectors
+    are scaled to ``|x|^2 = q0 d`` (``spec.q_init``)."""
     T, d = spec.seq_len, spec.d_model
+    scale = math.sqrt(spec.q_init)
     if kind == "rho":
-        return _inputs.rho_tokens(sequences, T, d, 0.0 if rho0 is None else rho0, seed), None
+        x = _inputs.rho_tokens(sequences, T, d, 0.0 if rho0 is None else rho0, seed)
+        return (x * scale if scale != 1.0 else x), None
     if kind == "isometric":
-        return _inputs.isometric_tokens(sequences, T, d, seed), None
+        x = _inputs.isometric_tokens(sequences, T, d, seed)
+        return (x * scale if scale != 1.0 else x), None
     if kind == "text":
         return _inputs.text_ids(sequences, T, seed)
     raise SpecError("input", f"must be one of {', '.join(_inputs.INPUTS)} (got {kind!r})")

@@ -76,6 +76,17 @@ PRESETS: dict[str, dict[str, Any]] = {
 # depth at which gg25's alpha_crit(L) passes 1 (docs/theory.md §2.7), so stock HF init collapses in
 # rank; `sigprop fix bert-deep-48 --alpha-attn auto` is the worked example of the fix.
 PRESETS["bert-deep-48"] = {**PRESETS["bert-base-uncased"], "num_hidden_layers": 48}
+# Not a released checkpoint: Mistral-7B-v0.1's architecture (its config.json: sliding window
+# 4096, 8 K/V heads of 128, SwiGLU at 3.5x, RoPE theta 1e4) at LLaMA-3.2-1B's size (2048 wide,
+# 16 layers), so that it builds and runs at init on a laptop; the 7B model needs ~28 GB.
+PRESETS["mistral-like-1b"] = {
+    "model_type": "mistral", "architectures": ["MistralForCausalLM"], "vocab_size": 32000,
+    "hidden_size": 2048, "num_hidden_layers": 16, "num_attention_heads": 16,
+    "num_key_value_heads": 8, "head_dim": 128, "intermediate_size": 7168, "hidden_act": "silu",
+    "max_position_embeddings": 32768, "rope_theta": 10000.0, "sliding_window": 4096,
+    "rms_norm_eps": 1e-5, "initializer_range": 0.02, "tie_word_embeddings": False,
+    "attention_dropout": 0.0, "bos_token_id": 1, "eos_token_id": 2,
+}
 
 # shrink() argument -> the config keys that hold it, per naming convention (GPT-2 uses n_*)
 _KEYS = {

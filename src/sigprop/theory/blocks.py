@@ -305,7 +305,7 @@ def _head_stats(bp: BlockParams, qa, pa, *, asymptotic: bool, full: bool
 
 
 def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False,
-               branch_scale=1.0):
+               branch_scale=1.0, raw_input: bool = False):
     """One transformer block (docs/theory.md §2.6): returns ``(q, p, attention stats)``.
 
     post-LN: attention on the normalised input, residual, LN, MLP, residual, LN.
@@ -322,10 +322,13 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
 
     ``branch_scale`` (pre-LN only) multiplies both branch outputs: the state is then the true
     one divided by a scale S and ``branch_scale = 1/S`` (the branches read the normalised
-    stream, so they do not depend on S); see :mod:`.depth`.
+    stream, so they do not depend on S); see :mod:`.depth`. ``raw_input`` (post-LN): the
+    input is not the output of a LayerNorm (the first block of a stack whose embeddings are
+    not normalised, ``ArchSpec.q0``), so the attention reads it as it is.
     """
     normed = bp.norm in ("post", "pre")
-    qa, pa = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
+    qa, pa = (np.ones_like(q), _cos(p, q)) if normed and not (raw_input and bp.norm == "post") \
+        else (q, p)
     if asymptotic:
         # a mean pairwise cosine is >= -1/(T-1), so >= 0 as T -> inf; the limit maps (Y2 = 0
         # below beta_c gives q_att = s_v^2 p) need it: a roundoff-negative p (-1e-9) would

@@ -80,12 +80,14 @@ def overflow_error(spec: ArchSpec, layer: int) -> SpecError:
                      "--sigma-w2 or --depth, or use --norm pre/post")
 
 
-def step(q, p, logs, bp: BlockParams, mode: str | None, *, asymptotic: bool, full: bool):
+def step(q, p, logs, bp: BlockParams, mode: str | None, *, asymptotic: bool, full: bool,
+         raw_input: bool = False):
     """One block on the scaled state: returns ``(q~, p~, log S, stats)``."""
     scale = 1.0
     if mode == "pre":
         scale = np.exp(-logs)  # underflows to 0 for huge S: the branches are then negligible
-    q2, p2, st = block_step(q, p, bp, asymptotic=asymptotic, full=full, branch_scale=scale)
+    q2, p2, st = block_step(q, p, bp, asymptotic=asymptotic, full=full, branch_scale=scale,
+                            raw_input=raw_input)
     if mode is not None:
         f = np.where((q2 > 0) & np.isfinite(q2), q2, 1.0)
         q2, p2, logs = q2 / f, p2 / f, logs + np.log(f)
@@ -112,6 +114,15 @@ def _certificates(bp: BlockParams, mode, sig, alp, threshold: float, asymptotic:
     ok = np.isfinite(f).all(axis=1) & (fg[:, 0] >= -MONO_SLACK) & (fg[:, -1] <= 1 + MONO_SLACK)
     mono = ok & (np.diff(fg, axis=1) >= -MONO_SLACK).all(axis=1)
     return mono, mono & (f[:, -1] < threshold)
+
+
+def _initial(spec: ArchSpec, mode: str | None, p) -> tuple:
+    """``(q, log S)`` of the embeddings (``spec.q_init``): carried as a log-scale where the
+    map is scale-free (``mode``), else as q itself."""
+    q0 = spec.q_init
+    if mode is not None:
+        return np.ones_like(p), np.full_like(p, math.log(q0))
+    return np.full_like(p, q0), np.zeros_like(p)
 
 
 def _layer_params(spec: ArchSpec, layer: int, over: dict) -> BlockParams:
@@ -149,9 +160,10 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
     sig = np.broadcast_to(np.asarray(bp.sigma_s0, dtype=np.float64), shape).ravel()
     alp = np.broadcast_to(np.asarray(bp.alpha_attn, dtype=np.float64), shape).ravel()
     p = np.broadcast_to(np.asarray(r0, dtype=np.float64), shape).ravel().copy()
-    q, logs = np.ones_like(p), np.zeros_like(p)
-    out, act = np.full(p.shape, np.nan), np.arange(p.size)
     mode, bpa, bpa_n = scale_mode(bp), None, -1
+    q, logs = _initial(spec, mode, p)
+    p = p * q
+    out, act = np.full(p.shape, np.nan), np.arange(p.size)
     n_layers = spec.depth if depth is None else depth
     per_layer = spec.layers is not None  # weights-derived blocks differ: no 1-D map to certify
     cert = threshold is not None and n_layers >= CERT_MIN_DEPTH and not per_layer
@@ -179,7 +191,8 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
                 bpa = dataclasses.replace(bp, sigma_s0=sig[act], alpha_attn=alp[act])
                 bpa_n = act.size
             q2, p2, lg2, _ = step(q[act], p[act], logs[act], bpa, mode,
-                                  asymptotic=asymptotic, full=False)
+                                  asymptotic=asymptotic, full=False,
+                                  raw_input=layer == 0 and spec.q0 is not None)
             bad = _bad(q2, mode) | ~np.isfinite(p2)
             fixed = (q2 == q[act]) & (p2 == p[act]) & ((lg2 == logs[act]) | (mode != "pre"))
             fixed &= not per_layer or layer + 1 >= len(spec.layers)  # later blocks may differ
@@ -222,14 +235,16 @@ def propagate(spec: ArchSpec, rho0: float | None = None, *,
     source = "theory_asymptotic" if asymptotic else "theory"
     bp = BlockParams.from_spec(spec, ln_fluct=bool(fluctuations))
     mode, inv_t = scale_mode(bp), 1.0 / spec.seq_len
-    q, p, logs = np.float64(1.0), np.float64(r0), np.float64(0.0)
+    q, logs = _initial(spec, mode, np.float64(r0))
+    p = np.float64(r0) * q
     rows = [dict(layer=0, observable="cos", source=source, value=r0),
-            dict(layer=0, observable="q", source=source, value=1.0)]
+            dict(layer=0, observable="q", source=source, value=spec.q_init)]
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         for layer in range(1, spec.depth + 1):
             if spec.layers is not None:
                 bp = BlockParams.from_spec(spec, layer, ln_fluct=bool(fluctuations))
-            q2, p2, lg2, st = step(q, p, logs, bp, mode, asymptotic=asymptotic, full=True)
+            q2, p2, lg2, st = step(q, p, logs, bp, mode, asymptotic=asymptotic, full=True,
+                                   raw_input=layer == 1 and spec.q0 is not None)
             if _bad(q2, mode) or not np.isfinite(p2):
                 raise overflow_error(spec, layer)
             dl = lg2 - logs
