@@ -129,7 +129,11 @@ class LayerSpec:
     attention output's variance (``|W_O^h|^2 |W_V^h|^2``), normalised to mean 1 (None: equal).
     Variances are per output dimension for unit-variance inputs, i.e. weight variance times
     fan-in as in :class:`ArchSpec`; ``var_o`` None means no output projection; ``var_b`` the
-    mean squared bias of the block's value, output and MLP biases.
+    mean squared bias of the block's value, output and MLP biases. ``cross_*``: a decoder
+    block's cross-attention over the encoder output (``ArchSpec.memory_*``): its per-head
+    score std (queries at q = 1, keys at q = 1) and value / output variances.
+    ``branch_gain2``: pre-LN blocks whose branch outputs are normalised before the residual
+    add (Gemma 2, OLMo 2): the mean squared gains of those two norms (attention, MLP).
     """
 
     sigma_s: tuple[float, ...]
@@ -139,8 +143,30 @@ class LayerSpec:
     var_w_out: float
     var_b: float = 0.0
     head_weights: tuple[float, ...] | None = None
+    cross_sigma_s: tuple[float, ...] | None = None
+    cross_var_v: float | None = None
+    cross_var_o: float | None = None
+    branch_gain2: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
+        if self.branch_gain2 is not None:
+            g = tuple(float(x) for x in self.branch_gain2)
+            if len(g) != 2:
+                raise SpecError("layers.branch_gain2", "needs (attention, MLP) mean squared "
+                                                       f"gains (got {len(g)} values)")
+            for x in g:
+                _check_float("layers.branch_gain2", x, 0.0, 1e12)
+            object.__setattr__(self, "branch_gain2", g)
+        if self.cross_sigma_s is not None:
+            cs = tuple(float(x) for x in np.atleast_1d(np.asarray(self.cross_sigma_s,
+                                                                   dtype=float)))
+            for x in cs:
+                _check_float("layers.cross_sigma_s", x, 0.0, 1e6)
+            object.__setattr__(self, "cross_sigma_s", cs)
+            for name in ("cross_var_v", "cross_var_o"):
+                if getattr(self, name) is None:
+                    raise SpecError(f"layers.{name}", "needed with cross_sigma_s")
+                _check_float(f"layers.{name}", getattr(self, name), 0.0, 1e12)
         sig = tuple(float(x) for x in np.atleast_1d(np.asarray(self.sigma_s, dtype=float)))
         object.__setattr__(self, "sigma_s", sig)
         if not sig:
@@ -212,6 +238,9 @@ class ArchSpec:
     q0: float | None = None
     rho_max: float = 0.9
     layers: tuple[LayerSpec, ...] | None = None
+    memory_len: int | None = None
+    memory_q: float | None = None
+    memory_rho: float | None = None
 
     def __post_init__(self) -> None:
         _check_int("depth", self.depth, 1, 100_000)
@@ -266,6 +295,14 @@ class ArchSpec:
             if len(lay) != self.depth:
                 raise SpecError("layers", f"needs depth={self.depth} entries (got {len(lay)})")
             object.__setattr__(self, "layers", lay)
+        if self.memory_len is not None:
+            _check_int("memory_len", self.memory_len, 1, MAX_SEQ_LEN)
+            _check_float("memory_q", self.memory_q, 0.0, 1e12, lo_open=True)
+            _check_float("memory_rho", self.memory_rho, 0.0, 1.0)
+        if self.layers is not None and any(x.cross_sigma_s is not None for x in self.layers) \
+                and self.memory_len is None:
+            raise SpecError("memory_len", "layers with cross-attention need the encoder "
+                                          "output's memory_len, memory_q and memory_rho")
 
     # ---------------------------------------------------------------- resolved widths/variances
     @property

@@ -369,6 +369,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                      "same weights is outside it, ~0.08 on cos after 6 applications at "
                      "d = 256)")
     probes, trained, tables, source = [], False, [], "init"
+    memories: list[_Memory] = []
     if module is not None:  # the user's model, as it is
         was_training = module.training
         module.eval()
@@ -377,11 +378,15 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                       repeats=repeats)
             w = WeightReader(module, blocks=p.blocks, sites=p.sites, repeats=repeats)
             dev = next(module.parameters()).device
+            if decoder:
+                memories.append(_Memory(module))
             with p, w, torch.no_grad():
                 _forward(module, {k: v.to(dev) for k, v in inputs.items()}, enc_dec,
                          decoder=decoder)
         finally:
             module.train(was_training)
+            for mem in memories:
+                mem.close()
         probes, trained, seeds, source = [p], True, 0, "module"
         tables.append(_read_weights(w, notes))
         if on_seed is not None:
@@ -397,8 +402,12 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             trained = hf.load_local_weights(m, folder).trained or trained
         p = Probe(m, layers=find_blocks(m, prefer), keep_hidden=False, repeats=repeats)
         w = WeightReader(m, blocks=p.blocks, sites=p.sites, repeats=repeats)
+        if decoder:
+            memories.append(_Memory(m))
         with p, w, torch.no_grad():
             _forward(m, inputs, enc_dec, returned=not mapped, decoder=decoder)
+        if decoder:
+            memories[-1].close()
         probes.append(p)
         tables.append(_read_weights(w, notes if s == 0 else []))
         source = "folder" if trained else source
@@ -431,7 +440,15 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             spec, mapped = laid, True
         notes += why
     if mapped and table is not None:
-        spec = _weights_spec(spec, table, meas, notes)
+        mem = _merge_memory(memories)
+        if any(x.cross_sigma_s is not None for x in table.layers):
+            if mem is None:
+                table.layers = tuple(_no_cross(x) for x in table.layers)
+            else:
+                notes.append(f"cross-attention in the theory: over the encoder output as "
+                             f"measured (T={mem['memory_len']}, q={mem['memory_q']:.3g}, "
+                             f"cos={mem['memory_rho']:.3g})")
+        spec = _weights_spec(spec, table, meas, notes, mem)
     elif mapped:
         notes.append("theory parameters from the config (initializer_range), not the weights")
     heads = _with_weight_heads(heads, table, spec)
@@ -455,6 +472,52 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                      weights=source, layers=layer_rows, stack=stack)
 
 
+class _Memory:
+    """Forward hook on an encoder-decoder model's encoder: the state of its output (the
+    memory every cross-attention reads): length, q and mean pairwise cosine, over draws."""
+
+    def __init__(self, model):
+        self.rows: list[tuple[int, float, float]] = []
+        enc = model.get_encoder() if hasattr(model, "get_encoder") else None
+        self.handle = None if enc is None else enc.register_forward_hook(self._hook)
+
+    def _hook(self, m, args, out):
+        from ..measurement import observables as obs
+        from ..measurement.probe import _as_tensor
+
+        x = _as_tensor(out)
+        if x is not None:
+            xd = x.detach().double()
+            self.rows.append((int(xd.shape[-2]), float(obs.mean_q(xd).mean()),
+                              float(obs.mean_cos(xd).mean())))
+
+    def close(self):
+        if self.handle is not None:
+            self.handle.remove()
+
+    def state(self) -> dict | None:
+        if not self.rows:
+            return None
+        return {"memory_len": self.rows[0][0],
+                "memory_q": float(np.mean([r[1] for r in self.rows])),
+                "memory_rho": float(np.clip(np.mean([r[2] for r in self.rows]), 0.0, 1.0))}
+
+
+def _merge_memory(memories: list[_Memory]) -> dict | None:
+    states = [m.state() for m in memories if m.state() is not None]
+    if not states:
+        return None
+    return {"memory_len": states[0]["memory_len"],
+            "memory_q": float(np.mean([s["memory_q"] for s in states])),
+            "memory_rho": float(np.mean([s["memory_rho"] for s in states]))}
+
+
+def _no_cross(lay):
+    from dataclasses import replace
+
+    return replace(lay, cross_sigma_s=None, cross_var_v=None, cross_var_o=None)
+
+
 def _decoder_spec(config, spec: ArchSpec, seq_len: int | None) -> tuple[ArchSpec, str]:
     """The placeholder spec of an encoder-decoder model's decoder stack (its depth, heads and
     MLP width from the config's decoder fields; every theory parameter is then read from the
@@ -476,8 +539,8 @@ def _decoder_spec(config, spec: ArchSpec, seq_len: int | None) -> tuple[ArchSpec
         raise SpecError("model", f"decoder of {config.model_type}: {err}") from None
     return new, (f"encoder-decoder: the decoder's self-attention stack is measured "
                  f"(decoder_input_ids: built-in text, T={new.seq_len}); cross-attention reads "
-                 "the encoder output of the same inputs, and its contribution to the residual "
-                 "stream is outside the theory")
+                 "the encoder output of the same inputs (its attention statistics are not "
+                 "measured)")
 
 
 def _causal_seen(probe) -> bool:
@@ -518,7 +581,8 @@ def _read_weights(reader, notes: list[str]):
     return table
 
 
-def _weights_spec(spec: ArchSpec, table, meas, notes: list[str]) -> ArchSpec:
+def _weights_spec(spec: ArchSpec, table, meas, notes: list[str], memory: dict | None = None
+                  ) -> ArchSpec:
     """``spec`` with per-layer parameters from the weights (docs/theory.md §2.8). Pre-LN: the
     stream starts at the measured embedding norm q0, absorbed into the branch output
     variances as the config mapping does; post-LN / no norm: the first block reads the
@@ -526,12 +590,17 @@ def _weights_spec(spec: ArchSpec, table, meas, notes: list[str]) -> ArchSpec:
     lives in the output projections, which the weights carry."""
     from dataclasses import replace
 
-    layers, extra = table.layers, {}
+    layers = table.layers
+    extra = dict(memory) if memory and any(x.cross_sigma_s is not None for x in layers) else {}
     q0 = meas[(meas.observable == "q") & (meas.layer == 0)]["value"]
     q0 = float(q0.iloc[0]) if len(q0) and float(q0.iloc[0]) > 0 else 1.0
     if spec.norm == "pre":
         layers = tuple(replace(x, var_o=None if x.var_o is None else x.var_o / q0,
-                               var_w_out=x.var_w_out / q0) for x in layers)
+                               var_w_out=x.var_w_out / q0,
+                               cross_var_o=None if x.cross_var_o is None
+                               else x.cross_var_o / q0,
+                               branch_gain2=None if x.branch_gain2 is None
+                               else tuple(g / q0 for g in x.branch_gain2)) for x in layers)
     else:  # the first block reads the embeddings as they are (ALBERT's are projected)
         extra["q0"] = q0
     if spec.alpha_attn != 1.0:

@@ -200,11 +200,21 @@ class WeightTable:
             hw = None if per[0].head_weights is None else tuple(
                 np.mean([x.head_weights for x in per], axis=0).tolist())
             vo = None if per[0].var_o is None else float(np.mean([x.var_o for x in per]))
+            cross = {}
+            if per[0].cross_sigma_s is not None:
+                cs = np.sqrt(np.mean([np.square(x.cross_sigma_s) for x in per], axis=0))
+                cross = {"cross_sigma_s": tuple(cs.tolist()),
+                         "cross_var_v": float(np.mean([x.cross_var_v for x in per])),
+                         "cross_var_o": float(np.mean([x.cross_var_o for x in per]))}
+            if per[0].branch_gain2 is not None:
+                cross["branch_gain2"] = tuple(np.mean([x.branch_gain2 for x in per],
+                                                      axis=0).tolist())
             lay.append(LayerSpec(sigma_s=tuple(sig.tolist()),
                                  var_v=float(np.mean([x.var_v for x in per])), var_o=vo,
                                  var_w_in=float(np.mean([x.var_w_in for x in per])),
                                  var_w_out=float(np.mean([x.var_w_out for x in per])),
-                                 var_b=float(np.mean([x.var_b for x in per])), head_weights=hw))
+                                 var_b=float(np.mean([x.var_b for x in per])), head_weights=hw,
+                                 **cross))
         heads = [dict(h, sigma_s=float(x.sigma_s[h["head"]]))
                  for x, lay_heads in zip(lay, _by_layer(tables[0].heads), strict=True)
                  for h in lay_heads]
@@ -442,9 +452,79 @@ class WeightReader:
             notes.append("no MLP found; var_w_in = var_w_out = 1")
         var_b = float(np.mean([float(b.to(torch.float64).pow(2).mean()) for b in biases])) \
             if biases else 0.0
+        cross = self._read_cross(block, s)
+        branch = self._branch_norms(block, s, d)
         lay = LayerSpec(sigma_s=tuple(sig.tolist()), var_v=var_v, var_o=var_o,
-                        var_w_in=var_w_in, var_w_out=var_w_out, var_b=var_b, head_weights=hw)
+                        var_w_in=var_w_in, var_w_out=var_w_out, var_b=var_b, head_weights=hw,
+                        branch_gain2=branch, **cross)
         return lay, sig, float(s.scale * math.sqrt(dh)), notes
+
+    def _branch_norms(self, block: nn.Module, s: AttentionSite, d: int):
+        """Pre-LN blocks that normalise their branch outputs (the block's last operation is
+        a norm, and so is the first one after the attention output projection): the mean
+        squared gains of those two norms (attention, MLP); None otherwise."""
+        own = {id(x) for x in block.modules()}
+        in_block = [m for m in self.order if id(m) in own]
+        if not in_block or not (_is_norm(in_block[-1]) and _width(in_block[-1]) == d):
+            return None
+        n_attn = self._norm_module_before(self._pos(s.module), d)
+        if n_attn is None or id(n_attn) not in own:
+            return None  # post-LN: the last norm normalises the stream, not a branch
+        o = self._o_mod
+        if o is None or getattr(self, "_mlp_first", None) is None:
+            return None
+        between = [m for m in in_block if self._pos(o) < self._pos(m) < self._pos(
+            self._mlp_first) and _is_norm(m) and _width(m) == d]
+        if len(between) < 2:  # one norm there is the MLP's input norm: no branch norm
+            return None
+        ga, gm = norm_gains(between[0], d), norm_gains(in_block[-1], d)
+        if ga is None or gm is None:
+            return None
+        return float(np.mean(ga**2)), float(np.mean(gm**2))
+
+    def _scores(self, Wq, bq, Wk, G, H, Hkv, dh) -> np.ndarray:
+        """Per query head: the canonical-scale score std (module docstring)."""
+        A = (Wq * G).unflatten(0, (H, dh))
+        B = Wk.unflatten(0, (Hkv, dh))
+        aat, bbt = A @ A.transpose(-1, -2), B @ B.transpose(-1, -2)
+        grp = max(H // max(Hkv, 1), 1)
+        out = np.empty(H)
+        for h in range(H):
+            fro = float((aat[h] * bbt[h // grp]).sum())
+            if bq is not None:
+                fro += float((B[h // grp].T @ bq[h * dh:(h + 1) * dh]).pow(2).sum())
+            out[h] = math.sqrt(max(fro, 0.0) / dh)
+        return out
+
+    def _read_cross(self, block: nn.Module, s: AttentionSite) -> dict:
+        """A decoder block's cross-attention (a second attention module, called after the
+        self-attention): per-head score std with the gains of the norm in front of its
+        queries, value and output variances (``LayerSpec.cross_*``); {} when there is none."""
+        site, own_q = None, self._pos(s.q)
+        for m in block.modules():
+            if m is s.module:
+                continue
+            cand = describe_attention(m)
+            if cand is not None and self._pos(cand.q) > own_q:
+                site = cand
+                break
+        if site is None:
+            return {}
+        Wq, bq, Wk, _, Wv, _ = self._qkv(site)
+        g = self._norm_before(self._pos(site.q), Wq.shape[1])
+        G = torch.ones(Wq.shape[1], dtype=torch.float64) if g is None else torch.as_tensor(g)
+        sig = self._scores(Wq, bq, Wk, G, site.n_heads, site.n_kv_heads, site.head_dim)
+        var_v = float(Wv.pow(2).sum() / Wv.shape[0]) if Wv is not None else 1.0
+        v_pos = max(self._pos(m) for m in (site.q, site.k, site.v) if m is not None)
+        o = next((m for m in self.order if self._pos(m) > v_pos and matrix(m) is not None
+                  and m not in (site.q, site.k, site.v)
+                  and matrix(m)[0].shape[1] == site.n_heads * site.head_dim), None)
+        var_o = 1.0
+        if o is not None:
+            Wo = matrix(o)[0].to(torch.float64).cpu()
+            var_o = float(Wo.pow(2).sum() / Wo.shape[0])
+        return {"cross_sigma_s": tuple(sig.tolist()), "cross_var_v": var_v,
+                "cross_var_o": var_o}
 
     def _linears_after(self, block: nn.Module, s: AttentionSite):
         """``(W_O as (W, b) or None, (MLP ins, MLP out, MLP norm gains) or None)`` from the

@@ -383,10 +383,6 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
         why = ("no MLP found" if first["mlp"] == "missing"
                else "MLP not recognised (a mixture of experts?)")
         return None, [f"theory: {why}; verdict read from the measurement"]
-    if first["sandwich"]:
-        return None, ["theory: the branch outputs are normalised too (a norm after each "
-                      "sublayer inside the residual branch), not in the theory yet; verdict "
-                      "read from the measurement"]
     act = first["activation"]
     if act is None:
         return None, ["theory: the MLP activation is not one the theory has (relu, gelu, "
@@ -421,6 +417,7 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
         notes.append("position bias added to the logits (ALiBi / relative): not in the theory "
                      "(the measurement includes it)")
     notes.append(f"block layout read from the model: {norm}-LN"
+                 f"{', normalised branch outputs' if first['sandwich'] else ''}"
                  f"{', parallel attention + MLP' if first['parallel'] else ''}, {act}"
                  f"{', causal' if causal else ''}")
     new = spec.replace(norm=norm, parallel=bool(first["parallel"]) and norm != "none",

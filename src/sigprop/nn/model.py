@@ -161,6 +161,18 @@ class SigpropTransformer(nn.Module):
                  vocab_size: int | None = None, beta: float | None = None,
                  std: float | None = None, ln_eps: float = LN_EPS):
         super().__init__()
+        if spec.layers is not None and any(x.branch_gain2 is not None for x in spec.layers):
+            from ..spec import SpecError
+
+            raise SpecError("layers.branch_gain2", "sigprop's torch model has no norms on "
+                                                   "its branch outputs; measure such a model "
+                                                   "on its HF implementation (sigprop diagnose)")
+        if spec.memory_len is not None:
+            from ..spec import SpecError
+
+            raise SpecError("memory_len", "sigprop's torch model has no cross-attention; "
+                                          "measure a decoder stack on its HF model (sigprop "
+                                          "diagnose --stack decoder)")
         if n_seeds < 1:
             raise ValueError(f"n_seeds must be >= 1 (got {n_seeds})")
         if embeddings is not None and vocab_size is not None and embeddings != vocab_size:

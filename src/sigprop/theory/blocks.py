@@ -176,6 +176,11 @@ class BlockParams:
     heads: int = 1
     ln_fluct: bool = True
     parallel: bool = False
+    #: cross-attention over an encoder output: (per-head score stds, var_v, var_o, memory
+    #: length, memory q, memory cosine), or None
+    cross: tuple | None = None
+    #: normalised branch outputs (attention, MLP mean squared gains), or None
+    branch_gain2: tuple | None = None
     head_scale: np.ndarray | None = None  # per-head score std / sigma_s0 (RMS 1)
     head_w: np.ndarray | None = None  # per-head share of the attention output (mean 1)
 
@@ -203,6 +208,12 @@ class BlockParams:
             if lay.head_weights is not None and sig.size > 1:
                 w = np.asarray(lay.head_weights, dtype=np.float64)
                 base["head_w"] = w / w.mean() if w.mean() > 0 else None
+            if lay.branch_gain2 is not None:
+                base["branch_gain2"] = lay.branch_gain2
+            if lay.cross_sigma_s is not None:
+                base["cross"] = (np.asarray(lay.cross_sigma_s, dtype=np.float64),
+                                 lay.cross_var_v, lay.cross_var_o, spec.memory_len,
+                                 spec.memory_q, spec.memory_rho)
         base.update(override)
         return cls(**base)
 
@@ -304,6 +315,45 @@ def _head_stats(bp: BlockParams, qa, pa, *, asymptotic: bool, full: bool
             AttentionStats(*(avg(x, 1.0) for x in st)))
 
 
+def _branch_norm_cos(q_att, p_att, qa, pa, bp: BlockParams, st, asymptotic: bool):
+    """Cosine of the attention branch's output after a per-token norm: the LayerNorm averages
+    of :func:`_ln_fluct_cos` / :func:`_ln_fluct_cos_causal` where they apply (finite T,
+    softmax or uniform attention), else the ratio of averages."""
+    if bp.ln_fluct and not asymptotic and bp.cross is None:
+        if bp.causal and bp.attention in ("softmax", "uniform"):
+            return _ln_fluct_cos_causal(q_att, p_att, qa, pa, bp, st)
+        if not bp.causal and bp.attention == "softmax":
+            return _ln_fluct_cos(q_att, p_att, qa, pa, bp, st)
+    return _cos(p_att, q_att)
+
+
+def _renorm(q, p, gain2):
+    """A branch output after a norm with mean squared gain ``gain2``: ``(g^2, g^2 cos)``."""
+    return np.full_like(np.asarray(q, dtype=np.float64), gain2), gain2 * _cos(p, q)
+
+
+def cross_map(qa, pa, bp: BlockParams):
+    """(q, p) of a cross-attention branch over an encoder output (a decoder block, docs/theory.md
+    §2.8): queries from the block's (normalised) state ``(qa, pa)``, keys and values from the
+    memory at ``(q_m, rho_m)`` over ``T_m`` positions. A row is a REM over the T_m memory keys
+    with variance ``v = sigma_c^2 qa q_m (1 - rho_m)``; two rows share the fraction
+    ``rho = pa / qa`` of it (their queries' cosine), so ``Y2 = Y2(T_m, v)`` and ``Yx = Yx(T_m,
+    v, rho)``; the values give ``s_v^2 [p_m + (q_m - p_m) Y]`` (docs/theory.md §2.4), times
+    ``s_o^2``. Heads are averaged as in :func:`_head_stats`."""
+    sig, var_v, var_o, T_m, q_m, r_m = bp.cross
+    rho = np.clip(_cos(pa, qa), 0.0, 1.0)
+    v = (np.asarray(qa, dtype=np.float64)[..., None] * sig**2) * q_m * (1.0 - r_m)
+    if T_m < 2:
+        y2 = yx = np.ones(np.shape(rho))
+    else:
+        y2 = np.mean(rem.y2_table(int(T_m), bp.d_head)(v), axis=-1)
+        yx = np.mean(rem.yx_table(int(T_m), bp.d_head)(v, rho[..., None]), axis=-1)
+    p_m = r_m * q_m
+    q_c = var_o * var_v * (p_m + (q_m - p_m) * y2)
+    p_c = var_o * var_v * (p_m + (q_m - p_m) * yx)
+    return q_c, p_c
+
+
 def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False,
                branch_scale=1.0, raw_input: bool = False):
     """One transformer block (docs/theory.md §2.6): returns ``(q, p, attention stats)``.
@@ -341,18 +391,30 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
         st, rep = _head_stats(bp, qa, pa, asymptotic=asymptotic, full=full)
     q_att, p_att = attention_map(qa, pa, st, variant=bp.attention, var_v=bp.var_v,
                                  var_b=bp.var_b, var_o=bp.var_o)
+    if bp.branch_gain2 is not None:  # the branch output is normalised before the add:
+        # per token, so its cosine is the LayerNorm average of the post-LN path (causal rows'
+        # norms differ with position), not the ratio of averages
+        c = _branch_norm_cos(q_att, p_att, qa, pa, bp, st, asymptotic)
+        q_att = np.full_like(np.asarray(q_att, dtype=np.float64), bp.branch_gain2[0])
+        p_att = bp.branch_gain2[0] * c
     a2 = np.asarray(bp.alpha_attn, dtype=np.float64) ** 2
     if bp.parallel:  # one skip; the MLP reads the attention's input (cross terms vanish)
         q_h, p_h = mlp_map(qa, pa, activation=bp.activation, var_w_in=bp.var_w_in,
                            var_w_out=bp.var_w_out, var_b=bp.var_b)
+        if bp.branch_gain2 is not None:
+            q_h, p_h = _renorm(q_h, p_h, bp.branch_gain2[1])
         q = a2 * q + branch_scale * (q_att + q_h)
         p = a2 * p + branch_scale * (p_att + p_h)
         if bp.norm == "post":
             q, p = np.ones_like(q), _cos(p, q)
         return q, p, rep
     q, p = a2 * q + branch_scale * q_att, a2 * p + branch_scale * p_att
+    if bp.cross is not None and bp.norm != "post":  # decoder: cross-attention, then the MLP
+        qc_in, pc_in = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
+        q_c, p_c = cross_map(qc_in, pc_in, bp)
+        q, p = q + branch_scale * q_c, p + branch_scale * p_c
     if bp.norm == "post":
-        ln_avg = bp.ln_fluct and not asymptotic
+        ln_avg = bp.ln_fluct and not asymptotic and bp.cross is None
         if ln_avg and bp.causal and bp.attention in ("softmax", "uniform"):
             p = _ln_fluct_cos_causal(q, p, qa, pa, bp, st)
         elif ln_avg and not bp.causal and bp.attention == "softmax":
@@ -360,9 +422,14 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
         else:
             p = _cos(p, q)
         q = np.ones_like(q)
+        if bp.cross is not None:  # post-LN decoder: LN(x + cross(x, memory))
+            q_c, p_c = cross_map(q, p, bp)
+            q, p = np.ones_like(q), _cos(p + p_c, q + q_c)
     qm, pm = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
     q_h, p_h = mlp_map(qm, pm, activation=bp.activation, var_w_in=bp.var_w_in,
                        var_w_out=bp.var_w_out, var_b=bp.var_b)
+    if bp.branch_gain2 is not None:
+        q_h, p_h = _renorm(q_h, p_h, bp.branch_gain2[1])
     m2 = np.asarray(bp.alpha_mlp, dtype=np.float64) ** 2
     q, p = m2 * q + branch_scale * q_h, m2 * p + branch_scale * p_h
     if bp.norm == "post":

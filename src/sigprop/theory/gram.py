@@ -1,0 +1,428 @@
+"""Gram-matrix (position- and token-resolved) mean field for a *known* input sequence.
+
+The homogeneous theory (:mod:`.blocks`) carries two numbers per layer, ``q`` and ``p``, i.e.
+it assumes every pair of tokens has the same overlap and every token the same norm. Two
+things break that in real decoders measured on text:
+
+* **positions** -- in a causal pre-LN stack the query at position t averages t values, so the
+  norm of the attention output (and, once it dominates the tiny embeddings, of the residual
+  stream) falls like ~1/t and the cosine of a pair (a < c) depends on a/c. The measured
+  ``cos`` is the mean of per-pair cosines, the homogeneous map a ratio of averages dominated
+  by the first positions;
+* **tokens** -- without position embeddings (LLaMA, Qwen, Mistral) a token repeated at two
+  positions enters with cosine 1, all other pairs with ~0: the input is a mixture of pair
+  classes, and the nonlinear block map of the average overlap is not the average of the map.
+
+Here the state is the expected Gram matrix ``G[a, c] = E<x_a, x_c>/d`` of one sequence
+(T x T, float64; the expectation over the weights at initialisation), propagated through the
+blocks with the same ingredients as :mod:`.blocks`:
+
+* norm: ``C = G / sqrt(diag G diag G^T)`` (RMSNorm / LayerNorm with gain 1);
+* attention (:func:`attention_gram`): ``A = M + eta`` with the mean ``M[a, b] = 1/n_a`` on the
+  ``n_a`` keys row a sees and exchangeable fluctuations whose size is the REM's finite-n
+  ``Y2(n_a, v_a)`` (:mod:`.rem` tables) with the row's own energy variance
+  ``v_a = sigma_s^2 (1 - Cbar_a)`` (``Cbar_a`` = mean overlap of its keys); pairs of rows
+  share the keys they both see with the REM's cross term ``Yx`` at the pair's own query
+  overlap ``C[a, c]`` (the causal rule of docs/theory.md §2.4.1: row c puts mass a/c on the
+  a shared keys). Output ``var_o var_v E[sum_bb' A_ab A_cb' C_bb']``;
+* RoPE (optional ``rope_gamma``): the keys' common component no longer drops out of the
+  softmax: ``v_a = sigma_s^2 (1 - Cbar_a gamma_a)`` with ``gamma_a`` the mean over frequency
+  pairs of ``|mean_{k<n_a} exp(i theta_f k)|^2`` (:func:`rope_gamma`);
+* MLP: the kernel of :mod:`.kernels` applied entrywise to ``C`` (each pair has its own
+  overlap);
+* residual: sums (zero-mean weights: no cross terms).
+
+Everything is vectorised NumPy (O(T^2) per layer); a batch of sequences is a leading axis.
+Only numpy and sibling theory modules are imported.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from ..spec import ArchSpec
+from . import kernels, rem
+from .blocks import BlockParams
+
+#: number of log-spaced row lengths at which the REM tables are evaluated (then interpolated)
+N_NODES = 16
+
+
+# --------------------------------------------------------------------------------------------
+# inputs
+# --------------------------------------------------------------------------------------------
+def input_gram(ids, *, w_token: float = 1.0, w_position: float = 0.0, w_shared: float = 0.0
+               ) -> np.ndarray:
+    """Expected cosine matrix of the embeddings of token ids ``(..., T)``: a sum of i.i.d.
+    tables (unit total weight): token table (identical ids: 1), a learned position table
+    (distinct positions: 0) and a table shared by all positions (BERT's token type):
+    ``C[a, c] = w_token [id_a == id_c] + w_position [a == c] + w_shared``.
+    LLaMA/Qwen/Mistral: (1, 0, 0); GPT-2: (1/2, 1/2, 0); BERT: (1/3, 1/3, 1/3)."""
+    ids = np.asarray(ids)
+    T = ids.shape[-1]
+    tot = w_token + w_position + w_shared
+    same = (ids[..., :, None] == ids[..., None, :]).astype(np.float64)
+    return (w_token * same + w_position * np.eye(T) + w_shared) / tot
+
+
+def token_classes(ids) -> tuple[float, float]:
+    """(fraction of ordered pairs a != c carrying the same id, mean over sequences): the two
+    pair classes of a position-free input (identical tokens at cosine 1, distinct ones at 0),
+    so the homogeneous theory's rho0 of a position-free text input."""
+    ids = np.atleast_2d(np.asarray(ids))
+    T = ids.shape[-1]
+    same = (ids[:, :, None] == ids[:, None, :]).sum(axis=(1, 2)) - T
+    f = same / (T * (T - 1))
+    return float(f.mean()), float(f.std())
+
+
+def normalise(G: np.ndarray) -> np.ndarray:
+    """Cosine matrix of a Gram matrix (a token of zero norm: cosine 0)."""
+    d = np.sqrt(np.clip(np.diagonal(G, axis1=-2, axis2=-1), 0.0, None))
+    s = np.where(d > 0, 1.0 / np.where(d > 0, d, 1.0), 0.0)
+    return G * s[..., :, None] * s[..., None, :]
+
+
+def mean_cos(G: np.ndarray) -> np.ndarray:
+    """Mean over pairs a != c of the cosine ``G_ac / sqrt(G_aa G_cc)`` (the measured ``cos``
+    of docs/theory.md §1), over the last two axes."""
+    C = normalise(G)
+    T = C.shape[-1]
+    return (C.sum(axis=(-1, -2)) - np.trace(C, axis1=-2, axis2=-1)) / (T * (T - 1))
+
+
+# --------------------------------------------------------------------------------------------
+# RoPE
+# --------------------------------------------------------------------------------------------
+def rope_gamma_from_r(r) -> np.ndarray:
+    """:func:`rope_gamma` from the offset correlations ``R[k]`` of :func:`rope_corr`:
+    ``gamma_n = (1/n^2) sum_{j,k<n} R(j - k) = (1/n^2)(n + 2 sum_{k=1}^{n-1} (n - k) R[k])``."""
+    r = np.asarray(r, dtype=np.float64)
+    T = len(r)
+    n = np.arange(1, T + 1, dtype=np.float64)
+    k = np.arange(T, dtype=np.float64)
+    # sum_{k<n} (n - k) R[k] = n S0(n) - S1(n), prefix sums of R and k R
+    s0, s1 = np.cumsum(r), np.cumsum(k * r)
+    return (2.0 * (n * s0 - s1) - n * r[0]) / n**2
+
+
+def rope_gamma(inv_freq, T: int) -> np.ndarray:
+    """``gamma[n-1] = mean_f |(1/n) sum_{k<n} exp(i theta_f k)|^2`` for n = 1..T: the share of
+    a key component common to n consecutive positions that still cancels in the softmax after
+    the rotations by ``theta_f k`` (1 without RoPE or for theta_f -> 0)."""
+    th = np.asarray(inv_freq, dtype=np.float64)[None, :]
+    n = np.arange(1, T + 1, dtype=np.float64)[:, None]
+    half = 0.5 * th
+    with np.errstate(invalid="ignore", divide="ignore"):
+        r = np.where(np.abs(np.sin(half)) > 1e-300,
+                     np.sin(n * half) / (n * np.sin(half)), 1.0)
+    return np.mean(r**2, axis=1)
+
+
+# --------------------------------------------------------------------------------------------
+# attention
+# --------------------------------------------------------------------------------------------
+def _row_lengths(T: int, causal: bool) -> np.ndarray:
+    return np.arange(1, T + 1, dtype=np.float64) if causal else np.full(T, float(T))
+
+
+def _nodes(T: int, causal: bool) -> np.ndarray:
+    """Row lengths at which the REM tables are evaluated (then interpolated in log n)."""
+    if not causal or T <= 2:
+        return np.array([float(T)])
+    return np.unique(np.round(np.geomspace(2, T, min(N_NODES, T - 1))).astype(int)).astype(float)
+
+
+def _pick(vals: np.ndarray, nodes: np.ndarray, n) -> np.ndarray:
+    """``vals`` (nodes first) at row lengths ``n`` (broadcast to ``vals.shape[1:]``), linear
+    in log n between nodes (constant beyond them)."""
+    if len(nodes) == 1:
+        return vals[0]
+    ln = np.log(nodes)
+    lx = np.broadcast_to(np.log(np.asarray(n, dtype=np.float64)), vals.shape[1:])
+    idx = np.clip(np.searchsorted(ln, lx) - 1, 0, len(ln) - 2)
+    w = np.clip((lx - ln[idx]) / (ln[idx + 1] - ln[idx]), 0.0, 1.0)
+    lo = np.take_along_axis(vals, idx[None], axis=0)[0]
+    hi = np.take_along_axis(vals, idx[None] + 1, axis=0)[0]
+    return (1 - w) * lo + w * hi
+
+
+def attention_gram(C: np.ndarray, sigma_s, *, causal: bool, d_head: int | None = None,
+                   rope: np.ndarray | None = None, fluct: bool = True) -> np.ndarray:
+    """``E[sum_{b, b'} A_ab A_cb' C_bb']`` for softmax attention with score std ``sigma_s`` on
+    unit tokens with cosine matrix ``C`` (..., T, T) (module docstring). ``rope``: the
+    :func:`rope_gamma` array (length >= T) or None. ``fluct=False``: uniform attention
+    (the mean M only)."""
+    C = np.asarray(C, dtype=np.float64)
+    T = C.shape[-1]
+    n = _row_lengths(T, causal)
+    # sums of C over the key sets: causal prefix sums P[a, c] = sum_{b<=a, b'<=c} C_bb'
+    if causal:
+        P = np.cumsum(np.cumsum(C, axis=-1), axis=-2)
+    else:
+        P = np.broadcast_to(C.sum(axis=(-1, -2))[..., None, None], C.shape)
+    mean = P / (n[:, None] * n[None, :])  # sum_bb' M_ab M_cb' C_bb'
+    if not fluct:
+        return mean
+    own = np.diagonal(P, axis1=-2, axis2=-1)  # sum over row a's key block
+    with np.errstate(invalid="ignore", divide="ignore"):
+        cbar = np.where(n > 1, (own - n) / (n * (n - 1)), 1.0)  # mean key overlap of row a
+    cbar = np.clip(cbar, 0.0, 1.0)
+    if rope is None:
+        common = cbar
+    else:  # row a's keys span n_a consecutive positions
+        g = np.asarray(rope, dtype=np.float64)
+        common = cbar * (g[:T] if causal else g[T - 1])
+    v = np.asarray(sigma_s, dtype=np.float64) ** 2 * (1.0 - common)  # (..., T) row variance
+    nodes = _nodes(T, causal)
+    # n * (Y2 - 1/n) at the nodes, as a function of v: evaluated on every row's v
+    ex2 = np.stack([k * (rem.y2_table(int(k), d_head)(v) - 1.0 / k) for k in nodes])
+    y2ex = _pick(ex2, nodes, n) / n  # Y2_a - 1/n_a at each row
+    y2ex = np.where(n > 1, y2ex, 0.0)
+    diag = y2ex * (1.0 - cbar)
+    # pair (a, c): the shorter row's n_s = min(n_a, n_c) shared keys, Yx(n_s) at the pair's
+    # query overlap, row-length ratio n_s / n_l (the longer row's mass on the shared keys)
+    ns = np.minimum(n[:, None], n[None, :])
+    nl = np.maximum(n[:, None], n[None, :])
+    if causal:
+        short = np.where(n[:, None] <= n[None, :], np.arange(T)[:, None], np.arange(T)[None, :])
+        vs = np.take_along_axis(np.broadcast_to(v[..., None, :], C.shape),
+                                np.broadcast_to(short, C.shape), axis=-1)
+        cs = np.take_along_axis(np.broadcast_to(cbar[..., None, :], C.shape),
+                                np.broadcast_to(short, C.shape), axis=-1)
+    else:
+        vs = np.broadcast_to(v[..., :, None], C.shape)
+        cs = np.broadcast_to(cbar[..., :, None], C.shape)
+    rho = np.clip(C, 0.0, 1.0)
+    exx = np.stack([k * (rem.yx_table(int(k), d_head)(vs, rho) - 1.0 / k) for k in nodes])
+    yxex = _pick(exx, nodes, ns) / ns
+    yxex = np.where(ns > 1, yxex, 0.0)
+    cross = (ns / nl) * yxex * (1.0 - cs)
+    out = mean + cross
+    idx = np.arange(T)
+    out[..., idx, idx] = mean[..., idx, idx] + diag
+    return out
+
+
+# --------------------------------------------------------------------------------------------
+# blocks and depth
+# --------------------------------------------------------------------------------------------
+def mlp_gram(C: np.ndarray, bp: BlockParams) -> np.ndarray:
+    """Entrywise MLP kernel on unit tokens with cosine matrix C."""
+    q1 = np.full(C.shape, float(bp.var_w_in)) + bp.var_b
+    p1 = bp.var_w_in * C + bp.var_b
+    kd, ko = kernels.kernel(bp.activation, q1, p1)
+    out = bp.var_w_out * ko + bp.var_b
+    idx = np.arange(C.shape[-1])
+    out[..., idx, idx] = (bp.var_w_out * kd + bp.var_b)[..., idx, idx]
+    return out
+
+
+def _attn_out(C, bp: BlockParams, rope, fluct, attn="sampled"):
+    """The attention branch's Gram matrix; ``rope``: the model's RoPE frequencies or None."""
+    T = C.shape[-1]
+    if not fluct:
+        att = attention_gram(C, bp.sigma_s0, causal=bp.causal, fluct=False)
+    elif attn == "sampled":
+        att = attention_gram_sampled(C, bp.sigma_s0, causal=bp.causal,
+                                     d_head=int(bp.d_head or 64), inv_freq=rope)
+    elif attn in ("corr", "tilt"):
+        r = None if rope is None else rope_corr(rope, T)
+        fn = attention_gram_corr if attn == "corr" else attention_gram_tilt
+        att = fn(C, bp.sigma_s0, causal=bp.causal, rope_r=r)
+    elif attn == "exch":
+        att = attention_gram(C, bp.sigma_s0, causal=bp.causal, d_head=bp.d_head,
+                             rope=None if rope is None else rope_gamma(rope, T))
+    else:
+        raise ValueError(f"attn must be sampled, corr, tilt or exch (got {attn!r})")
+    g = bp.var_v * att + bp.var_b
+    if bp.var_o is not None:
+        g = bp.var_o * g + bp.var_b
+    return g
+
+
+def block_gram(G: np.ndarray, bp: BlockParams, *, rope=None, fluct: bool = True,
+               raw_input: bool = False, attn: str = "sampled") -> np.ndarray:
+    """One block on the Gram matrix (docs/theory.md §2.6 with matrices for numbers).
+    ``rope``: the model's RoPE frequencies ``inv_freq`` (None: no RoPE); ``attn``: how the
+    attention expectation is taken: ``"sampled"`` (:func:`attention_gram_sampled`, default),
+    ``"corr"`` / ``"tilt"`` (:func:`attention_gram_corr` / :func:`attention_gram_tilt`,
+    analytic, correlated energies), ``"exch"`` (:func:`attention_gram`, exchangeable keys);
+    ``fluct=False``: uniform attention."""
+    a2 = float(np.asarray(bp.alpha_attn)) ** 2
+    m2 = float(np.asarray(bp.alpha_mlp)) ** 2
+    if bp.norm == "pre":
+        C = normalise(G)
+        G = a2 * G + _attn_out(C, bp, rope, fluct, attn)
+        if bp.parallel:
+            return G + mlp_gram(C, bp)
+        return m2 * G + mlp_gram(normalise(G), bp)
+    if bp.norm == "post":
+        C = G if raw_input else normalise(G)
+        Z = normalise(a2 * C + _attn_out(C, bp, rope, fluct, attn))
+        return normalise(m2 * Z + mlp_gram(Z, bp))
+    raise ValueError(f"norm {bp.norm!r}: only pre and post are covered here")
+
+
+def propagate_gram(spec: ArchSpec, C0: np.ndarray, *, rope=None, fluct: bool = True,
+                   depth: int | None = None, attn: str = "sampled") -> np.ndarray:
+    """Mean pairwise cosine at layers 0..L (shape (L+1,) + batch shape) from the input
+    cosine matrix ``C0`` (..., T, T) of :func:`input_gram`. The embeddings enter at q = 1
+    (pre-LN: ``spec``'s branch variances are in units of the embedding's q0, as
+    :func:`sigprop.models.spec_from_config` absorbs it)."""
+    G = np.asarray(C0, dtype=np.float64).copy()
+    out = [mean_cos(G)]
+    L = spec.depth if depth is None else depth
+    for layer in range(1, L + 1):
+        bp = BlockParams.from_spec(spec, layer)
+        G = block_gram(G, bp, rope=rope, fluct=fluct, attn=attn)
+        # keep the scale O(1): the cosines do not depend on it (pre-LN: the branches read
+        # the normalised stream, so dividing the stream would change the mix -- only rescale
+        # post-LN / report)
+        out.append(mean_cos(G))
+    return np.stack(out)
+
+
+# --------------------------------------------------------------------------------------------
+# attention with correlated energies: the lognormal / Hadamard-series form
+# --------------------------------------------------------------------------------------------
+def rope_corr(inv_freq, T: int) -> np.ndarray:
+    """``R[k] = mean_f cos(theta_f k)`` for offsets k = 0..T-1: the correlation of the scores
+    of one query with two copies of a key ``k`` positions apart under RoPE (1 without)."""
+    th = np.asarray(inv_freq, dtype=np.float64)
+    return np.mean(np.cos(np.outer(np.arange(T, dtype=np.float64), th)), axis=1)
+
+
+def _prefix(M: np.ndarray, causal: bool) -> np.ndarray:
+    if causal:
+        return np.cumsum(np.cumsum(M, axis=-1), axis=-2)
+    return np.broadcast_to(M.sum(axis=(-1, -2))[..., None, None], M.shape)
+
+
+def attention_gram_corr(C: np.ndarray, sigma_s, *, causal: bool, rope_r: np.ndarray | None = None,
+                        order: int | None = None) -> np.ndarray:
+    """``E[sum_{b, b'} A_ab A_cb' C_bb']`` with the energies' full covariance
+    ``Cov(s_ab, s_cb') = sigma_s^2 C_ac C_bb'`` (gg25 Eq. 10 for any geometry; RoPE multiplies
+    it by ``R(b - b')`` on the keys and ``R(a - c)`` on the queries, :func:`rope_corr`).
+
+    Lognormal weights normalised per row pair (``sum_bb' E[A_ab A_cb'] = 1`` exactly):
+    ``E[A_ab A_cb'] = K_bb' / sum K`` with ``K_bb' = exp(lam_ac Ct_bb')``, ``lam_ac = sigma_s^2
+    C_ac R(a-c)``, ``Ct = C o R``. At homogeneous overlap rho this gives the row's
+    ``Y2 = e^v / (e^v + n - 1)``, ``v = sigma_s^2 (1 - rho)`` (the REM's large-n law). Keys
+    that are copies of one token (Ct = 1) share their energy, so a row concentrates on token
+    *types*: this is what the exchangeable form (:func:`attention_gram`) misses on text.
+    Sums over the key blocks use Hadamard powers, ``exp(lam Ct) = sum_k lam^k Ct^(ok) / k!``,
+    each summed by 2-D prefix sums: O(order T^2)."""
+    C = np.asarray(C, dtype=np.float64)
+    T = C.shape[-1]
+    s2 = float(np.asarray(sigma_s)) ** 2
+    if rope_r is not None:
+        r = np.asarray(rope_r, dtype=np.float64)[:T]
+        off = np.abs(np.subtract.outer(np.arange(T), np.arange(T)))
+        Rm = r[off]
+        Ct, lam = C * Rm, s2 * C * Rm
+    else:
+        Ct, lam = C, s2 * C
+    lmax = float(np.max(np.abs(lam))) if lam.size else 0.0
+    K = order if order is not None else int(np.ceil(np.e * lmax)) + 12
+    num = np.zeros(C.shape)
+    den = np.zeros(C.shape)
+    power = np.ones(C.shape)  # Ct^(ok)
+    coef = np.ones(C.shape)  # lam^k / k!
+    for k in range(K + 1):
+        Pk = _prefix(power, causal)
+        Pn = _prefix(power * C, causal)  # the value overlap C_bb' (not rotated)
+        den += coef * Pk
+        num += coef * Pn
+        power = power * Ct
+        coef = coef * lam / (k + 1)
+    return num / den
+
+
+def attention_gram_tilt(C: np.ndarray, sigma_s, *, causal: bool,
+                        rope_r: np.ndarray | None = None, power=(2.0, 1.0),
+                        order: int | None = None) -> np.ndarray:
+    """:func:`attention_gram_corr` with each row's partition function tilted by the keys it
+    is weighted on: ``E[w_ab w_cb' / (Z_a Z_c)] ~ E[w_ab w_cb'] / (Z~_a Z~_c)`` with
+    ``Z~_a ~ z_ab = sum_{j in row a} exp(sigma_s^2 Ct_jb)`` (the keys correlated with b --
+    copies of b's token above all -- grow with w_ab), used separably: key b of row a gets the
+    factor ``(n_a / z_ab)^p``, ``p = power[0]`` on the diagonal (a row with itself: both
+    keys tilt the same Z) and ``power[1]`` for distinct rows. Normalised per pair of rows
+    (``sum_bb' E[A_ab A_cb'] = 1``). Matrix products: O(order T^3)."""
+    C = np.asarray(C, dtype=np.float64)
+    if C.ndim > 2:
+        return np.stack([attention_gram_tilt(c, sigma_s, causal=causal, rope_r=rope_r,
+                                             power=power, order=order) for c in C])
+    T = C.shape[-1]
+    s2 = float(np.asarray(sigma_s)) ** 2
+    if rope_r is not None:
+        r = np.asarray(rope_r, dtype=np.float64)[:T]
+        Rm = r[np.abs(np.subtract.outer(np.arange(T), np.arange(T)))]
+    else:
+        Rm = np.ones((T, T))
+    Ct, lam = C * Rm, s2 * C * Rm
+    E = np.exp(s2 * Ct)
+    mask = np.tril(np.ones((T, T))) if causal else np.ones((T, T))
+    z = (np.cumsum(E, axis=0) if causal else np.broadcast_to(E.sum(axis=0), (T, T)))
+    n = mask.sum(axis=1)
+    g = mask * (n[:, None] / z)  # row a, key b
+    lmax = float(np.max(np.abs(lam)))
+    K = order if order is not None else int(np.ceil(np.e * lmax)) + 12
+    out = np.empty((T, T))
+    idx = np.arange(T)
+    for which, p in enumerate(power):
+        H = g**p
+        num, den = np.zeros((T, T)), np.zeros((T, T))
+        powk, coef = np.ones((T, T)), np.ones((T, T))
+        for k in range(K + 1):
+            den += coef * (H @ powk @ H.T)
+            num += coef * (H @ (powk * C) @ H.T)
+            powk = powk * Ct
+            coef = coef * lam / (k + 1)
+        res = num / den
+        if which == 0:
+            out[idx, idx] = res[idx, idx]
+        else:
+            off = ~np.eye(T, dtype=bool)
+            out[off] = res[off]
+    return out
+
+
+def attention_gram_sampled(C: np.ndarray, sigma_s, *, causal: bool, d_head: int = 64,
+                           inv_freq=None, draws: int = 32, seed: int = 0) -> np.ndarray:
+    """``E[A C A^T]`` by sampling the attention weights: query and key heads of width
+    ``d_head`` drawn as ``F W`` with ``F F^T = C`` (so every score covariance is exactly
+    ``sigma_s^2 C_ac C_bb'``, the chi2 spread of finite heads included), RoPE rotations at
+    the model's frequencies ``inv_freq`` (pairs (i, i + d_head/2), as HF), causal mask,
+    softmax. The mean field of the values and the MLP stays analytic; only the attention
+    expectation is sampled (``draws`` heads, fixed ``seed``: deterministic)."""
+    C = np.asarray(C, dtype=np.float64)
+    if C.ndim > 2:
+        return np.stack([attention_gram_sampled(c, sigma_s, causal=causal, d_head=d_head,
+                                                inv_freq=inv_freq, draws=draws, seed=seed)
+                         for c in C])
+    T = C.shape[-1]
+    w, V = np.linalg.eigh((C + C.T) / 2)
+    F = V * np.sqrt(np.clip(w, 0.0, None))
+    rng = np.random.default_rng(seed)
+    q = np.einsum("tr,drh->dth", F, rng.standard_normal((draws, T, d_head)))
+    k = np.einsum("tr,drh->dth", F, rng.standard_normal((draws, T, d_head)))
+    if inv_freq is not None:
+        f = np.asarray(inv_freq, dtype=np.float64)
+        ang = np.arange(T, dtype=np.float64)[:, None] * f[None, :]
+        cos, sin = np.cos(ang), np.sin(ang)
+        h = len(f)
+
+        def rot(z):
+            z1, z2 = z[..., :h], z[..., h: 2 * h]
+            return np.concatenate([z1 * cos - z2 * sin, z2 * cos + z1 * sin, z[..., 2 * h:]],
+                                  axis=-1)
+
+        q, k = rot(q), rot(k)
+    s = float(np.asarray(sigma_s)) * (q @ k.transpose(0, 2, 1)) / np.sqrt(d_head)
+    if causal:
+        s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
+    s -= s.max(axis=-1, keepdims=True)
+    A = np.exp(s)
+    A /= A.sum(axis=-1, keepdims=True)
+    return np.mean(A @ C @ A.transpose(0, 2, 1), axis=0)
