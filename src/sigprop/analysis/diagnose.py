@@ -37,6 +37,9 @@ if TYPE_CHECKING:
 ENTROPY_MIN = 0.5
 #: embedding rows used when the model is built (i.i.d. rows at init: size is irrelevant)
 VOCAB_AT_INIT = 4096
+#: longest sequence the position-resolved (Gram-matrix) theory of causal stacks runs at: its
+#: sampled attention costs O(T^3) per layer and sequence (~0.3 s at T = 256, ~2.5 s at 512)
+GRAM_MAX_LEN = 512
 
 
 @dataclass
@@ -370,6 +373,8 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                      "d = 256)")
     probes, trained, tables, source = [], False, [], "init"
     memories: list[_Memory] = []
+    grams: list[_InputGram] = []
+    rope_freq = None
     if module is not None:  # the user's model, as it is
         was_training = module.training
         module.eval()
@@ -380,6 +385,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             dev = next(module.parameters()).device
             if decoder:
                 memories.append(_Memory(module))
+            grams.append(_InputGram(p.blocks[0][1]))
             with p, w, torch.no_grad():
                 _forward(module, {k: v.to(dev) for k, v in inputs.items()}, enc_dec,
                          decoder=decoder)
@@ -387,6 +393,9 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             module.train(was_training)
             for mem in memories:
                 mem.close()
+            for g in grams:
+                g.close()
+        rope_freq = _rope_frequencies(module)
         probes, trained, seeds, source = [p], True, 0, "module"
         tables.append(_read_weights(w, notes))
         if on_seed is not None:
@@ -404,10 +413,14 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         w = WeightReader(m, blocks=p.blocks, sites=p.sites, repeats=repeats)
         if decoder:
             memories.append(_Memory(m))
+        grams.append(_InputGram(p.blocks[0][1]))
         with p, w, torch.no_grad():
             _forward(m, inputs, enc_dec, returned=not mapped, decoder=decoder)
         if decoder:
             memories[-1].close()
+        grams[-1].close()
+        if rope_freq is None:
+            rope_freq = _rope_frequencies(m)
         probes.append(p)
         tables.append(_read_weights(w, notes if s == 0 else []))
         source = "folder" if trained else source
@@ -455,6 +468,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     layer_rows: list[dict] = []
     if mapped:
         theory = depth.propagate(spec, rho0=rho0)
+        theory = _position_resolved(theory, spec, kind, grams, rope_freq, notes)
         traj = pd.concat([theory, meas], ignore_index=True)
         layer_rows = depth.layer_table(spec, theory)
         verdict, first, bad_heads = _verdict(spec, meas, heads, layers=layer_rows)
@@ -470,6 +484,62 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                      rho0=rho0, seconds=time.perf_counter() - t0, trained=trained,
                      notes=notes, seeds=len(probes), sequences=sequences, seed=seed,
                      weights=source, layers=layer_rows, stack=stack)
+
+
+class _InputGram:
+    """Forward pre-hook on the first block: the cosine matrix of its input tokens per
+    sequence (the embeddings the theory starts from), summed over draws."""
+
+    def __init__(self, block):
+        self.sum, self.n = None, 0
+        self.handle = block.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    def _hook(self, m, args, kwargs):
+        import torch
+
+        from ..measurement.probe import _as_tensor
+
+        x = _as_tensor(list(args) + list(kwargs.values()))
+        if x is None or x.ndim != 3 or self.n and self.sum.shape[-1] != x.shape[-2]:
+            return
+        with torch.no_grad():
+            xd = x.detach().double()
+            xn = xd / xd.norm(dim=-1, keepdim=True).clamp_min(1e-300)
+            c = (xn @ xn.transpose(-1, -2)).cpu().numpy()
+        self.sum = c if self.sum is None else self.sum + c
+        self.n += 1
+
+    def close(self):
+        self.handle.remove()
+
+    def mean(self):
+        return None if self.sum is None else self.sum / self.n
+
+
+def _rope_frequencies(model):
+    """The model's RoPE frequencies (the ``inv_freq`` buffer of its rotary module), or None."""
+    import torch
+
+    for m in model.modules():
+        f = getattr(m, "inv_freq", None)
+        if torch.is_tensor(f) and f.ndim == 1 and f.numel():
+            return f.detach().double().cpu().numpy()
+    return None
+
+
+def _gram_applies(spec: ArchSpec, kind: str) -> str | None:
+    """Why the position-resolved theory does not apply to this spec (None: it does)."""
+    if not spec.causal:
+        return "bidirectional"
+    if kind != "text":
+        return "not token input"
+    if spec.norm not in ("pre", "post") or spec.attention != "softmax":
+        return "layout"
+    if spec.layers is None or spec.memory_len is not None or spec.q0 is not None:
+        return "layout"
+    if spec.seq_len > GRAM_MAX_LEN:
+        return "length"
+    return None
 
 
 class _Memory:
@@ -566,6 +636,38 @@ def _position_bias(probe) -> bool:
         if names & set(params):
             return True
     return any(i.get("bias") == "missing" for i in probe.info)
+
+
+def _position_resolved(theory, spec: ArchSpec, kind: str, grams, rope_freq, notes):
+    """Causal stacks on token input: the theory's cosine from the position- and token-resolved
+    Gram-matrix theory (:mod:`sigprop.theory.gram`, docs/theory.md §2.9) on the measured
+    input cosine matrix of every sequence, averaged over sequences; the other rows stay the
+    homogeneous theory's. Elsewhere ``theory`` unchanged (with a note where it matters)."""
+    from ..theory import gram
+
+    why = _gram_applies(spec, kind)
+    c0 = [g.mean() for g in grams if g.mean() is not None]
+    if why is None and not c0:
+        why = "no input"
+    if why is not None:
+        if why in ("length", "layout") and spec.causal:
+            notes.append("theory cos: homogeneous (every pair at one overlap); the position-"
+                         "resolved theory of causal stacks is not run here ("
+                         + (f"T above {GRAM_MAX_LEN}" if why == "length" else
+                            "a block layout it does not cover") + ")")
+        return theory
+    C0 = np.mean(c0, axis=0)  # the same sequences in every draw: expected input geometry
+    cos = gram.propagate_gram(spec, C0, rope=rope_freq).mean(axis=-1)
+    rows = theory["observable"] == "cos"
+    layers = theory.loc[rows, "layer"].to_numpy()
+    theory = theory.copy()
+    theory.loc[rows, "value"] = np.clip(cos[layers], -1.0, 1.0)
+    notes[:] = [n for n in notes if not n.startswith("RoPE: the theory ignores")]
+    notes.append("theory cos: position- and token-resolved (the expected Gram matrix of each "
+                 "measured input sequence, causal rows, repeated tokens"
+                 + (", RoPE" if rope_freq is not None else "") + "; docs/theory.md §2.9); "
+                 "ipr / entropy / q rows: the homogeneous theory")
+    return theory
 
 
 def _read_weights(reader, notes: list[str]):

@@ -18,22 +18,29 @@ Here the state is the expected Gram matrix ``G[a, c] = E<x_a, x_c>/d`` of one se
 blocks with the same ingredients as :mod:`.blocks`:
 
 * norm: ``C = G / sqrt(diag G diag G^T)`` (RMSNorm / LayerNorm with gain 1);
-* attention (:func:`attention_gram`): ``A = M + eta`` with the mean ``M[a, b] = 1/n_a`` on the
-  ``n_a`` keys row a sees and exchangeable fluctuations whose size is the REM's finite-n
-  ``Y2(n_a, v_a)`` (:mod:`.rem` tables) with the row's own energy variance
-  ``v_a = sigma_s^2 (1 - Cbar_a)`` (``Cbar_a`` = mean overlap of its keys); pairs of rows
-  share the keys they both see with the REM's cross term ``Yx`` at the pair's own query
-  overlap ``C[a, c]`` (the causal rule of docs/theory.md §2.4.1: row c puts mass a/c on the
-  a shared keys). Output ``var_o var_v E[sum_bb' A_ab A_cb' C_bb']``;
-* RoPE (optional ``rope_gamma``): the keys' common component no longer drops out of the
-  softmax: ``v_a = sigma_s^2 (1 - Cbar_a gamma_a)`` with ``gamma_a`` the mean over frequency
-  pairs of ``|mean_{k<n_a} exp(i theta_f k)|^2`` (:func:`rope_gamma`);
+* attention: ``var_o var_v E[sum_bb' A_ab A_cb' C_bb']`` with the expectation over the
+  attention weights taken one of four ways (``attn=``):
+
+  - ``"sampled"`` (default, :func:`attention_gram_sampled`): heads of width d_head drawn
+    with query/key covariance C (so score covariances are exactly ``sigma_s^2 C_ac C_bb'``,
+    gg25 Eq. 10 for any geometry), the model's RoPE rotations, the causal mask, softmax;
+    only this expectation is sampled (fixed seed), the rest of the map is analytic;
+  - ``"corr"`` / ``"tilt"`` (:func:`attention_gram_corr`, :func:`attention_gram_tilt`): the
+    same covariance in closed form (lognormal weights normalised per row pair, Hadamard
+    series); right in sign and RoPE dependence, overshoots the text effect by ~0.04;
+  - ``"exch"`` (:func:`attention_gram`): the homogeneous theory's row statistics per row:
+    mean ``1/n_a`` and exchangeable fluctuations of size ``Y2(n_a, v_a)`` (REM tables),
+    pairs of rows sharing keys with ``Yx`` at their own query overlap (docs/theory.md
+    §2.4.1). Exact enough for distinct tokens; blind to copies of one token sharing their
+    score (a row concentrates on token *types*), 0.15-0.2 too high on LLaMA text;
+
 * MLP: the kernel of :mod:`.kernels` applied entrywise to ``C`` (each pair has its own
   overlap);
 * residual: sums (zero-mean weights: no cross terms).
 
-Everything is vectorised NumPy (O(T^2) per layer); a batch of sequences is a leading axis.
-Only numpy and sibling theory modules are imported.
+Vectorised float64 NumPy, a batch of sequences on a leading axis: O(T^2) per layer for
+``exch``, O(order T^2) for ``corr``, O(T^3) for ``tilt`` and ``sampled`` (~0.2 s per layer and
+sequence at T = 256, 32 draws). Only numpy and sibling theory modules are imported.
 """
 
 from __future__ import annotations
@@ -253,10 +260,14 @@ def block_gram(G: np.ndarray, bp: BlockParams, *, rope=None, fluct: bool = True,
     m2 = float(np.asarray(bp.alpha_mlp)) ** 2
     if bp.norm == "pre":
         C = normalise(G)
-        G = a2 * G + _attn_out(C, bp, rope, fluct, attn)
-        if bp.parallel:
-            return G + mlp_gram(C, bp)
-        return m2 * G + mlp_gram(normalise(G), bp)
+        att, gb = _attn_out(C, bp, rope, fluct, attn), bp.branch_gain2
+        if gb is not None:  # normalised branch outputs (Gemma 2): per token, gain^2 each
+            att = gb[0] * normalise(att)
+        G = a2 * G + att
+        mlp = mlp_gram(C if bp.parallel else normalise(G), bp)
+        if gb is not None:
+            mlp = gb[1] * normalise(mlp)
+        return G + mlp if bp.parallel else m2 * G + mlp
     if bp.norm == "post":
         C = G if raw_input else normalise(G)
         Z = normalise(a2 * C + _attn_out(C, bp, rope, fluct, attn))
@@ -276,9 +287,6 @@ def propagate_gram(spec: ArchSpec, C0: np.ndarray, *, rope=None, fluct: bool = T
     for layer in range(1, L + 1):
         bp = BlockParams.from_spec(spec, layer)
         G = block_gram(G, bp, rope=rope, fluct=fluct, attn=attn)
-        # keep the scale O(1): the cosines do not depend on it (pre-LN: the branches read
-        # the normalised stream, so dividing the stream would change the mix -- only rescale
-        # post-LN / report)
         out.append(mean_cos(G))
     return np.stack(out)
 
