@@ -209,6 +209,10 @@ def test_decoder_stack_of_encoder_decoder_models(family):
     assert sorted(meas[meas.observable == "ipr"]["layer"]) == [1, 2, 3]
     assert any("decoder's self-attention stack is measured" in n for n in d.notes)
     assert any("cross-attention" in n for n in d.notes)
+    cross = d.cross  # the cross-attention measured per decoder layer, over encoder positions
+    ent = cross[cross.observable == "entropy"]
+    assert sorted(ent["layer"]) == [1, 2, 3] and ent["value"].between(0, 1).all()
+    assert (cross[cross.observable == "sigma_s"]["value"] > 0).all()
 
 
 def test_stack_decoder_needs_an_encoder_decoder_model(capsys):

@@ -331,3 +331,22 @@ def test_qkv_grads_fused_gpt2_and_named_modules():
     rn = qkv_grad_norms(bert, dict(inputs_embeds=torch.randn(2, 12, 64)), q=names)
     assert len(rn["q"]) == 2 and all(g > 0 for g in rn["q"])
     assert all(math.isnan(g) for g in rn["v"])
+
+
+def test_release_lets_the_model_go_and_keeps_the_statistics():
+    """diagnose keeps one probe per draw: a released probe holds no module (so S draws of a
+    1B-parameter model do not stay in memory together) and still makes its trajectory."""
+    import gc
+    import weakref
+
+    m = transformers.BertModel(transformers.BertConfig(**BERT)).eval()
+    p = _probe(m, dict(input_ids=torch.randint(0, 1000, (2, 12))))
+    before = to_trajectory(p)
+    ref = weakref.ref(m)
+    p.release()
+    del m
+    gc.collect()
+    assert ref() is None and p.model is None
+    after = to_trajectory(p)
+    assert before["value"].tolist() == after["value"].tolist()
+    assert all(s is not None for s in p.sites) and p.blocks[0][1] is None

@@ -74,6 +74,9 @@ class Diagnosis(Result):
     #: per block: beta (RMS over heads, from the weights), rho_in, beta_c, their ratio, the
     #: heads above beta_c (docs/theory.md §2.8); empty for a measured-only diagnosis
     layers: list[dict] = field(default_factory=list)
+    #: ``stack="decoder"``: the decoder blocks' cross-attention statistics (measured rows,
+    #: per layer: ipr, ipr_cross, entropy, wmax, sigma_s over the encoder positions), else None
+    cross: Any = None
 
 
 def available_memory() -> float:
@@ -374,6 +377,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     probes, trained, tables, source = [], False, [], "init"
     memories: list[_Memory] = []
     grams: list[_InputGram] = []
+    cross_probes: list = []
     rope_freq = None
     if module is not None:  # the user's model, as it is
         was_training = module.training
@@ -386,7 +390,8 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             if decoder:
                 memories.append(_Memory(module))
             grams.append(_InputGram(p.blocks[0][1]))
-            with p, w, torch.no_grad():
+            pc = _cross_probe(p) if decoder else None
+            with p, w, (pc if pc is not None else _nothing()), torch.no_grad():
                 _forward(module, {k: v.to(dev) for k, v in inputs.items()}, enc_dec,
                          decoder=decoder)
         finally:
@@ -396,7 +401,10 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             for g in grams:
                 g.close()
         rope_freq = _rope_frequencies(module)
+        causal_seen, pos_bias = _causal_seen(p), _position_bias(p)
         probes, trained, seeds, source = [p], True, 0, "module"
+        if pc is not None:
+            cross_probes.append(pc)
         tables.append(_read_weights(w, notes))
         if on_seed is not None:
             on_seed(0)
@@ -414,15 +422,21 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         if decoder:
             memories.append(_Memory(m))
         grams.append(_InputGram(p.blocks[0][1]))
-        with p, w, torch.no_grad():
+        pc = _cross_probe(p) if decoder else None
+        with p, w, (pc if pc is not None else _nothing()), torch.no_grad():
             _forward(m, inputs, enc_dec, returned=not mapped, decoder=decoder)
+        if pc is not None:
+            cross_probes.append(pc.release())
         if decoder:
             memories[-1].close()
         grams[-1].close()
         if rope_freq is None:
             rope_freq = _rope_frequencies(m)
-        probes.append(p)
+        if s == 0:  # facts about the modules, read before the probe lets the model go
+            causal_seen, pos_bias = _causal_seen(p), _position_bias(p)
+        probes.append(p.release())
         tables.append(_read_weights(w, notes if s == 0 else []))
+        del w
         source = "folder" if trained else source
         del m
         if on_seed is not None:
@@ -443,9 +457,8 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                      f"{spec.depth}; theory from the config")
         table = None
     if not mapped and table is not None:  # the block layout read from the model itself
-        laid, why = structure_spec(spec, config, table, _causal_seen(probes[0]),
-                                   rope=probes[0].model_has_rope,
-                                   position_bias=_position_bias(probes[0]))
+        laid, why = structure_spec(spec, config, table, causal_seen,
+                                   rope=probes[0].model_has_rope, position_bias=pos_bias)
         if laid is not None:
             notes[:] = [n for n in notes if not n.startswith("theory: model type")]
             notes.append(f"model type {config.model_type!r}: no config mapping; the block "
@@ -478,12 +491,44 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         traj = meas.reset_index(drop=True)
         verdict, first, bad_heads = _verdict(spec, meas, heads, theory=False)
         derived, recs = {}, []
+    cross = None
+    if cross_probes:
+        ct = to_trajectory(cross_probes, spec=None)
+        cross = ct[ct.observable.isin(("ipr", "ipr_cross", "entropy", "wmax", "sigma_s"))]
+        cross = cross.reset_index(drop=True)
     return Diagnosis(model=name, spec=spec, info=info, trajectory=traj, heads=heads,
                      derived=derived, verdict=verdict, first_failing_layer=first,
                      failing_heads=bad_heads, recommendations=recs,
                      rho0=rho0, seconds=time.perf_counter() - t0, trained=trained,
                      notes=notes, seeds=len(probes), sequences=sequences, seed=seed,
-                     weights=source, layers=layer_rows, stack=stack)
+                     weights=source, layers=layer_rows, stack=stack, cross=cross)
+
+
+class _nothing:
+    """A context manager that does nothing (no cross-attention probe)."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
+def _cross_probe(probe):
+    """A probe of the decoder blocks' cross-attention (the second attention module of each
+    block), recording no hidden states; None where a block has none."""
+    from ..measurement.probe import Probe
+    from ..measurement.probe_sites import describe_attention
+
+    sites = []
+    for name, block in probe.blocks:
+        found = [describe_attention(m, f"{name}.{n}", False) for n, m in block.named_modules()]
+        found = [x for x in found if x is not None]
+        if len(found) < 2:
+            return None
+        sites.append(found[1])
+    return Probe(probe.model, layers=probe.blocks, attention=sites, keep_hidden=False,
+                 hidden_stats=())
 
 
 class _InputGram:
@@ -609,8 +654,8 @@ def _decoder_spec(config, spec: ArchSpec, seq_len: int | None) -> tuple[ArchSpec
         raise SpecError("model", f"decoder of {config.model_type}: {err}") from None
     return new, (f"encoder-decoder: the decoder's self-attention stack is measured "
                  f"(decoder_input_ids: built-in text, T={new.seq_len}); cross-attention reads "
-                 "the encoder output of the same inputs (its attention statistics are not "
-                 "measured)")
+                 "the encoder output of the same inputs (its statistics: the cross_attention "
+                 "rows)")
 
 
 def _causal_seen(probe) -> bool:
@@ -793,6 +838,7 @@ def to_json(d: Diagnosis, *, timing: bool = True) -> dict:
             "rho0": d.rho0, "trained_weights": d.trained, "notes": d.notes,
             "seeds": d.seeds, "sequences": d.sequences, "seed": d.seed,
             "weights": d.weights, "stack": d.stack, "layers": d.layers,
+            "cross_attention": [] if d.cross is None else trajectory.to_rows(d.cross),
             "per_head": per_head(d),
             "seconds": d.seconds, "n_layers_measured": int(np.sum(
                 (d.trajectory.source == "measured") & (d.trajectory.observable == "ipr")))}

@@ -270,6 +270,15 @@ class Probe(_RecomputeMixin):
             self._ast[i][k].append(v.cpu())
         pend.clear()
 
+    def release(self) -> Probe:
+        """Drop the references to the model (its modules), keeping every statistic, so that a
+        list of probes over many draws does not keep every draw's model alive. ``blocks`` keep
+        their names and ``sites`` their names (None where a block had no attention site)."""
+        self.model = None
+        self.blocks = [(n, None) for n, _ in self.blocks]
+        self.sites = [None if st is None else st.name or "site" for st in self.sites]
+        return self
+
     # ---- results ---------------------------------------------------------------------------
     @staticmethod
     def _cat(chunks):  # a list stays a list when calls had different sequence lengths
