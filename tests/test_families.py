@@ -88,6 +88,19 @@ LAYOUT = {
 }
 
 
+def _bench():
+    """``family_configs`` and ``worst_layer`` of benchmarks/bench_families.py (one config per
+    family at a given width; the worst per-layer theory-measured cos)."""
+    import importlib.util
+    from pathlib import Path
+
+    path = Path(__file__).parents[1] / "benchmarks" / "bench_families.py"
+    spec = importlib.util.spec_from_file_location("bench_families", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.family_configs, mod.worst_layer
+
+
 def _diagnose(family):
     try:
         model_at_init(load_config(dict(CONFIGS[family])), attn_implementation="eager")
@@ -232,11 +245,7 @@ def test_decoder_cross_attention_theory(family):
     it the theory misses the shared component every decoder token receives (measured at d = 256:
     T5 0.30, Whisper 0.54 off). d = 128, 3 layers, T = 32, 2 seeds: within 0.06 (measured
     0.023 for both; finite d = 128 and 2 draws give ~0.02-0.03 elsewhere in the suite)."""
-    import sys
-
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "benchmarks"))
-    from bench_families import family_configs, worst_layer
-
+    family_configs, worst_layer = _bench()
     cfg = family_configs(128, 3, 4)[family]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -263,13 +272,9 @@ def test_causal_decoders_get_the_position_resolved_theory(family):
     d = 256, 4 layers, T = 128, 2 seeds x 2 sequences: within 0.04 per layer (measured 0.007
     and 0.008; seed scatter at this width is ~0.02), where the homogeneous theory is off by
     more than 0.05 (measured 0.085 and 0.053)."""
-    import sys
-
     from sigprop.theory import depth
 
-    sys.path.insert(0, str(__import__("pathlib").Path(__file__).parents[1] / "benchmarks"))
-    from bench_families import family_configs, worst_layer
-
+    family_configs, worst_layer = _bench()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         d = diagnose(dict(family_configs(256, 4, 4)[family]), seq_len=128, seeds=2,

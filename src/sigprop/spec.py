@@ -420,13 +420,17 @@ class ArchSpec:
         }
 
     # ---------------------------------------------------------------- conversions
+    def layer_at(self, layer: int) -> LayerSpec:
+        """The ``LayerSpec`` of block ``layer`` (1-based; beyond the last layer the last
+        one's). Needs ``layers``."""
+        return self.layers[min(max(layer, 1), len(self.layers)) - 1]
+
     def layer_sigma(self, layer: int) -> np.ndarray:
         """Effective per-head score stds of block ``layer`` (1-based; beyond the last layer the
         last one's), including the length scaling; one entry when the spec has no ``layers``."""
         if self.layers is None:
             return np.array([self.sigma_s])
-        lay = self.layers[min(max(layer, 1), len(self.layers)) - 1]
-        return np.asarray(lay.sigma_s) * self.multiplier
+        return np.asarray(self.layer_at(layer).sigma_s) * self.multiplier
 
     def with_beta(self, beta: float) -> ArchSpec:
         """This spec with the effective beta (at ``seq_len``, length scaling included) set to

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -391,7 +392,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                 memories.append(_Memory(module))
             grams.append(_InputGram(p.blocks[0][1]))
             pc = _cross_probe(p) if decoder else None
-            with p, w, (pc if pc is not None else _nothing()), torch.no_grad():
+            with p, w, (pc if pc is not None else nullcontext()), torch.no_grad():
                 _forward(module, {k: v.to(dev) for k, v in inputs.items()}, enc_dec,
                          decoder=decoder)
         finally:
@@ -423,7 +424,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             memories.append(_Memory(m))
         grams.append(_InputGram(p.blocks[0][1]))
         pc = _cross_probe(p) if decoder else None
-        with p, w, (pc if pc is not None else _nothing()), torch.no_grad():
+        with p, w, (pc if pc is not None else nullcontext()), torch.no_grad():
             _forward(m, inputs, enc_dec, returned=not mapped, decoder=decoder)
         if pc is not None:
             cross_probes.append(pc.release())
@@ -502,16 +503,6 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                      rho0=rho0, seconds=time.perf_counter() - t0, trained=trained,
                      notes=notes, seeds=len(probes), sequences=sequences, seed=seed,
                      weights=source, layers=layer_rows, stack=stack, cross=cross)
-
-
-class _nothing:
-    """A context manager that does nothing (no cross-attention probe)."""
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
 
 
 def _cross_probe(probe):
@@ -619,7 +610,7 @@ class _Memory:
 
 
 def _merge_memory(memories: list[_Memory]) -> dict | None:
-    states = [m.state() for m in memories if m.state() is not None]
+    states = [st for st in (m.state() for m in memories) if st is not None]
     if not states:
         return None
     return {"memory_len": states[0]["memory_len"],

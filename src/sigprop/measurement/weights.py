@@ -32,7 +32,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -169,6 +169,19 @@ def _fingerprint(args, kwargs):
     return tuple(t.shape), float(t.sum()), float(t.pow(2).sum())
 
 
+class _Parts(NamedTuple):
+    """One block as the call order shows it (:meth:`WeightReader._parts`)."""
+
+    block: nn.Module
+    own: set  # ids of the block's modules
+    in_block: list  # the block's recorded modules, in call order
+    last_is_norm: bool  # the block's last operation is a norm of the model's width
+    n_attn: nn.Module | None  # the norm that runs last before the attention
+    o: nn.Module | None  # the attention output projection
+    rest: list  # the MLP's linear maps, in call order
+    mlp: tuple | None  # (ins, out, gains in front) of those maps
+
+
 @dataclass
 class WeightTable:
     """What :meth:`WeightReader.read` returns: ``layers`` (one :class:`LayerSpec` per block
@@ -245,13 +258,13 @@ class WeightReader:
         self.repeats = repeats
         self.order: list[nn.Module] = []
         self.inputs: dict[int, Any] = {}  # id(module) -> fingerprint of its first input
-        self._seen: set[int] = set()
+        self._index: dict[int, int] = {}  # id(module) -> its place in ``order``
         self._handles: list = []
 
     def __enter__(self):
         def hook(m, args, kwargs):
-            if id(m) not in self._seen:  # first call only: one forward fixes the order
-                self._seen.add(id(m))
+            if id(m) not in self._index:  # first call only: one forward fixes the order
+                self._index[id(m)] = len(self.order)
                 self.order.append(m)
                 if _is_norm(m) or id(m) in blocks:
                     self.inputs[id(m)] = _fingerprint(args, kwargs)
@@ -274,10 +287,8 @@ class WeightReader:
 
     # ---------------------------------------------------------------- reading
     def _pos(self, m) -> int:
-        try:
-            return next(i for i, x in enumerate(self.order) if x is m)
-        except StopIteration:
-            return -1
+        """``m``'s place in the call order (-1: not called)."""
+        return self._index.get(id(m), -1)
 
     def _norm_module_before(self, pos: int, width: int) -> nn.Module | None:
         """The last norm of this width called before position ``pos`` (None: none)."""
@@ -298,9 +309,10 @@ class WeightReader:
         for i, ((_, block), site) in enumerate(zip(self.blocks, self.sites, strict=True)):
             if site is None:
                 raise ValueError(f"block {i + 1}: no attention with recognised Q/K projections")
-            lay, sig, sc, note = self._read_block(block, site)
+            parts = self._parts(block, site)
+            lay, sig, sc, note = self._read_block(site, parts)
             notes += [f"layer {i + 1}: {n}" for n in note]
-            self.structure.append(self._structure(block, site))
+            self.structure.append(self._structure(site, parts))
             for r in range(self.repeats):
                 layer = i * self.repeats + r + 1
                 layers.append(lay)
@@ -310,41 +322,36 @@ class WeightReader:
         structure = [st for st in self.structure for _ in range(self.repeats)]
         return WeightTable(tuple(layers), heads, scales, notes, structure)
 
-    def _structure(self, block: nn.Module, s: AttentionSite) -> dict:
+    def _structure(self, s: AttentionSite, parts: _Parts) -> dict:
         """The block's layout read from the call order and the inputs' fingerprints (see
         :class:`WeightTable`)."""
         d = matrix(s.q)[0].shape[1]
-        own = {id(x) for x in block.modules()}
-        n_attn = self._norm_module_before(self._pos(s.module), d)
-        in_block = [m for m in self.order if id(m) in own]
-        last_is_norm = bool(in_block) and _is_norm(in_block[-1]) and _width(in_block[-1]) == d
-        if n_attn is not None and id(n_attn) in own:
+        n_attn = parts.n_attn
+        if n_attn is not None and id(n_attn) in parts.own:
             norm = "pre"  # the block normalises its own input before attention
-        elif last_is_norm:
+        elif parts.last_is_norm:
             norm = "post"  # the block's last operation normalises the residual sum
         else:
             norm = "none"
-        _, mlp = self._linears_after(block, s)
         out = {"norm": norm, "parallel": False, "gated": False, "activation": None,
                "activation_error": math.inf, "causal": bool(s.causal), "mlp": "missing",
                "sandwich": False}
-        if not mlp:
+        if not parts.mlp:
             return out
         # pre-LN with a norm after the MLP output inside the block: the branch outputs are
         # normalised too (Gemma 2, OLMo 2)
-        out["sandwich"] = norm == "pre" and last_is_norm
-        ins = mlp[0]
-        first_in, last = self._mlp_first, self._mlp_out
+        out["sandwich"] = norm == "pre" and parts.last_is_norm
+        first_in, last = parts.rest[0], parts.rest[-1]
         n_mlp = self._norm_module_before(self._pos(first_in), d)
         # parallel: the MLP reads the attention's norm, or its own norm of the block input
         fp = self.inputs.get(id(n_mlp)) if n_mlp is not None else None
         out["parallel"] = n_attn is not None and n_mlp is not None and norm == "pre" and (
             n_mlp is n_attn or (fp is not None and fp == self.inputs.get(id(n_attn))))
-        out["gated"] = len(ins) == 2
-        out["mlp"] = "ok" if len(self._mlp_rest) <= 3 else "unrecognised"
+        out["gated"] = len(parts.mlp[0]) == 2
+        out["mlp"] = "ok" if len(parts.rest) <= 3 else "unrecognised"
         # the activation: a parameter-free leaf called between the MLP's input and output
         for m in self.order[self._pos(first_in) + 1:self._pos(last)]:
-            if id(m) in own and not list(m.parameters()) and not list(m.children()):
+            if id(m) in parts.own and not list(m.parameters()) and not list(m.children()):
                 name, err = classify_activation(m)
                 if name is not None:
                     out.update(activation=name, activation_error=err)
@@ -376,16 +383,13 @@ class WeightReader:
             out += [None, None] if mat is None else [f64(mat[0]), f64(mat[1])]
         return tuple(out)
 
-    def _read_block(self, block: nn.Module, s: AttentionSite):
+    def _read_block(self, s: AttentionSite, parts: _Parts):
         notes = []
         H, Hkv, dh = s.n_heads, s.n_kv_heads, s.head_dim
         Wq, bq, Wk, bk, Wv, bv = self._qkv(s)
         d = Wq.shape[1]
-        pos_attn = self._pos(s.module)
-        g = self._norm_before(pos_attn, d)
+        g = None if parts.n_attn is None else norm_gains(parts.n_attn, d)
         G = torch.ones(d, dtype=torch.float64) if g is None else torch.as_tensor(g)
-        c2 = 1.0 / dh  # canonical logit scale squared
-        sig = np.empty(H)
         grp = max(H // max(Hkv, 1), 1)
         if s.q_post is not None and s.k_post is not None:  # QK-norm: the norm gains set it
             gq = norm_gains(s.q_post, _width(s.q_post))
@@ -396,25 +400,14 @@ class WeightReader:
             gq = np.resize(gq, H * dh).reshape(H, dh) if gq.size != dh else np.tile(gq, (H, 1))
             gk = (np.resize(gk, Hkv * dh).reshape(Hkv, dh) if gk.size != dh
                   else np.tile(gk, (Hkv, 1)))
-            for h in range(H):
-                sig[h] = math.sqrt(float(np.sum(gq[h] ** 2 * gk[h // grp] ** 2)) * c2)
+            sig = np.sqrt(np.sum(gq**2 * gk[np.arange(H) // grp] ** 2, axis=1) / dh)
         else:
-            A = (Wq * G).unflatten(0, (H, dh))  # (H, dh, d)
-            B = (Wk * G).unflatten(0, (Hkv, dh))
-            aat = A @ A.transpose(-1, -2)  # (H, dh, dh)
-            bbt = B @ B.transpose(-1, -2)
-            for h in range(H):
-                kb = bbt[h // grp]
-                fro = float((aat[h] * kb).sum())  # |A_h^T B_g|_F^2 = tr(A A^T B B^T)
-                if bq is not None:
-                    bqh = bq[h * dh:(h + 1) * dh]
-                    fro += float((B[h // grp].T @ bqh).pow(2).sum())
-                sig[h] = math.sqrt(max(fro, 0.0) * c2)
+            sig = self._scores(Wq, bq, Wk * G, G, H, Hkv, dh)
         # values, output projection, head shares
         var_v = float((Wv * G).pow(2).sum() / Wv.shape[0]) if Wv is not None else 1.0
         biases = [b for b in (bv,) if b is not None]
-        proj = self._linears_after(block, s)
-        o, mlp = proj
+        o = None if parts.o is None else matrix(parts.o)
+        mlp = parts.mlp
         var_o, hw = None, None
         if o is not None:
             Wo, bo = (t.to(torch.float64).cpu() if t is not None else None for t in o)
@@ -452,38 +445,36 @@ class WeightReader:
             notes.append("no MLP found; var_w_in = var_w_out = 1")
         var_b = float(np.mean([float(b.to(torch.float64).pow(2).mean()) for b in biases])) \
             if biases else 0.0
-        cross = self._read_cross(block, s)
-        branch = self._branch_norms(block, s, d)
+        cross = self._read_cross(parts.block, s)
+        branch = self._branch_norms(parts, d)
         lay = LayerSpec(sigma_s=tuple(sig.tolist()), var_v=var_v, var_o=var_o,
                         var_w_in=var_w_in, var_w_out=var_w_out, var_b=var_b, head_weights=hw,
                         branch_gain2=branch, **cross)
         return lay, sig, float(s.scale * math.sqrt(dh)), notes
 
-    def _branch_norms(self, block: nn.Module, s: AttentionSite, d: int):
+    def _branch_norms(self, parts: _Parts, d: int):
         """Pre-LN blocks that normalise their branch outputs (the block's last operation is
         a norm, and so is the first one after the attention output projection): the mean
         squared gains of those two norms (attention, MLP); None otherwise."""
-        own = {id(x) for x in block.modules()}
-        in_block = [m for m in self.order if id(m) in own]
-        if not in_block or not (_is_norm(in_block[-1]) and _width(in_block[-1]) == d):
-            return None
-        n_attn = self._norm_module_before(self._pos(s.module), d)
-        if n_attn is None or id(n_attn) not in own:
+        if not parts.last_is_norm or parts.n_attn is None or id(parts.n_attn) not in parts.own:
             return None  # post-LN: the last norm normalises the stream, not a branch
-        o = self._o_mod
-        if o is None or getattr(self, "_mlp_first", None) is None:
+        if parts.o is None or not parts.rest:
             return None
-        between = [m for m in in_block if self._pos(o) < self._pos(m) < self._pos(
-            self._mlp_first) and _is_norm(m) and _width(m) == d]
+        lo, hi = self._pos(parts.o), self._pos(parts.rest[0])
+        between = [m for m in parts.in_block if lo < self._pos(m) < hi and _is_norm(m)
+                   and _width(m) == d]
         if len(between) < 2:  # one norm there is the MLP's input norm: no branch norm
             return None
-        ga, gm = norm_gains(between[0], d), norm_gains(in_block[-1], d)
+        ga, gm = norm_gains(between[0], d), norm_gains(parts.in_block[-1], d)
         if ga is None or gm is None:
             return None
         return float(np.mean(ga**2)), float(np.mean(gm**2))
 
-    def _scores(self, Wq, bq, Wk, G, H, Hkv, dh) -> np.ndarray:
-        """Per query head: the canonical-scale score std (module docstring)."""
+    @staticmethod
+    def _scores(Wq, bq, Wk, G, H, Hkv, dh) -> np.ndarray:
+        """Per query head: the canonical-scale score std (module docstring), ``|A_h^T
+        B_g|_F^2 = tr(A A^T B B^T)`` with ``A = W_Q^h G`` and ``B = W_K^g`` (the caller folds
+        the key side's gains into ``Wk``), plus the query bias term."""
         A = (Wq * G).unflatten(0, (H, dh))
         B = Wk.unflatten(0, (Hkv, dh))
         aat, bbt = A @ A.transpose(-1, -2), B @ B.transpose(-1, -2)
@@ -526,32 +517,38 @@ class WeightReader:
         return {"cross_sigma_s": tuple(sig.tolist()), "cross_var_v": var_v,
                 "cross_var_o": var_o}
 
-    def _linears_after(self, block: nn.Module, s: AttentionSite):
-        """``(W_O as (W, b) or None, (MLP ins, MLP out, MLP norm gains) or None)`` from the
-        call order (module docstring)."""
+    def _parts(self, block: nn.Module, s: AttentionSite) -> _Parts:
+        """What the call order says about one block (module docstring): its modules in call
+        order, the norm feeding the attention, the attention output projection (the first
+        linear map called after the value projection) and the MLP's maps (the block's other
+        linear maps, outside any attention module)."""
+        own = {id(x) for x in block.modules()}
+        in_block = sorted((m for m in block.modules() if self._pos(m) >= 0), key=self._pos)
+        d = matrix(s.q)[0].shape[1]
+        last_is_norm = bool(in_block) and _is_norm(in_block[-1]) and _width(in_block[-1]) == d
+        n_attn = self._norm_module_before(self._pos(s.module), d)
         qkv = {id(m) for m in (s.q, s.k, s.v) if m is not None}
-        inside_attn = {id(m) for m in s.module.modules()}
-        mods = [m for m in block.modules() if matrix(m) is not None and id(m) not in qkv]
-        called = sorted((self._pos(m), m) for m in mods if self._pos(m) >= 0)
-        called = [m for _, m in called]
+        called = [m for m in in_block if matrix(m) is not None and id(m) not in qkv]
         v_pos = max(self._pos(m) for m in (s.q, s.k, s.v) if m is not None)
         H, dh = s.n_heads, s.head_dim
         o = next((m for m in called if self._pos(m) > v_pos
                   and matrix(m)[0].shape[1] == H * dh), None)
-        # cross-attention (decoder blocks) and other attention-like modules are not MLP
-        other_attn = set()
+        # the self-attention, a cross-attention (decoder blocks) and other attention-like
+        # modules hold no MLP map
+        attn = {id(x) for x in s.module.modules()}
         for m in block.modules():
             if m is not s.module and describe_attention(m) is not None:
-                other_attn |= {id(x) for x in m.modules()}
-        rest = [m for m in called if m is not o and id(m) not in inside_attn
-                and id(m) not in other_attn]
-        o_mat = matrix(o) if o is not None else None
-        self._o_mod, self._mlp_rest = o, rest
+                attn |= {id(x) for x in m.modules()}
+        rest = [m for m in called if m is not o and id(m) not in attn]
+        return _Parts(block, own, in_block, last_is_norm, n_attn, o, rest, self._mlp(rest))
+
+    def _mlp(self, rest: list[nn.Module]):
+        """``(ins, out as (W, b), gains of the norm in front)`` of the MLP maps ``rest`` (in
+        call order: the last is the output; one input, or two gated, or one fused ``[gate |
+        up]`` of twice the output's fan-in), or None."""
         if not rest:
-            return o_mat, None
-        out_m = rest[-1]
-        self._mlp_first, self._mlp_out = rest[0], out_m
-        Wout = matrix(out_m)[0]
+            return None
+        Wout = matrix(rest[-1])[0]
         ins = []
         for m in rest[:-1]:
             W, b = matrix(m)
@@ -562,6 +559,6 @@ class WeightReader:
             elif W.shape[0] == Wout.shape[1]:
                 ins.append((W, b))
         if not ins:
-            return o_mat, None
+            return None
         gm = self._norm_before(self._pos(rest[0]), ins[0][0].shape[1])
-        return o_mat, (ins[:2], matrix(out_m), gm)
+        return ins[:2], matrix(rest[-1]), gm

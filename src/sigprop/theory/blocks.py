@@ -198,7 +198,7 @@ class BlockParams:
             causal=spec.causal, heads=spec.heads, parallel=spec.parallel,
         )
         if spec.layers is not None:
-            lay = spec.layers[min(max(layer or 1, 1), len(spec.layers)) - 1]
+            lay = spec.layer_at(layer or 1)
             sig = np.asarray(lay.sigma_s, dtype=np.float64)
             rms = float(np.sqrt(np.mean(sig**2)))
             base.update(sigma_s0=rms * spec.multiplier, var_v=lay.var_v, var_o=lay.var_o,
