@@ -29,7 +29,7 @@ NORMS = ("post", "pre", "none")
 LN_KINDS = ("rms", "layernorm")
 ATTENTIONS = ("softmax", "centred", "uniform")
 ACTIVATIONS = ("relu", "gelu", "tanh", "silu", "linear", "swiglu", "geglu")
-SCALINGS = ("none", "log-n", "qwen", "ssmax", "yarn", "tau")
+SCALINGS = ("none", "log-n", "sqrt-log-n", "qwen", "sqrt-qwen", "ssmax", "yarn", "tau")
 
 #: Default reference length for the length scalings (training context of BERT-base).
 DEFAULT_TRAIN_LEN = 512
@@ -51,6 +51,8 @@ def _default_scaling_param(kind: str) -> float:
     return {
         "none": 1.0,
         "log-n": float(DEFAULT_TRAIN_LEN),  # reference length n_ref
+        "sqrt-log-n": float(DEFAULT_TRAIN_LEN),  # reference length n_ref
+        "sqrt-qwen": float(DEFAULT_TRAIN_LEN),  # training length n_train
         "qwen": float(DEFAULT_TRAIN_LEN),  # training length n_train
         "ssmax": 1.0 / math.log(DEFAULT_TRAIN_LEN),  # s, so that s log n = 1 at n = 512
         "yarn": 1.0,  # context extension factor s
@@ -66,6 +68,11 @@ def score_multiplier(kind: str, n, param: float | None = None) -> np.ndarray:
     * ``none``: 1.
     * ``log-n``: ``log n / log n_ref`` (``param = n_ref``, default 512): clpr25's critical
       log-length scaling, normalised to 1 at the reference (training) length.
+    * ``sqrt-log-n``: ``sqrt(log n / log n_ref)`` (``param = n_ref``, default 512): gg25's
+      scaling, which holds beta = sigma_s / sqrt(log n) fixed as n grows.
+    * ``sqrt-qwen``: ``max(1, sqrt(log n / log n_train))`` (``param = n_train``, default 512):
+      gg25's square root applied only beyond the training length, as Qwen clips log-n, so
+      contexts the model was trained on keep their logits.
     * ``qwen``: ``max(1, log n / log n_train)`` (``param = n_train``, default 512): Qwen's
       ``log_{n_train} n`` applied only beyond the training length.
     * ``ssmax``: ``s log n`` (``param = s``, default ``1/log 512``): Scalable-Softmax.
@@ -83,8 +90,12 @@ def score_multiplier(kind: str, n, param: float | None = None) -> np.ndarray:
         return np.ones_like(n)
     if kind == "log-n":
         return logn / math.log(p)
+    if kind == "sqrt-log-n":
+        return np.sqrt(logn / math.log(p))
     if kind == "qwen":
         return np.maximum(1.0, logn / math.log(p))
+    if kind == "sqrt-qwen":
+        return np.sqrt(np.maximum(1.0, logn / math.log(p)))
     if kind == "ssmax":
         return p * logn
     if kind == "yarn":
@@ -264,7 +275,8 @@ class ArchSpec:
             _check_float("qk_std", self.qk_std, 0.0, 1e3)
         if self.scaling_param is not None:
             _check_float("scaling_param", self.scaling_param, 0.0, 1e12, lo_open=True)
-            if self.scaling in ("log-n", "qwen") and self.scaling_param <= 1:
+            if self.scaling in ("log-n", "sqrt-log-n", "qwen", "sqrt-qwen") and \
+                    self.scaling_param <= 1:
                 raise SpecError("scaling_param", f"must be a length > 1 for {self.scaling}")
             if self.scaling == "yarn" and self.scaling_param < 1:
                 raise SpecError("scaling_param", "must be >= 1 for yarn (extension factor)")

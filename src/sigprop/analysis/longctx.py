@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..spec import ArchSpec
+from .longctx_model import ModelSweep
 from .predict import _spec
 from .result import Result
 
@@ -43,15 +44,32 @@ class LongContext(Result):
         return plot_sweep(self.trajectory, path, spec=self.spec)
 
 
-def longctx(spec: ArchSpec | None = None, lengths: Sequence[int] | None = None, *,
-            queries: int = 256, input: str = "rho", compare: bool = False, chunk: int = 8192,
-            seed: int = 0, on_progress: Callable[[int], None] | None = None,
-            **fields: Any) -> LongContext:
-    """Stream ``spec``'s first attention layer (weights drawn once at ``spec.seq_len``) at
-    every length in ``lengths`` (default 2^9 .. 2^20) on ``queries`` sampled query rows;
-    ``compare``: also gg25's sqrt(log T) and clpr25's log T scalings."""
+def longctx(spec: Any = None, lengths: Sequence[int] | None = None, *,
+            queries: int | None = None, input: str = "rho", compare: bool = False,
+            chunk: int = 8192, seed: int = 0, on_progress: Callable[[int], None] | None = None,
+            **fields: Any) -> LongContext | ModelSweep:
+    """Attention statistics against context length, streamed without a T x T matrix.
+
+    ``spec`` an :class:`ArchSpec` (or None with spec fields as keywords): the spec's first
+    attention layer, weights drawn once at ``spec.seq_len``, at every length in ``lengths``
+    (default 2^9 .. 2^20) on ``queries`` (256) sampled rows; ``compare``: also gg25's
+    sqrt(log T) and clpr25's log T scalings.
+
+    Anything else (a preset name, a local path, an HF config or config dict, an ``nn.Module``):
+    every attention layer of that model with its own weights, norm and rotary embedding
+    (:func:`sigprop.analysis.longctx_model.sweep_model`, default lengths 2^12 .. 2^20,
+    ``queries`` 128; keywords ``train_len``, ``seq_len``, ``scalings``, ``band``, ``layers``,
+    ``out_queries``, ``sequences``, ``device``, ``workers`` go there), with a recommended
+    length scaling."""
     from ..measurement.longctx import sweep
 
+    if spec is not None and not isinstance(spec, ArchSpec):
+        from .longctx_model import sweep_model
+
+        return sweep_model(spec, lengths, queries=128 if queries is None else queries,
+                           compare=compare, chunk=chunk, seed=seed, on_progress=on_progress,
+                           **fields)
+    queries = 256 if queries is None else queries
     spec = _spec(spec, fields)
     sw = sweep(spec, lengths, queries=queries, input=input, compare=compare, chunk=chunk,
                seed=seed, on_progress=on_progress)

@@ -90,25 +90,58 @@ def _lengths(text: str | None) -> list[int] | None:
 
 @spec_command
 def longctx(spec: ArchSpec,
+            model: str | None = typer.Argument(None, help="a model (preset name or local "
+                                               "path): every attention layer with its own "
+                                               "weights; omitted: the spec options' layer"),
             lengths: str | None = typer.Option(None, "--lengths",
-                                               help="context lengths T (default 2^9..2^20)"),
-            queries: int = typer.Option(256, "--queries", help="sampled query rows R "
-                                        "(every row when T <= R)"),
+                                               help="context lengths T (default 2^9..2^20; "
+                                               "with MODEL 2^12..2^20 step 4x)"),
+            queries: int | None = typer.Option(None, "--queries", help="sampled query rows R "
+                                               "per length (default 256; MODEL: 128)"),
             chunk: int = typer.Option(8192, "--chunk", help="keys per streamed chunk"),
             input: str = typer.Option("rho", "--input", help="inputs: rho|isometric|rem "
                                       "(rem: i.i.d. Gaussian scores)"),
             compare: bool = typer.Option(False, "--compare", help="none, gg25 sqrt(log T) and "
-                                         "clpr25 log T scalings side by side"),
+                                         "clpr25 log T scalings side by side (MODEL: also "
+                                         "qwen and tau, all streamed)"),
+            scalings: str | None = typer.Option(None, "--scalings", help="MODEL: scalings to "
+                                                "stream, comma-separated kind or kind:param "
+                                                "(none, sqrt-log-n, log-n, qwen, ssmax:s, "
+                                                "yarn:s, tau:t)"),
+            train_len: int | None = typer.Option(None, "--train-len", help="MODEL: the length "
+                                                 "it was built for (default from its config)"),
+            band: float = typer.Option(0.05, "--band", help="MODEL: half-width of the entropy "
+                                       "band around each layer's value at --train-len"),
+            layers: str | None = typer.Option(None, "--layers", help="MODEL: attention layers "
+                                              "to stream, e.g. 0,5,15 (default all)"),
+            out_queries: int = typer.Option(32, "--out-queries", help="MODEL: rows per length "
+                                            "whose layer output gives the output cosine"),
+            sequences: int = typer.Option(2, "--sequences", help="MODEL: sequences of the "
+                                          "reference pass that measures each layer's inputs"),
+            report: str | None = typer.Option(None, "--report", help="MODEL: write a "
+                                              "self-contained HTML report"),
             plot: str | None = typer.Option(None, "--plot", help="write ipr/entropy/wmax vs T"),
             fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt,
             wide: bool = WideOpt) -> None:
-    """One attention layer's ipr, entropy, wmax and output cosine against context length,
-    streamed without T x T (weights drawn once at --seq-len), finite-T theory beside them."""
+    """Attention against context length, streamed without T x T. With MODEL: every attention
+    layer of a real model (its weights, norm, RoPE at the true positions), theory beside it
+    and the length scaling that keeps each layer's entropy in band. Without: one layer drawn
+    from the spec options (weights drawn once at --seq-len), finite-T theory beside it."""
     from .. import trajectory
     from ..measurement import longctx as lc
 
-    ts = _lengths(lengths) or lc.default_lengths()
+    ts = _lengths(lengths)
     check_figure_path("--plot", plot)
+    if model is not None:
+        return _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len,
+                              band, layers, out_queries, sequences, report, plot, fmt, seed,
+                              no_timing, wide)
+    for name, val in (("--scalings", scalings), ("--train-len", train_len),
+                      ("--layers", layers), ("--report", report)):
+        if val is not None:
+            fail(f"{name}: applies to a MODEL (sigprop longctx MODEL {name} ...)")
+    ts = ts or lc.default_lengths()
+    queries = 256 if queries is None else queries
     try:
         lc._check(ts, queries, chunk, input, spec)
     except SpecError as err:
@@ -149,3 +182,70 @@ def longctx(spec: ArchSpec,
         from ..report.longctx import print_sweep
 
         print_sweep(sw, spec, wide=wide)
+
+
+def _int_list(option: str, text: str | None) -> list[int] | None:
+    if text is None:
+        return None
+    try:
+        out = [int(p) for p in text.split(",") if p.strip()]
+    except ValueError:
+        fail(f"{option}: must be comma-separated integers, e.g. 0,5,15 (got {text!r})")
+    if not out:
+        fail(f"{option}: must be comma-separated integers, e.g. 0,5,15 (got {text!r})")
+    return out
+
+
+def _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len, band,
+                   layers, out_queries, sequences, report, plot, fmt, seed, no_timing, wide):
+    """``sigprop longctx MODEL``: :func:`sigprop.analysis.longctx_model.sweep_model`."""
+    from ..analysis.longctx_model import sweep_model
+    from .common import check_output_file, command_line
+
+    base = ArchSpec()
+    changed = [k for k, v in spec.to_dict().items()
+               if k != "seq_len" and v != base.to_dict().get(k)]
+    if changed:
+        fail(f"--{changed[0].replace('_', '-')}: spec options describe a spec; with MODEL the "
+             "architecture comes from the model")
+    check_output_file("--report", report, ("html", "htm"))
+    kw = dict(queries=128 if queries is None else queries, out_queries=out_queries,
+              train_len=train_len, seq_len=spec.seq_len if spec.seq_len != base.seq_len
+              else None, sequences=sequences, compare=compare, band=band,
+              scalings=None if scalings is None else [x for x in scalings.split(",")
+                                                      if x.strip()],
+              layers=_int_list("--layers", layers), chunk=chunk, seed=seed)
+    if kw["train_len"] is not None and not 2 <= kw["train_len"] <= 2**30:
+        fail(f"--train-len: must be an integer in [2, 2^30] (got {train_len})")
+    if not 1 <= sequences <= 64:
+        fail(f"--sequences: must be an integer in [1, 64] (got {sequences})")
+    try:
+        if fmt == Fmt.table:
+            from rich.progress import Progress
+
+            with Progress(transient=True) as bar:
+                task = bar.add_task(f"streaming {model}", total=None)
+                r = sweep_model(model, ts, on_progress=lambda k: bar.advance(task, k), **kw)
+        else:
+            r = sweep_model(model, ts, **kw)
+    except SpecError as err:
+        fail_spec(err)
+    if plot:
+        write_figure("--plot", plot, lambda traj, path, **_: r.plot(path), r.trajectory)
+    if report is not None:
+        from ..report.longctx_html import write_longctx_report
+
+        try:
+            write_longctx_report(report, r, command=command_line())
+        except OSError as err:
+            fail(f"--report: cannot write {report!r} ({err.strerror or err})")
+    if fmt == Fmt.json:
+        out = r.to_json(timing=not no_timing)
+        out["plot"], out["report"] = plot, report
+        _emit_json(out)
+    elif fmt == Fmt.csv:
+        r.trajectory.to_csv(sys.stdout, index=False)
+    else:
+        from ..report.longctx import print_model_sweep
+
+        print_model_sweep(r, wide=wide)

@@ -84,10 +84,15 @@ def fix_cmd(model: str = typer.Argument(..., help="preset name or local path"),
             alpha_attn: str | None = typer.Option(None, "--alpha-attn",
                                                   help="attention skip strength, or auto"),
             centred: bool = typer.Option(False, "--centred", help="centred attention A - 11^T/n"),
-            scaling: str | None = typer.Option(None, "--scaling",
-                                               help="length scaling: log-n|qwen|ssmax|yarn|tau"),
+            scaling: str | None = typer.Option(
+                None, "--scaling",
+                help="length scaling: log-n|sqrt-log-n|qwen|sqrt-qwen|ssmax|yarn|tau"),
             scaling_param: float | None = typer.Option(None, "--scaling-param",
                                                        help="parameter of the scaling"),
+            longctx: str | None = typer.Option(None, "--longctx",
+                                               help="apply the length scaling recommended in "
+                                               "this `sigprop longctx MODEL --format json` "
+                                               "output"),
             seq_len: int | None = typer.Option(None, "--seq-len", help="tokens per sequence"),
             seeds: int = typer.Option(2, "--seeds", help="initialisations for the diagnosis"),
             sequences: int = typer.Option(2, "--sequences", help="sequences per seed"),
@@ -102,6 +107,10 @@ def fix_cmd(model: str = typer.Argument(..., help="preset name or local path"),
     from ..spec import SCALINGS
 
     a = _alpha_value(alpha_attn)
+    if longctx is not None:
+        if scaling is not None or scaling_param is not None:
+            fail("--longctx: gives the scaling itself; drop --scaling / --scaling-param")
+        scaling, scaling_param = _recommended(longctx)
     if beta is None and a is None and not centred and scaling is None:
         fail("fix: give at least one of --beta, --alpha-attn, --centred, --scaling")
     if scaling is not None and scaling not in SCALINGS:
@@ -144,3 +153,26 @@ def fix_cmd(model: str = typer.Argument(..., help="preset name or local path"),
         from ..report import console
 
         console.print_fix(before, rep, after, out, wide=wide)
+
+
+def _recommended(path: str) -> tuple[str, float | None]:
+    """``(scaling, scaling_param)`` of the recommendation in a ``sigprop longctx MODEL --format
+    json`` file; a bad file is a bad ``--longctx`` (exit 2)."""
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            rec = json.load(fh)["recommendation"]
+        kind, param = rec["scaling"], rec.get("scaling_param")
+    except OSError as err:
+        fail(f"--longctx: cannot read {path!r} ({err.strerror or err})")
+    except (ValueError, KeyError, TypeError):
+        fail(f"--longctx: {path!r} is not the JSON of `sigprop longctx MODEL --format json`")
+    from ..spec import SCALINGS
+
+    if kind not in SCALINGS:
+        fail(f"--longctx: unknown scaling {kind!r} in {path!r}")
+    if kind == "none":
+        fail(f"--longctx: the recommendation in {path!r} is no change (the model stays in "
+             "band as it is)")
+    return kind, None if param is None else float(param)

@@ -185,7 +185,8 @@ _SPEC_OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "attention": (str, "softmax", "attention variant: softmax|centred|uniform"),
     "beta": (float | None, None, "score scale as gg25 beta (exclusive with --qk-std)"),
     "qk_std": (float | None, None, "raw Q/K init std (default: --init-std, i.e. 0.02)"),
-    "scaling": (str, "none", "context-length score scaling: none|log-n|qwen|ssmax|yarn|tau"),
+    "scaling": (str, "none", "context-length score scaling: none|log-n|sqrt-log-n|qwen|"
+                             "sqrt-qwen|ssmax|yarn|tau"),
     "scaling_param": (float | None, None, "parameter of the scaling (docs/theory.md §3.2)"),
     "alpha_attn": (float, 1.0, "attention residual strength (0 = no residual)"),
     "alpha_mlp": (float, 1.0, "MLP residual strength (0 = no residual)"),

@@ -68,7 +68,7 @@ def relative_multiplier(kind: str, spec: ArchSpec, n) -> np.ndarray:
 def _per_row(kind: str, spec: ArchSpec) -> bool:
     """Whether causal rows use their own n = t (n-dependent scalings)."""
     if kind == "spec":
-        return spec.scaling in ("log-n", "qwen", "ssmax")
+        return spec.scaling in ("log-n", "sqrt-log-n", "qwen", "sqrt-qwen", "ssmax")
     return kind in ("sqrt-log-n", "log-n")
 
 
@@ -77,7 +77,7 @@ def scaling_kinds(spec: ArchSpec, compare: bool) -> list[tuple[str, str]]:
     if not compare:
         return [(spec.scaling, "spec")]
     kinds = [(k, k) for k in COMPARE]
-    if spec.scaling not in ("none", "log-n"):
+    if spec.scaling not in ("none", "log-n", "sqrt-log-n"):
         kinds.append((spec.scaling, "spec"))
     return kinds
 

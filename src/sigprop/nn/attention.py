@@ -160,7 +160,7 @@ class BatchedAttention(nn.Module):
         kind, param = self.spec.scaling, self.spec.scaling_param
         if kind == "none":
             return base
-        if self.spec.causal and kind in ("log-n", "qwen", "ssmax"):
+        if self.spec.causal and kind in ("log-n", "sqrt-log-n", "qwen", "sqrt-qwen", "ssmax"):
             m = score_multiplier(kind, range(1, T + 1), param)
             return torch.as_tensor(m * base, dtype=dtype, device=device).unsqueeze(-1)
         return float(score_multiplier(kind, T, param)) * base

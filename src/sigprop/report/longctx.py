@@ -44,3 +44,64 @@ def print_sweep(sw, spec, console=None, wide: bool = False) -> None:
         console.print(f"{scaling}: ipr {tr['ipr_first']:.3g} → {tr['ipr_last']:.3g} "
                       f"(T {tr['T_first']} → {tr['T_last']}): {what}")
     console.print(f"{sw.seconds:.1f} s")
+
+
+def print_model_sweep(r, console=None, wide: bool = False) -> None:
+    """``sigprop longctx MODEL``: one line per attention layer (token cosine, clpr25's
+    gamma_c, score std and beta at the training length, which theory the score spread follows,
+    the measured entropy at each length under the model as it is, worst ipr gap to theory,
+    in band), then the recommendation and how fast the stream ran."""
+    from . import tables
+
+    console = console or tables.console(wide)
+    info = r.info
+    m = r.trajectory
+    own = info["own_scaling"]
+    ent = m[(m.observable == "entropy") & (m.source == "measured") & (m.scaling == own)]
+    lengths = info["lengths"]
+    console.print(f"[bold]sigprop longctx {r.model}[/]: {info['n_layers']} attention layers, "
+                  f"training length {info['train_len']}, reference pass T={info['seq_len']}, "
+                  f"R={info['queries']} rows per length; scalings streamed: "
+                  f"{', '.join(info['scalings'])}")
+    def short(T):
+        k = int(T).bit_length() - 1
+        return f"2^{k}" if T == 1 << k else str(T)
+
+    heads = ["L", "cos", "γc", "σs", "β", "ν", "fit"]
+    heads += [f"H {short(t)}" for t in lengths] + ["gap", "ok"]
+    t = tables.table(*heads, right=tuple(h for h in heads if h not in ("fit", "ok")))
+    for row in r.layers:
+        L = row["layer"]
+        e = ent[ent.layer == L].set_index("seq_len")["value"]
+        nu = row.get("spread_exponent")
+        lo, hi = r.band.get(L, (float("nan"), float("nan")))
+        cells = [str(L), f"{row['rho']:.2f}", f"{row['gamma_c']:.3g}",
+                 tables.fmt(row.get("sigma_s"), 2), tables.fmt(row.get("beta"), 2),
+                 "—" if nu is None else f"{nu:.2f}", row.get("theory_fit", "n/a")]
+        for T in lengths:
+            v = float(e.get(T, float("nan")))
+            out = T >= info["train_len"] and not lo <= v <= hi
+            cells.append(f"[red]{v:.3f}[/]" if out else f"{v:.3f}")
+        cells += [tables.fmt(row.get("worst_gap"), 3),
+                  "[green]yes[/]" if row.get("in_band") else "[red]no[/]"]
+        t.add_row(*cells)
+    console.print(t)
+    console.print("[dim]cos: token cosine of the layer input; γc = 1/(1 - cos) (clpr25); "
+                  "σs, β: score std and gg25 beta at the training length; ν: growth of the "
+                  "largest score, spread ∝ (log T)^ν (≈0.5-0.8: random scores, gg25; ≈0: a "
+                  "fixed geometry, clpr25); H: measured entropy / log T; gap: worst |ipr "
+                  "measured - theory|[/]")
+    rec = r.recommendation
+    held = rec.get("holds_measured")
+    console.print(f"band: entropy at the training length ± {info['band']:g} per layer; "
+                  f"recommended: [bold]{rec['label']}[/] ({rec['reason']}); re-measured: "
+                  + ("[green]holds[/]" if held else "[red]does not hold[/]"))
+    console.print(f"apply: {rec['fix_command']}")
+    for n in info.get("notes", []):
+        console.print(f"[dim]note: {n}[/]")
+    if "stream_gflops" in info:
+        console.print(f"{r.seconds:.1f} s (reference pass {info['seconds_reference']:.1f} s, "
+                      f"stream {info['seconds_stream']:.1f} s at "
+                      f"{info['stream_gflops']:.0f} GFLOP/s = "
+                      f"{100 * info['stream_fraction']:.0f}% of this machine's float32 "
+                      f"matmul rate {info['matmul_gflops']:.0f} GFLOP/s)")

@@ -1,0 +1,196 @@
+"""One self-contained HTML page for the per-layer long-context analysis of a model
+(``sigprop longctx MODEL``).
+
+The page follows :mod:`.html` (the diagnosis report): CSS inline, the figure as a base64 SVG
+``data:`` URI, no scripts and no external assets, every string from the user or the model
+escaped. Sections: a header (model, lengths, training length, query rows, time, command line
+and sigprop version), the recommended scaling with its fix command, the figure of
+:func:`sigprop.plotting.longctx_model.plot_model_sweep`, a table with one row per attention
+layer, and the notes. Missing values print as an em dash.
+
+The result is duck-typed: any object with ``model``, ``trajectory``, ``band``, ``layers``,
+``recommendation`` and ``info`` attributes will do.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from ..plotting.longctx_model import plot_model_sweep
+from .html import _CSS, _e, _num, _provenance, _svg, _table
+
+MISSING = "—"
+
+_EXTRA_CSS = """
+.rec{border:1px solid #c9d6ea;background:#f3f7fc;border-radius:6px;padding:.6em 1em;
+margin:.8em 0}.rec h2{margin-top:.2em;border:none}
+.rec pre{background:#fff;border:1px solid #ddd;border-radius:4px;padding:.5em .8em;
+overflow-x:auto;margin:.5em 0}
+"""
+
+#: per-layer table: (key in the layer dict, column heading)
+LAYER_COLUMNS = (
+    ("layer", "layer"),
+    ("sigma_s", "σ_s at T_train"),
+    ("beta", "β"),
+    ("rho", "ρ (token cosine)"),
+    ("gamma_c", "γ_c"),
+    ("theory_fit", "theory"),
+    ("spread_exponent", "spread exponent"),
+    ("worst_gap", "worst ipr gap"),
+    ("band", "entropy band"),
+    ("in_band", "in band"),
+)
+
+
+def _missing(x: Any) -> bool:
+    if x is None:
+        return True
+    try:
+        return isinstance(x, float) and math.isnan(x)
+    except TypeError:
+        return False
+
+
+def _cell(x: Any) -> Any:
+    """A table cell: a dash when missing, yes / no for booleans, numbers to 4 significant
+    digits; strings are left for :func:`.html._table` to escape."""
+    if _missing(x):
+        return MISSING
+    if isinstance(x, bool):
+        return "yes" if x else "no"
+    if isinstance(x, int):
+        return str(x)
+    if isinstance(x, float):
+        return _num(x)
+    try:  # numpy scalars
+        import numpy as np
+
+        if isinstance(x, np.bool_):
+            return "yes" if bool(x) else "no"
+        if isinstance(x, np.integer | np.floating):
+            return _cell(x.item())
+    except ImportError:  # pragma: no cover - numpy is a dependency
+        pass
+    return str(x)
+
+
+def _text(x: Any) -> str:
+    """An escaped inline value, a dash when missing."""
+    c = _cell(x)
+    return c if c == MISSING else _e(c)
+
+
+def _band_text(band: dict | None, layer: Any) -> str | None:
+    if not band or layer is None:
+        return None
+    b = band.get(layer, band.get(str(layer)))
+    if b is None:
+        return None
+    try:
+        lo, hi = (float(x) for x in b)
+    except (TypeError, ValueError):
+        return None
+    return f"{lo:.3g} – {hi:.3g}"
+
+
+def _lengths_text(lengths: Any) -> str:
+    if not lengths:
+        return MISSING
+    return ", ".join(_e(t) for t in lengths)
+
+
+def _header(result, command: str | None) -> str:
+    info = getattr(result, "info", None) or {}
+    try:
+        seconds = float(info.get("seconds"))
+    except (TypeError, ValueError):
+        seconds = math.nan
+    time = f"{seconds:.1f} s" if math.isfinite(seconds) else MISSING
+    return (_provenance(command)
+            + '<p class="muted">'
+            + f"context lengths T: {_lengths_text(info.get('lengths'))}; "
+            + f"training length {_text(info.get('train_len'))}; "
+            + f"{_text(info.get('queries'))} query rows; "
+            + f"time {time}</p>")
+
+
+def _recommendation(rec: dict | None) -> str:
+    if not rec:
+        return ('<div class="rec"><h2>Recommendation</h2>'
+                f"<p>{MISSING} (no recommendation)</p></div>")
+    scaling = rec.get("scaling")
+    param = rec.get("scaling_param")
+    holds = rec.get("holds_measured")
+    verdict = {True: "the measurements bear it out",
+               False: "the measurements do not bear it out",
+               None: "not checked against measurements"}.get(holds, _e(holds))
+    parts = ['<div class="rec"><h2>Recommendation</h2>',
+             f"<p>scaling <b>{_text(scaling)}</b>"]
+    if not _missing(param):
+        parts.append(f" (parameter {_text(param)})")
+    parts.append(f"; size {_text(rec.get('size'))}; {verdict}.</p>")
+    if rec.get("reason"):
+        parts.append(f"<p>{_e(rec['reason'])}</p>")
+    cmd = rec.get("fix_command")
+    if cmd:
+        parts.append(f"<p>To apply it:</p><pre><code>{_e(cmd)}</code></pre>")
+    parts.append("</div>")
+    return "".join(parts)
+
+
+def _layer_table(layers: list[dict] | None, band: dict | None) -> str:
+    if not layers:
+        return f"<p>{MISSING} (no per-layer results)</p>"
+    rows = []
+    for d in layers:
+        row = {key: _cell(d.get(key)) for key, _ in LAYER_COLUMNS if key != "band"}
+        row["band"] = _cell(_band_text(band, d.get("layer")))
+        rows.append({head: row[key] for key, head in LAYER_COLUMNS})
+    heads = [head for _, head in LAYER_COLUMNS]
+    return _table(rows, heads, left=("theory",))
+
+
+def _figure(result) -> str:
+    traj = getattr(result, "trajectory", None)
+    if traj is None or not len(traj):
+        return f"<p>{MISSING} (no trajectory to plot)</p>"
+    obs = set(traj["observable"]) & {"entropy", "ipr"}
+    if not obs:
+        return f"<p>{MISSING} (no entropy or ipr rows to plot)</p>"
+    src = _svg(plot_model_sweep, traj, band=getattr(result, "band", None))
+    measured = bool((traj["source"] == "measured").any())
+    legend = ("lines: theory; markers: measured ± standard error; shaded: the stated entropy "
+              "band of each layer" if measured else
+              "lines: theory (no measured rows); shaded: the stated entropy band of each layer")
+    return (f'<img alt="entropy and ipr per layer against context length" src="{src}">'
+            f'<p class="muted">{legend}.</p>')
+
+
+def render_longctx_report(result, *, command: str | None = None) -> str:
+    """The report as one HTML string; ``command`` (the command line) goes in the header."""
+    model = getattr(result, "model", None)
+    title = f"sigprop longctx: {model if model is not None else MISSING}"
+    band = getattr(result, "band", None)
+    info = getattr(result, "info", None) or {}
+    body = [f"<h1>{_e(title)}</h1>", _header(result, command),
+            _recommendation(getattr(result, "recommendation", None)),
+            "<h2>Entropy and ipr against context length</h2>", _figure(result),
+            "<h2>Per layer</h2>", _layer_table(getattr(result, "layers", None), band)]
+    notes = info.get("notes") or []
+    if notes:
+        body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes)
+                    + "</ul>")
+    body.append('<p class="muted">sigprop: predict, measure and prevent rank and entropy '
+                'collapse at initialisation.</p>')
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{_e(title)}</title><style>{_CSS}{_EXTRA_CSS}</style></head><body>"
+            + "".join(body) + "</body></html>\n")
+
+
+def write_longctx_report(path, result, **kwargs) -> None:
+    """Write :func:`render_longctx_report`'s HTML to ``path`` (UTF-8)."""
+    text = render_longctx_report(result, **kwargs)
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
