@@ -275,3 +275,44 @@ def test_to_json_has_no_nan_and_spread_exponent_is_reported():
         assert nu is not None and 0.3 < nu < 1.2
         assert x["theory_fit"] == "gg25"
         assert math.isclose(x["gamma_c"], 1 / (1 - x["rho"]))
+
+
+def test_an_nn_module_through_the_python_api():
+    import sigprop
+    from sigprop.models import loading
+
+    model = loading.model_at_init(loading.load_config(LLAMA), seed=3)
+    model.train()
+    r = sigprop.longctx(model, [1024, 4096], queries=16)
+    assert isinstance(r, lm.ModelSweep) and len(r.layers) == 2
+    assert model.training  # its mode is restored
+    assert "attention layers" in r.summary()
+    fig = r.plot()
+    assert len(fig.axes) >= 2
+
+
+def test_fix_takes_the_recommendation_file(tmp_path):
+    from typer.testing import CliRunner
+
+    from sigprop.cli import app
+
+    cfg = tmp_path / "config.json"
+    cfg.write_text(json.dumps(GPT2_HOT))
+    rec = tmp_path / "run.json"
+    rec.write_text(json.dumps({"recommendation": {"scaling": "sqrt-qwen",
+                                                  "scaling_param": 1024.0}}))
+    out = tmp_path / "fixed"
+    runner = CliRunner()
+    res = runner.invoke(app, ["fix", str(cfg), "--out", str(out), "--longctx", str(rec),
+                              "--seeds", "1", "--sequences", "1", "--format", "json"])
+    assert res.exit_code == 0, res.output
+    saved = json.loads((out / "config.json").read_text())
+    assert saved["sigprop_fix"]["scaling"] == "sqrt-qwen"
+    assert saved["sigprop_fix"]["scaling_param"] == 1024.0
+    none = tmp_path / "none.json"
+    none.write_text(json.dumps({"recommendation": {"scaling": "none", "scaling_param": None}}))
+    for path, msg in ((none, "no change"), (tmp_path / "missing.json", "cannot read"),
+                      (cfg, "not the JSON")):
+        bad = runner.invoke(app, ["fix", str(cfg), "--out", str(tmp_path / "x"), "--longctx",
+                                  str(path)])
+        assert bad.exit_code == 2 and msg in bad.output, bad.output

@@ -163,3 +163,26 @@ def test_gaussian_kv_moments_and_chunk_invariance():
     # keys are Gaussian (their tail decides condensation): fourth moment 3 sigma^4
     z = (k[:, 0, 0] - fit.mu[0]) / fit.cov[0, 0].sqrt()
     assert abs(float((z ** 4).mean()) - 3.0) < 0.15
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+def test_cuda_stream_matches_the_cpu_stream():
+    T, R = 3000, 12
+    k, v, q, pos = _data(T, R, seed=6)
+    lo, hi = torch.zeros(R, dtype=torch.long), pos + 1
+    kw = dict(scale=DH ** -0.5, multipliers=[1.0, 0.7], rope=_rope(), chunk=512)
+    cpu = sm.stream_layer(q, pos, lo, hi, sm.TensorKV(k, v), **kw)
+    gpu = sm.stream_layer(q, pos, lo, hi, sm.TensorKV(k, v), device="cuda", **kw)
+    for a, b in zip(cpu, gpu, strict=True):
+        assert torch.allclose(a.ipr, b.ipr, atol=1e-10)
+        assert torch.allclose(a.out, b.out, atol=1e-10)
+
+
+def test_device_argument_on_cpu_is_the_default_path():
+    T, R = 500, 6
+    k, v, q, pos = _data(T, R, seed=7)
+    lo, hi = torch.zeros(R, dtype=torch.long), pos + 1
+    kw = dict(scale=0.5, multipliers=[1.0], chunk=128, workers=1)
+    a = sm.stream_layer(q, pos, lo, hi, sm.TensorKV(k, v), **kw)[0]
+    b = sm.stream_layer(q, pos, lo, hi, sm.TensorKV(k, v), device="cpu", **kw)[0]
+    assert torch.equal(a.ipr, b.ipr) and torch.equal(a.out, b.out)

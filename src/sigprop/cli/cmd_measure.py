@@ -120,6 +120,8 @@ def longctx(spec: ArchSpec,
                                           "reference pass that measures each layer's inputs"),
             report: str | None = typer.Option(None, "--report", help="MODEL: write a "
                                               "self-contained HTML report"),
+            device: str = typer.Option("cpu", "--device", help="MODEL: where the stream runs, "
+                                       "cpu or cuda"),
             plot: str | None = typer.Option(None, "--plot", help="write ipr/entropy/wmax vs T"),
             fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt,
             wide: bool = WideOpt) -> None:
@@ -135,9 +137,10 @@ def longctx(spec: ArchSpec,
     if model is not None:
         return _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len,
                               band, layers, out_queries, sequences, report, plot, fmt, seed,
-                              no_timing, wide)
+                              no_timing, wide, device)
     for name, val in (("--scalings", scalings), ("--train-len", train_len),
-                      ("--layers", layers), ("--report", report)):
+                      ("--layers", layers), ("--report", report),
+                      ("--device", None if device == "cpu" else device)):
         if val is not None:
             fail(f"{name}: applies to a MODEL (sigprop longctx MODEL {name} ...)")
     ts = ts or lc.default_lengths()
@@ -197,7 +200,8 @@ def _int_list(option: str, text: str | None) -> list[int] | None:
 
 
 def _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len, band,
-                   layers, out_queries, sequences, report, plot, fmt, seed, no_timing, wide):
+                   layers, out_queries, sequences, report, plot, fmt, seed, no_timing, wide,
+                   device):
     """``sigprop longctx MODEL``: :func:`sigprop.analysis.longctx_model.sweep_model`."""
     from ..analysis.longctx_model import sweep_model
     from .common import check_output_file, command_line
@@ -214,7 +218,7 @@ def _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len
               else None, sequences=sequences, compare=compare, band=band,
               scalings=None if scalings is None else [x for x in scalings.split(",")
                                                       if x.strip()],
-              layers=_int_list("--layers", layers), chunk=chunk, seed=seed)
+              layers=_int_list("--layers", layers), chunk=chunk, seed=seed, device=device)
     if kw["train_len"] is not None and not 2 <= kw["train_len"] <= 2**30:
         fail(f"--train-len: must be an integer in [2, 2^30] (got {train_len})")
     if not 1 <= sequences <= 64:

@@ -46,7 +46,7 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """HF ``apply_rotary_pos_emb`` (rotate-half) on ``x (n, heads, d_H)`` with ``cos, sin (n,
     r)``, ``r <= d_H`` rotated dimensions (partial rotary leaves the rest as is)."""
     r = cos.shape[-1]
-    c, s = cos[:, None, :].to(x.dtype), sin[:, None, :].to(x.dtype)
+    c, s = (t[:, None, :].to(device=x.device, dtype=x.dtype) for t in (cos, sin))
     xr = x[..., :r]
     x1, x2 = xr[..., : r // 2], xr[..., r // 2:]
     out = xr * c + torch.cat((-x2, x1), dim=-1) * s
@@ -128,10 +128,11 @@ def random_signs(seed: int, salt: int, block: int, rows: int, width: int,
 
 
 def random_normal(seed: int, salt: int, block: int, rows: int, width: int,
-                  dtype: torch.dtype) -> Tensor:
-    """``(rows, width)`` independent standard normals, seeded by ``(seed, salt, block)``."""
-    g = torch.Generator().manual_seed(_block_seed(seed, block, salt))
-    return torch.randn(rows, width, generator=g, dtype=dtype)
+                  dtype: torch.dtype, device: str | torch.device = "cpu") -> Tensor:
+    """``(rows, width)`` independent standard normals, seeded by ``(seed, salt, block)`` (on a
+    GPU from that device's generator: reproducible there, other numbers than on the CPU)."""
+    g = torch.Generator(device=device).manual_seed(_block_seed(seed, block, salt))
+    return torch.randn(rows, width, generator=g, dtype=dtype, device=device)
 
 
 class GaussianKV(KVSource):
@@ -146,17 +147,23 @@ class GaussianKV(KVSource):
     longer one."""
 
     def __init__(self, n: int, k_fit: GaussianFit, v_fit: GaussianFit, kv_heads: int, *,
-                 seed: int = 0, dtype: torch.dtype = torch.float32):
+                 seed: int = 0, dtype: torch.dtype = torch.float32,
+                 device: str | torch.device = "cpu"):
         self.n, self.dtype, self.seed, self.kv_heads = int(n), dtype, seed, kv_heads
-        self.fits = [(k_fit.mu.to(dtype), k_fit.F.to(dtype)), (v_fit.mu.to(dtype),
-                                                              v_fit.F.to(dtype))]
+        self.device = torch.device(device)
+        self.fits = [(f.mu.to(self.device, dtype), f.F.to(self.device, dtype))
+                     for f in (k_fit, v_fit)]
 
     def _draw(self, which: int, start: int, stop: int) -> Tensor:
         mu, F = self.fits[which]
         b0, b1 = start // BLOCK, -(-stop // BLOCK)
-        draw = random_normal if which == 0 else random_signs
-        z = torch.cat([draw(self.seed, 11 + which, b, BLOCK, F.shape[0], self.dtype)
-                       for b in range(b0, b1)])[start - b0 * BLOCK: stop - b0 * BLOCK]
+        if which == 0 or self.device.type != "cpu":
+            z = torch.cat([random_normal(self.seed, 11 + which, b, BLOCK, F.shape[0],
+                                         self.dtype, self.device) for b in range(b0, b1)])
+        else:
+            z = torch.cat([random_signs(self.seed, 11 + which, b, BLOCK, F.shape[0],
+                                        self.dtype) for b in range(b0, b1)])
+        z = z[start - b0 * BLOCK: stop - b0 * BLOCK]
         return torch.addmm(mu, z, F).view(stop - start, self.kv_heads, -1)
 
     def chunk(self, start, stop):
@@ -190,9 +197,12 @@ class LayerResult:
 
 
 class _Job:
-    def __init__(self, q, pos, lo, hi, source, mults, rope, scale, out_rows, chunk, tile):
+    def __init__(self, q, pos, lo, hi, source, mults, rope, scale, out_rows, chunk, tile,
+                 device):
         R, H, dh = q.shape
         dt = source.dtype
+        self.dev = device
+        q = q.to(device)
         self.source, self.rope, self.chunk, self.tile = source, rope, chunk, tile
         self.lo, self.hi, self.R, self.H, self.K = lo, hi, R, H, mults.shape[0]
         if rope is not None:
@@ -201,24 +211,26 @@ class _Job:
         self.q = (q.to(dt) * scale).transpose(0, 1).contiguous()  # (H, R, dh)
         self.fold = self.K == 1
         if self.fold:
-            self.q = self.q * mults[0].to(dt)[None, :, None]
-        self.mults = mults.to(dt)
+            self.q = self.q * mults[0].to(device, dt)[None, :, None]
+        self.mults = mults.to(device, dt)
         self.m0 = mults[0].double()
         self.out_mask = torch.zeros(R, dtype=torch.bool)
         self.out_mask[out_rows] = True
         self.out_rows = out_rows
+        self.out_rows_dev = out_rows.to(device)
 
     def new_state(self, dv):
         K, H, R = self.K, self.H, self.R
-        z = torch.zeros(K, H, R, dtype=torch.float64)
+        z = torch.zeros(K, H, R, dtype=torch.float64, device=self.dev)
         return [z.clone() - 1e300, z.clone(), z.clone(), z.clone(),
-                torch.zeros(K, H, len(self.out_rows), dv, dtype=torch.float64),
-                torch.zeros(H, R, dtype=torch.float64)]
+                torch.zeros(K, H, len(self.out_rows), dv, dtype=torch.float64, device=self.dev),
+                torch.zeros(H, R, dtype=torch.float64, device=self.dev)]
 
     def run_chunk(self, start: int, state: list | None, bufs: dict):
         src, dt, K, H = self.source, self.source.dtype, self.K, self.H
         stop = min(src.n, start + self.chunk)
         k, v = src.chunk(start, stop)
+        k, v = k.to(self.dev), v.to(self.dev)
         if self.rope is not None:
             cos, sin = self.rope(torch.arange(start, stop))
             k = apply_rope(k, cos, sin)
@@ -231,10 +243,11 @@ class _Job:
             state = self.new_state(dv)
         nt = -(-(stop - start) // self.tile)
         ro = len(self.out_rows)
-        cm = torch.full((K, H, nt, self.R), _NEG, dtype=dt)
-        c1, c2, cx = (torch.zeros(K, H, nt, self.R, dtype=dt) for _ in range(3))
-        co = torch.zeros(K, H, nt, ro, dv, dtype=dt)
-        csum = torch.zeros(H, nt, self.R, dtype=dt)
+        dev = self.dev
+        cm = torch.full((K, H, nt, self.R), _NEG, dtype=dt, device=dev)
+        c1, c2, cx = (torch.zeros(K, H, nt, self.R, dtype=dt, device=dev) for _ in range(3))
+        co = torch.zeros(K, H, nt, ro, dv, dtype=dt, device=dev)
+        csum = torch.zeros(H, nt, self.R, dtype=dt, device=dev)
         for j in range(nt):
             t0, t1 = start + j * self.tile, min(stop, start + (j + 1) * self.tile)
             i0 = int(torch.searchsorted(self.hi, t0, right=True))  # first row with hi > t0
@@ -245,11 +258,12 @@ class _Job:
             lo, hi = self.lo[i0:i1], self.hi[i0:i1]
             need = bool((hi < t1).any() or (lo > t0).any())
             keys = torch.arange(t0, t1)
-            mask = ((keys[None, :] >= hi[:, None]) | (keys[None, :] < lo[:, None])) \
+            mask = ((keys[None, :] >= hi[:, None]) | (keys[None, :] < lo[:, None])).to(dev) \
                 if need else None
             osel = self.out_mask[i0:i1]
             o_idx = torch.nonzero(osel).flatten()
-            o_dst = torch.searchsorted(self.out_rows, o_idx + i0)
+            o_dst = torch.searchsorted(self.out_rows, o_idx + i0).to(dev)
+            o_idx = o_idx.to(dev)
             ks = slice(t0 - start, t1 - start)
             for h in range(H):
                 g = h // group
@@ -283,7 +297,7 @@ class _Job:
         # rows not touched by a tile keep m = _NEG and sums 0: harmless in the merge
         parts = [torch.cat([a[None], b.double().movedim(2, 0)]) for a, b in
                  zip(state[:5], (cm, c1, c2, cx, co), strict=True)]
-        state[:5] = _reduce(*parts, self.out_rows)
+        state[:5] = _reduce(*parts, self.out_rows_dev)
         state[5] = state[5] + csum.double().sum(1)
         return state
 
@@ -292,14 +306,15 @@ def stream_layer(q: Tensor, pos: Tensor, lo: Tensor, hi: Tensor, source: KVSourc
                  scale: float, multipliers: Tensor | Sequence, rope: RopeFn | None = None,
                  out_rows: Tensor | None = None, w_o: Tensor | None = None,
                  b_o: Tensor | None = None, chunk: int = 8192, tile: int = 512,
-                 workers: int | None = None,
+                 workers: int | None = None, device: str | torch.device | None = None,
                  on_chunk: Callable[[int], None] | None = None) -> list[LayerResult]:
     """Attention statistics of query rows ``q (R, H, d_H)`` (pre-RoPE, at positions ``pos``)
     over the keys ``lo[a] <= b < hi[a]`` of ``source``, one :class:`LayerResult` per row of
     ``multipliers`` (``(K, R)``: the logits are ``scale * q.k`` times it). Rows must be ordered
     with ``lo`` and ``hi`` non-decreasing. ``out_rows``: rows whose output ``sum_b A_ab v_b``
     (then ``@ w_o + b_o``) is formed (default all). Threads take whole chunks (as in
-    :func:`.streaming.stream_attention`); ``on_chunk(keys)`` after each chunk."""
+    :func:`.streaming.stream_attention`); ``device``: where the chunk work runs (``"cuda"``: one
+    worker, the source should draw there too); ``on_chunk(keys)`` after each chunk."""
     R = q.shape[0]
     pos, lo, hi = (torch.as_tensor(t, dtype=torch.long) for t in (pos, lo, hi))
     if not (len(pos) == len(lo) == len(hi) == R):
@@ -312,10 +327,12 @@ def stream_layer(q: Tensor, pos: Tensor, lo: Tensor, hi: Tensor, source: KVSourc
                          for m in multipliers])
     out_rows = torch.arange(R) if out_rows is None else torch.as_tensor(
         out_rows, dtype=torch.long).sort().values
-    job = _Job(q, pos, lo, hi, source, mults, rope, scale, out_rows, chunk, tile)
+    dev = torch.device(device or "cpu")
+    job = _Job(q, pos, lo, hi, source, mults, rope, scale, out_rows, chunk, tile, dev)
     last = int(hi.max())
     starts = iter(range(0, last, chunk))
-    workers = max(1, int(workers or torch.get_num_threads()))
+    # a GPU takes the chunks one after another (its own parallelism is inside each matmul)
+    workers = 1 if dev.type != "cpu" else max(1, int(workers or torch.get_num_threads()))
     import threading
 
     lock, results, errors = threading.Lock(), [], []
@@ -323,7 +340,7 @@ def stream_layer(q: Tensor, pos: Tensor, lo: Tensor, hi: Tensor, source: KVSourc
     def work():
         state = None
         cap = max(1, min(tile, source.n)) * R
-        bufs = {k: torch.empty(cap, dtype=source.dtype) for k in "stp"}
+        bufs = {k: torch.empty(cap, dtype=source.dtype, device=dev) for k in "stp"}
         try:
             while not errors:
                 with lock:
@@ -343,9 +360,10 @@ def stream_layer(q: Tensor, pos: Tensor, lo: Tensor, hi: Tensor, source: KVSourc
     run_workers(work, workers, flush_denormal=True)
     if errors:
         raise errors[0]
-    m, s1, s2, sx, o = _reduce(*[torch.stack(p) for p in zip(*[r[:5] for r in results],
-                                                               strict=True)], out_rows)
-    ssum = sum(r[5] for r in results)
+    m, s1, s2, sx, o = (t.cpu() for t in _reduce(
+        *[torch.stack(p) for p in zip(*[r[:5] for r in results], strict=True)],
+        job.out_rows_dev))
+    ssum = sum(r[5] for r in results).cpu()
     n_keys = (hi - lo).double()
     # raw logits' mean and max: the first multiplier's maximum over its (positive) multiplier
     m0 = job.m0
