@@ -186,3 +186,25 @@ def test_device_argument_on_cpu_is_the_default_path():
     a = sm.stream_layer(q, pos, lo, hi, sm.TensorKV(k, v), **kw)[0]
     b = sm.stream_layer(q, pos, lo, hi, sm.TensorKV(k, v), device="cpu", **kw)[0]
     assert torch.equal(a.ipr, b.ipr) and torch.equal(a.out, b.out)
+
+
+def test_head_batches_that_do_not_divide_a_group(monkeypatch):
+    """Grouped heads are scored in batches bounded by the buffer size: any batch size gives
+    the same statistics (here 3 heads per batch in groups of 4, and 1)."""
+    T, R = 400, 10
+    g = torch.Generator().manual_seed(8)
+    k = torch.randn(T, 2, DH, generator=g, dtype=torch.float64)
+    v = torch.randn(T, 2, DH, generator=g, dtype=torch.float64)
+    q = 1.5 * torch.randn(R, 8, DH, generator=g, dtype=torch.float64)
+    pos = torch.randperm(T, generator=g)[:R].sort().values
+    lo, hi = torch.zeros(R, dtype=torch.long), pos + 1
+    kw = dict(scale=DH ** -0.5, multipliers=[1.0, 0.6], rope=_rope(), chunk=100, tile=40)
+    ref = sm.stream_layer(q, pos, lo, hi, sm.TensorKV(k, v), **kw)
+    for buf in (3 * R * 40, 1):
+        monkeypatch.setattr(sm, "BUF", buf)
+        got = sm.stream_layer(q, pos, lo, hi, sm.TensorKV(k, v), **kw)
+        for a, b in zip(ref, got, strict=True):
+            assert torch.allclose(a.ipr, b.ipr, atol=1e-12)
+            assert torch.allclose(a.entropy, b.entropy, atol=1e-12, equal_nan=True)
+            assert torch.allclose(a.out, b.out, atol=1e-12)
+            assert torch.allclose(a.spread, b.spread, atol=1e-12)

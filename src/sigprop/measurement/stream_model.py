@@ -113,6 +113,9 @@ class GaussianFit:
         return self.F.shape[0]
 
 
+#: elements of one score buffer (float32: 16 MB): bounds the heads batched per product
+BUF = 1 << 22
+
 _LUT = ((torch.arange(256)[:, None] >> torch.arange(8)) & 1).float() * 2.0 - 1.0
 
 
@@ -265,35 +268,37 @@ class _Job:
             o_dst = torch.searchsorted(self.out_rows, o_idx + i0).to(dev)
             o_idx = o_idx.to(dev)
             ks = slice(t0 - start, t1 - start)
-            for h in range(H):
-                g = h // group
-                s = bufs["s"][:ra * c].view(ra, c)
-                torch.matmul(self.q[h, i0:i1], k[g, ks].T, out=s)
-                raw = s if not self.fold else None
+            # the heads of one KV group share the keys: one batched product per group (in
+            # batches of hb heads, so that a buffer holds at most BUF elements)
+            hb = max(1, min(group, BUF // max(1, ra * c)))
+            for h0, g in ((h, h // group) for gg in range(hkv)
+                          for h in range(gg * group, (gg + 1) * group, hb)):
+                h1 = min(h0 + hb, (g + 1) * group)
+                G = h1 - h0
+                s = bufs["s"][:G * ra * c].view(G, ra, c)
+                torch.matmul(self.q[h0:h1, i0:i1], k[g, ks].T, out=s)
                 if mask is not None:
                     s.masked_fill_(mask, 0.0)
-                if raw is not None:
-                    torch.sum(s, dim=1, out=csum[h, j, i0:i1])
+                csum[h0:h1, j, i0:i1] = s.sum(2)
                 for kk in range(K):
                     if self.fold:
                         t = s
-                        if kk == 0:  # raw sum: divide the folded multiplier back out later
-                            torch.sum(s, dim=1, out=csum[h, j, i0:i1])
                     else:
                         t = torch.mul(s, self.mults[kk, i0:i1, None],
-                                      out=bufs["t"][:ra * c].view(ra, c))
+                                      out=bufs["t"][:G * ra * c].view(G, ra, c))
                     if mask is not None:
                         t.masked_fill_(mask, _NEG)
-                    mc = torch.amax(t, dim=1, out=cm[kk, h, j, i0:i1])
-                    t.sub_(mc[:, None])
-                    p = torch.exp(t, out=bufs["p"][:ra * c].view(ra, c))
-                    torch.sum(p, dim=1, out=c1[kk, h, j, i0:i1])
-                    torch.linalg.vecdot(p, p, out=c2[kk, h, j, i0:i1])
+                    mc = torch.amax(t, dim=2)
+                    cm[kk, h0:h1, j, i0:i1] = mc
+                    t.sub_(mc[..., None])
+                    p = torch.exp(t, out=bufs["p"][:G * ra * c].view(G, ra, c))
+                    c1[kk, h0:h1, j, i0:i1] = p.sum(2)
+                    c2[kk, h0:h1, j, i0:i1] = torch.linalg.vecdot(p, p)
                     if mask is not None:  # 0 * _NEG would be fine; keep t finite anyway
                         t.masked_fill_(mask, 0.0)
-                    torch.linalg.vecdot(p, t, out=cx[kk, h, j, i0:i1])
+                    cx[kk, h0:h1, j, i0:i1] = torch.linalg.vecdot(p, t)
                     if len(o_idx):
-                        co[kk, h, j, o_dst] = p[o_idx] @ v[g, ks]
+                        co[kk, h0:h1, j, o_dst] = p[:, o_idx] @ v[g, ks]
         # rows not touched by a tile keep m = _NEG and sums 0: harmless in the merge
         parts = [torch.cat([a[None], b.double().movedim(2, 0)]) for a, b in
                  zip(state[:5], (cm, c1, c2, cx, co), strict=True)]
@@ -339,7 +344,8 @@ def stream_layer(q: Tensor, pos: Tensor, lo: Tensor, hi: Tensor, source: KVSourc
 
     def work():
         state = None
-        cap = max(1, min(tile, source.n)) * R
+        cap = max(max(1, min(tile, source.n)) * R, min(BUF, max(1, min(tile, source.n)) * R
+                                                      * q.shape[1]))
         bufs = {k: torch.empty(cap, dtype=source.dtype, device=dev) for k in "stp"}
         try:
             while not errors:
