@@ -226,8 +226,9 @@ def test_recommendation_holds_when_remeasured_after_fix(tmp_path):
     dg.fix(GPT2_HOT, str(fixed), scaling=rec["scaling"], scaling_param=rec["scaling_param"],
            seeds=1, sequences=1)
     again = lm.sweep_model(str(fixed), lengths, queries=128, seed=0, band=0.05,
-                           train_len=1024)
+                           train_len=1024, bands=r.band)
     assert again.info["own_scaling"] == rec["label"]
+    assert again.band == r.band  # judged against the original model's bands
     assert all(x["in_band"] for x in again.layers)
     assert again.recommendation["fix_command"] == "no change needed"
 

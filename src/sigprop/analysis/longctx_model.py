@@ -745,10 +745,12 @@ def _size(s: Scaling, own: Scaling, lengths: Sequence[int]) -> float:
 
 
 def recommend(moms: list[LayerMoments], fits: list[LayerFit], own: Scaling, train_len: int,
-              lengths: Sequence[int], band: float) -> dict[str, Any]:
+              lengths: Sequence[int], band: float,
+              bands: dict[int, tuple[float, float]] | None = None) -> dict[str, Any]:
     """The smallest change keeping every layer's predicted entropy within ``band`` of its
     predicted entropy at ``train_len`` (the model as it is) at every length from ``train_len``
-    to the longest: candidates of :func:`_candidates`, theory of :func:`layer_theory`."""
+    to the longest: candidates of :func:`_candidates`, theory of :func:`layer_theory`.
+    ``bands``: given bands per layer (their middle and half-width replace those)."""
     span = sorted({t for t in lengths if t >= train_len} | {train_len})
     cands = _candidates(own, train_len)
     bases: dict[str, tuple[Scaling, list[int]]] = {}
@@ -758,12 +760,16 @@ def recommend(moms: list[LayerMoments], fits: list[LayerFit], own: Scaling, trai
     for f, mom in zip(fits, moms, strict=True):
         centre = float(layer_theory(mom, train_len, own.mult, causal=f.causal,
                                     window=f.window, d_head=f.head_dim)["entropy"])
+        width = band
+        if bands and f.index in bands:
+            lo, hi = bands[f.index]
+            centre, width = 0.5 * (lo + hi), 0.5 * (hi - lo)
         for base, idx in bases.values():
             factors = np.array([cands[i][2] for i in idx])
             for T in span:
                 th = layer_theory(mom, T, base.mult, causal=f.causal, window=f.window,
                                   d_head=f.head_dim, extra=factors)
-                dev[idx] = np.maximum(dev[idx], np.abs(th["entropy"] - centre))
+                dev[idx] = np.maximum(dev[idx], np.abs(th["entropy"] - centre) - width + band)
     sizes = np.array([_size(c[0], own, span) for c in cands])
     ok = dev <= band
     if ok.any():
@@ -903,7 +909,8 @@ def sweep_model(model, lengths: Sequence[int] | None = None, *, queries: int = 1
                 seq_len: int | None = None, sequences: int = 2,
                 scalings: Sequence[str] | None = None, compare: bool = False,
                 band: float = DEFAULT_BAND, layers: Sequence[int] | None = None,
-                chunk: int = 8192, seed: int = 0, device: str = "cpu",
+                bands: dict | None = None, chunk: int = 8192, seed: int = 0,
+                device: str = "cpu",
                 workers: int | None = None,
                 on_progress: Callable[[int], None] | None = None) -> ModelSweep:
     """Every attention layer of ``model`` at every context length (module docstring).
@@ -985,7 +992,8 @@ def sweep_model(model, lengths: Sequence[int] | None = None, *, queries: int = 1
         notes += f.notes
     t_fit = time.perf_counter() - t0
     moms = [moments(f) for f in fits]
-    rec = recommend(moms, fits, own, tl, all_lengths, band)
+    rec = recommend(moms, fits, own, tl, all_lengths, band,
+                    _given_bands(bands, [f.index for f in fits]))
     streamed = [own]
     for s in [rec["_scaling"]] + extra:
         if s.label not in {x.label for x in streamed}:
@@ -994,7 +1002,7 @@ def sweep_model(model, lengths: Sequence[int] | None = None, *, queries: int = 1
     theory_only = [x for x in theory_only if x.label not in {y.label for y in streamed}]
     records: list[dict] = []
     layer_rows: list[dict] = []
-    bands: dict[int, tuple[float, float]] = {}
+    bands = _given_bands(bands, [f.index for f in fits])
     t_stream = 0.0
     keys_streamed = 0
     flops = 0.0
@@ -1078,6 +1086,28 @@ def sweep_model(model, lengths: Sequence[int] | None = None, *, queries: int = 1
     return ModelSweep(name, traj, layer_rows, bands, rec, info, seconds)
 
 
+def _given_bands(bands, layers: list[int]) -> dict[int, tuple[float, float]]:
+    """Bands carried over from an earlier run (``{layer: (lo, hi)}``, keys may be strings as
+    in its JSON), checked: one per streamed layer, ``0 <= lo <= hi <= 1``."""
+    if not bands:
+        return {}
+    out = {}
+    for L in layers:
+        b = bands.get(L, bands.get(str(L)))
+        if b is None:
+            raise SpecError("bands", f"no band for attention layer {L} (the earlier run "
+                                     "streamed other layers)")
+        try:
+            lo, hi = (float(x) for x in b)
+        except (TypeError, ValueError):
+            raise SpecError("bands", f"layer {L}: a band is a pair (lo, hi) (got {b!r})") \
+                from None
+        if not 0.0 <= lo <= hi <= 1.0:
+            raise SpecError("bands", f"layer {L}: need 0 <= lo <= hi <= 1 (got {b!r})")
+        out[L] = (lo, hi)
+    return out
+
+
 def _stream_flops(f: LayerFit, rows: Rows, n_scalings: int) -> float:
     """Matrix-multiply flops of one layer's pass: drawing keys and values (``2 rank D`` per
     position), scores (``2 H d_H`` per visible key and row), value sums of the output rows
@@ -1132,11 +1162,13 @@ def _summarise(traj, layer_rows, bands, own: Scaling, rec, train_len: int, band:
             return float(x.iloc[0]) if len(x) else math.nan
 
         centre = val(m, "entropy", own.label, train_len)
-        bands[L] = (centre - band, centre + band)
+        if L not in bands:  # else a band carried over from an earlier run (--band-from)
+            bands[L] = (centre - band, centre + band)
+        lo, hi = bands[L]
         lens = sorted(int(T) for T in m[m.layer == L].seq_len.unique() if T >= train_len)
 
-        def inside(scaling, centre=centre, lens=lens, val=val):
-            return all(abs(val(m, "entropy", scaling, T) - centre) <= band for T in lens)
+        def inside(scaling, lens=lens, val=val, lo=lo, hi=hi):
+            return all(lo <= val(m, "entropy", scaling, T) <= hi for T in lens)
 
         row["entropy_train"] = centre
         row["in_band"] = inside(own.label)

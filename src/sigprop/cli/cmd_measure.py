@@ -112,6 +112,10 @@ def longctx(spec: ArchSpec,
                                                  "it was built for (default from its config)"),
             band: float = typer.Option(0.05, "--band", help="MODEL: half-width of the entropy "
                                        "band around each layer's value at --train-len"),
+            band_from: str | None = typer.Option(None, "--band-from", help="MODEL: the bands "
+                                                 "of an earlier `longctx MODEL --format json` "
+                                                 "run (re-measure a fixed model against the "
+                                                 "original's bands)"),
             layers: str | None = typer.Option(None, "--layers", help="MODEL: attention layers "
                                               "to stream, e.g. 0,5,15 (default all)"),
             out_queries: int = typer.Option(32, "--out-queries", help="MODEL: rows per length "
@@ -137,10 +141,11 @@ def longctx(spec: ArchSpec,
     if model is not None:
         return _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len,
                               band, layers, out_queries, sequences, report, plot, fmt, seed,
-                              no_timing, wide, device)
+                              no_timing, wide, device, band_from)
     for name, val in (("--scalings", scalings), ("--train-len", train_len),
                       ("--layers", layers), ("--report", report),
-                      ("--device", None if device == "cpu" else device)):
+                      ("--device", None if device == "cpu" else device),
+                      ("--band-from", band_from)):
         if val is not None:
             fail(f"{name}: applies to a MODEL (sigprop longctx MODEL {name} ...)")
     ts = ts or lc.default_lengths()
@@ -201,7 +206,7 @@ def _int_list(option: str, text: str | None) -> list[int] | None:
 
 def _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len, band,
                    layers, out_queries, sequences, report, plot, fmt, seed, no_timing, wide,
-                   device):
+                   device, band_from=None):
     """``sigprop longctx MODEL``: :func:`sigprop.analysis.longctx_model.sweep_model`."""
     from ..analysis.longctx_model import sweep_model
     from .common import check_output_file, command_line
@@ -218,7 +223,8 @@ def _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len
               else None, sequences=sequences, compare=compare, band=band,
               scalings=None if scalings is None else [x for x in scalings.split(",")
                                                       if x.strip()],
-              layers=_int_list("--layers", layers), chunk=chunk, seed=seed, device=device)
+              layers=_int_list("--layers", layers), chunk=chunk, seed=seed, device=device,
+              bands=_bands_from(band_from))
     if kw["train_len"] is not None and not 2 <= kw["train_len"] <= 2**30:
         fail(f"--train-len: must be an integer in [2, 2^30] (got {train_len})")
     if not 1 <= sequences <= 64:
@@ -253,3 +259,21 @@ def _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len
         from ..report.longctx import print_model_sweep
 
         print_model_sweep(r, wide=wide)
+
+
+def _bands_from(path: str | None) -> dict | None:
+    """``--band-from``: the ``band`` object of an earlier ``longctx MODEL`` JSON."""
+    if path is None:
+        return None
+    import json
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            bands = json.load(fh)["band"]
+    except OSError as err:
+        fail(f"--band-from: cannot read {path!r} ({err.strerror or err})")
+    except (ValueError, KeyError, TypeError):
+        fail(f"--band-from: {path!r} is not the JSON of `sigprop longctx MODEL --format json`")
+    if not isinstance(bands, dict) or not bands:
+        fail(f"--band-from: {path!r} has no per-layer bands")
+    return bands
