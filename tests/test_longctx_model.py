@@ -249,6 +249,7 @@ def test_cli_json_and_errors(tmp_path):
     assert {"rows", "layers", "band", "recommendation", "lengths", "train_len"} <= set(out)
     assert out["lengths"] == [1024, 8192, 16384]
     assert len(out["layers"]) == 2
+    assert set(out["band"]) == {"0", "1"} and out["band_width"] == 0.05
     assert "seconds" not in out
     table = runner.invoke(app, ["longctx", str(cfg), "--lengths", "1024", "--queries", "16",
                                 "--plot", str(tmp_path / "f.png"),
@@ -317,3 +318,24 @@ def test_fix_takes_the_recommendation_file(tmp_path):
         bad = runner.invoke(app, ["fix", str(cfg), "--out", str(tmp_path / "x"), "--longctx",
                                   str(path)])
         assert bad.exit_code == 2 and msg in bad.output, bad.output
+
+
+def test_position_bias_models_are_refused_with_one_line():
+    """ALiBi (BLOOM) adds slope x distance to every logit: at long context it dominates, and
+    the stream does not model it, so the command refuses rather than report numbers without
+    it."""
+    from typer.testing import CliRunner
+
+    from sigprop.cli import app
+
+    bloom = {"model_type": "bloom", "hidden_size": 64, "n_layer": 2, "n_head": 4,
+             "vocab_size": 1000}
+    with pytest.raises(lm.SpecError, match="position bias"):
+        lm.sweep_model(bloom, [1024], queries=8, train_len=1024)
+    vit = {"model_type": "vit", "hidden_size": 64, "num_hidden_layers": 1,
+           "num_attention_heads": 4, "intermediate_size": 128, "image_size": 32,
+           "patch_size": 8}
+    with pytest.raises(lm.SpecError, match="text model"):
+        lm.sweep_model(vit, [1024], queries=8, train_len=1024)
+    res = CliRunner().invoke(app, ["longctx", "no-such-model", "--lengths", "1024"])
+    assert res.exit_code == 2 and "Traceback" not in res.output

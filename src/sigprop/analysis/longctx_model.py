@@ -166,7 +166,8 @@ class _Capture:
     def __init__(self, sites):
         self.sites = sites
         self.handles: list = []
-        self.data = [{"q": [], "k": [], "v": [], "cos": [], "pos": None} for _ in sites]
+        self.data = [{"q": [], "k": [], "v": [], "cos": [], "pos": None, "causal": None,
+                      "bias": False} for _ in sites]
 
     def __enter__(self):
         from ..measurement import observables as obs
@@ -179,6 +180,18 @@ class _Capture:
                 pe = b.get("position_embeddings")
                 if d["pos"] is None and isinstance(pe, tuple | list) and len(pe) == 2:
                     d["pos"] = tuple(t.detach()[0].double().cpu() for t in pe)
+                d["bias"] = d["bias"] or any(torch.is_tensor(b.get(n))
+                                             for n in ("alibi", "position_bias"))
+
+            def post(m, args, out, d=d):
+                # eager attention returns its probabilities: a causal mask shows as zeros
+                # above the diagonal (the module may not say, e.g. BLOOM)
+                A = out[1] if isinstance(out, tuple) and len(out) > 1 else None
+                if torch.is_tensor(A) and A.dim() == 4 and A.shape[-1] == A.shape[-2] > 1:
+                    T = A.shape[-1]
+                    up = torch.ones(T, T, dtype=torch.bool, device=A.device).triu(1)
+                    seen = bool(A.detach()[..., up].abs().max() == 0)
+                    d["causal"] = seen if d["causal"] is None else d["causal"] and seen
 
             def x_in(m, args, d=d):
                 x = args[0] if args else None
@@ -204,6 +217,7 @@ class _Capture:
 
             reg = self.handles.append
             reg(s.module.register_forward_pre_hook(pre, with_kwargs=True))
+            reg(s.module.register_forward_hook(post))
             reg(s.q.register_forward_pre_hook(x_in))
             if s.fused:
                 reg(s.q.register_forward_hook(fused))
@@ -327,7 +341,12 @@ def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
         window = int(window) if isinstance(window, int) and not isinstance(window, bool) \
             and window > 0 else None
         rho = float(torch.cat(d["cos"]).mean()) if d["cos"] else float("nan")
-        f = LayerFit(i, s.name, H, Hkv, dh, float(s.scale), bool(s.causal), window,
+        if d["bias"]:
+            raise SpecError("model", f"attention layer {i} ({s.name}) adds a position bias "
+                                     "(ALiBi or relative buckets) that the long-context stream "
+                                     "does not model")
+        causal = bool(s.causal) if d["causal"] is None else d["causal"]
+        f = LayerFit(i, s.name, H, Hkv, dh, float(s.scale), causal, window,
                      sm.GaussianFit.from_samples(q), sm.GaussianFit.from_samples(k),
                      sm.GaussianFit.from_samples(v), None if wo is None else wo[0],
                      None if wo is None else wo[1], rho)
@@ -1073,7 +1092,7 @@ def sweep_model(model, lengths: Sequence[int] | None = None, *, queries: int = 1
     seconds = time.perf_counter() - t0
     info = {"lengths": all_lengths, "requested_lengths": list(lengths), "train_len": tl,
             "seq_len": T_ref, "sequences": sequences, "queries": queries,
-            "out_queries": out_queries, "band": band, "chunk": chunk, "seed": seed,
+            "out_queries": out_queries, "band_width": band, "chunk": chunk, "seed": seed,
             "scalings": [s.label for s in streamed], "own_scaling": own.label,
             "n_layers": len(fits), "bf16_storage": bf16, "notes": notes,
             "seconds_reference": t_fit, "seconds_stream": t_stream, "device": device,
@@ -1091,6 +1110,8 @@ def _given_bands(bands, layers: list[int]) -> dict[int, tuple[float, float]]:
     in its JSON), checked: one per streamed layer, ``0 <= lo <= hi <= 1``."""
     if not bands:
         return {}
+    if not isinstance(bands, dict):
+        raise SpecError("bands", f"must map each attention layer to (lo, hi) (got {bands!r})")
     out = {}
     for L in layers:
         b = bands.get(L, bands.get(str(L)))

@@ -93,7 +93,7 @@ def print_model_sweep(r, console=None, wide: bool = False) -> None:
                   "measured - theory|[/]")
     rec = r.recommendation
     held = rec.get("holds_measured")
-    console.print(f"band: entropy at the training length ± {info['band']:g} per layer; "
+    console.print(f"band: entropy at the training length ± {info['band_width']:g} per layer; "
                   f"recommended: [bold]{rec['label']}[/] ({rec['reason']}); re-measured: "
                   + ("[green]holds[/]" if held else "[red]does not hold[/]"))
     console.print(f"apply: {rec['fix_command']}")
