@@ -339,3 +339,31 @@ def test_position_bias_models_are_refused_with_one_line():
         lm.sweep_model(vit, [1024], queries=8, train_len=1024)
     res = CliRunner().invoke(app, ["longctx", "no-such-model", "--lengths", "1024"])
     assert res.exit_code == 2 and "Traceback" not in res.output
+
+
+def test_model_check_refuses_layers_the_stream_does_not_model():
+    """The reference pass compares each layer's own probabilities with the stream's model of
+    them: a correct layer agrees to ~1e-7, an unexposed scale (GPT-Neo multiplies by 1, not
+    d^-1/2) or an interleaved rotary (GPT-J) is refused with one line."""
+    r = lm.sweep_model(LLAMA, [1024], queries=8)
+    assert all(x["model_check"] < 1e-5 for x in r.layers)
+    neo = {"model_type": "gpt_neo", "hidden_size": 64, "num_layers": 2, "num_heads": 4,
+           "attention_types": [[["global"], 2]], "vocab_size": 1000,
+           "max_position_embeddings": 2048}
+    gptj = {"model_type": "gptj", "n_embd": 64, "n_layer": 2, "n_head": 4, "rotary_dim": 8,
+            "vocab_size": 1000, "n_positions": 2048}
+    for cfg in (neo, gptj):
+        with pytest.raises(lm.SpecError, match="probabilities differ"):
+            lm.sweep_model(cfg, [1024], queries=8, train_len=1024)
+
+
+def test_config_sliding_window_is_streamed():
+    """Mistral reads its window from the config at call time: rows see at most W keys."""
+    cfg = dict(LLAMA, model_type="mistral", sliding_window=256)
+    r = lm.sweep_model(cfg, [1024, 8192], queries=16, train_len=1024)
+    assert all(x["window"] == 256 for x in r.layers)
+    m = r.trajectory
+    ipr = m[(m.observable == "ipr") & (m.scaling == "none") & (m.seq_len == 8192)]
+    # a row sees at most 256 keys, so ipr >= ~1/256 (without the window: ~log(T)/T = 0.0011)
+    for src in ("measured", "theory"):
+        assert (ipr[ipr.source == src].value > 1 / 300).all(), src

@@ -144,6 +144,8 @@ class LayerFit:
     rope_dims: int = 0
     length_dependent_rope: bool = False
     notes: list[str] = field(default_factory=list)
+    #: largest difference between the module's probabilities and the stream's model of them
+    check: float | None = None
 
     @property
     def group(self) -> int:
@@ -159,61 +161,158 @@ def _bound(module, args, kwargs) -> dict:
         return dict(kwargs)
 
 
-class _Capture:
-    """Hooks on every attention site: q/k/v outputs (pre-RoPE), the input's token cosine,
-    the (cos, sin) the module receives."""
+def module_window(mod) -> int | None:
+    """A sliding window of an attention module: its ``sliding_window`` attribute, else its
+    config's (Mistral-style modules read it at call time) unless the config turns windows off
+    (``use_sliding_window = False``) or lists this layer as full attention."""
+    if hasattr(mod, "sliding_window"):
+        w = mod.sliding_window
+    else:
+        cfg = getattr(mod, "config", None)
+        w = getattr(cfg, "sliding_window", None)
+        lt, idx = getattr(cfg, "layer_types", None), getattr(mod, "layer_idx", None)
+        if getattr(cfg, "use_sliding_window", True) is False or (
+                isinstance(lt, list | tuple) and isinstance(idx, int) and idx < len(lt)
+                and lt[idx] != "sliding_attention"):
+            w = None
+    return int(w) if isinstance(w, int) and not isinstance(w, bool) and w > 0 else None
 
-    def __init__(self, sites):
-        self.sites = sites
+
+#: largest relative difference between the module's own logits and the stream's model of
+#: them (q.k x scale, the (cos, sin) received, the mask; :func:`_mismatch`) that a layer may
+#: show in the reference pass
+MODEL_TOL = 1e-2
+
+
+def _mismatch(P: torch.Tensor, A: torch.Tensor) -> float:
+    """How far the module's probabilities ``A`` are from the modelled ``P`` (both ``(H, T,
+    T)``): infinite if they mask different keys, else per head the norm of the difference of
+    the row-centred log-probabilities (the logits up to a row constant) over the norm of the
+    modelled ones; the largest over heads. Relative, so a wrong scale or rotation shows even
+    when attention is nearly uniform at init."""
+    vis = P > 0
+    if not torch.equal(vis, A > 0):
+        return math.inf
+    n = vis.sum(-1, keepdim=True).clamp_min(1)
+
+    def centred(x):
+        lx = torch.where(vis, torch.log(torch.where(vis, x, torch.ones_like(x))),
+                         torch.zeros_like(x))
+        return torch.where(vis, lx - lx.sum(-1, keepdim=True) / n, torch.zeros_like(lx))
+
+    lp, la = centred(P), centred(A)
+    num = (la - lp).pow(2).sum((-1, -2)).sqrt()
+    den = lp.pow(2).sum((-1, -2)).sqrt().clamp_min(1e-300)
+    return float((num / den).max())
+
+
+def _stream_view(q, k, pos, s, causal: bool, window: int | None) -> torch.Tensor:
+    """The probabilities the stream's model of a layer gives on one captured sequence:
+    ``(H, T, T)`` float64 (the check of :class:`_Capture`)."""
+    H, Hkv, dh = s.n_heads, s.n_kv_heads, s.head_dim
+    T = q.shape[-2] if q.dim() >= 3 and q.shape[-1] == H * dh else q.shape[-3]
+    q = q.reshape(-1, T, H, dh)[0]
+    k = k.reshape(-1, T, Hkv, dh)[0]
+    if pos is not None:
+        q, k = sm.apply_rope(q, *pos), sm.apply_rope(k, *pos)
+    k = k[:, torch.arange(H) // (H // Hkv)]
+    sc = torch.einsum("ahd,bhd->hab", q, k) * s.scale
+    a, b = torch.arange(T)[:, None], torch.arange(T)[None, :]
+    hide = torch.zeros(T, T, dtype=torch.bool)
+    if causal:
+        hide |= b > a
+        if window:
+            hide |= b <= a - window
+    elif window:
+        hide |= (a - b).abs() >= window
+    return torch.softmax(sc.masked_fill(hide, float("-inf")), dim=-1)
+
+
+class _Capture:
+    """Hooks on every attention site: q/k/v outputs (pre-RoPE; the first output of each
+    projection per call of the module: DeBERTa runs them again on relative embeddings), the
+    input's token cosine, the (cos, sin) the module receives, causality and the check that the
+    stream's model of the layer reproduces the module's own probabilities (eager attention
+    returns them): ``check`` is the largest difference seen."""
+
+    def __init__(self, sites, check: bool = True):
+        self.sites, self.check = sites, check
         self.handles: list = []
         self.data = [{"q": [], "k": [], "v": [], "cos": [], "pos": None, "causal": None,
-                      "bias": False} for _ in sites]
+                      "bias": False, "check": None, "got": None, "call_pos": None}
+                     for _ in sites]
 
     def __enter__(self):
         from ..measurement import observables as obs
 
+        bias_args = ("alibi", "position_bias", "relative_pos", "rel_embeddings")
         for i, s in enumerate(self.sites):
             d = self.data[i]
 
             def pre(m, args, kwargs, d=d):
                 b = _bound(m, args, kwargs)
                 pe = b.get("position_embeddings")
-                if d["pos"] is None and isinstance(pe, tuple | list) and len(pe) == 2:
-                    d["pos"] = tuple(t.detach()[0].double().cpu() for t in pe)
-                d["bias"] = d["bias"] or any(torch.is_tensor(b.get(n))
-                                             for n in ("alibi", "position_bias"))
+                d["got"], d["call_pos"] = set(), None
+                if isinstance(pe, tuple | list) and len(pe) == 2:
+                    d["call_pos"] = tuple(t.detach()[0].double().cpu() for t in pe)
+                    if d["pos"] is None:
+                        d["pos"] = d["call_pos"]
+                d["bias"] = d["bias"] or any(torch.is_tensor(b.get(n)) for n in bias_args) \
+                    or bool(getattr(m, "has_relative_attention_bias", False)) \
+                    or bool(getattr(m, "relative_attention", False))
 
-            def post(m, args, out, d=d):
+            def post(m, args, out, d=d, s=s):
+                got, d["got"] = d["got"], None
                 # eager attention returns its probabilities: a causal mask shows as zeros
                 # above the diagonal (the module may not say, e.g. BLOOM)
                 A = out[1] if isinstance(out, tuple) and len(out) > 1 else None
-                if torch.is_tensor(A) and A.dim() == 4 and A.shape[-1] == A.shape[-2] > 1:
-                    T = A.shape[-1]
-                    up = torch.ones(T, T, dtype=torch.bool, device=A.device).triu(1)
-                    seen = bool(A.detach()[..., up].abs().max() == 0)
-                    d["causal"] = seen if d["causal"] is None else d["causal"] and seen
+                if not (torch.is_tensor(A) and A.dim() == 4 and A.shape[-1] == A.shape[-2] > 1):
+                    return
+                A = A.detach()
+                T = A.shape[-1]
+                up = torch.ones(T, T, dtype=torch.bool, device=A.device).triu(1)
+                seen = bool(A[..., up].abs().max() == 0)
+                d["causal"] = seen if d["causal"] is None else d["causal"] and seen
+                if self.check and got and {"q", "k"} <= got:
+                    try:
+                        P = _stream_view(d["q"][-1], d["k"][-1], d["call_pos"], s, seen,
+                                         module_window(s.module))
+                        diff = _mismatch(P, A[0].double().cpu())
+                    except (RuntimeError, ValueError):  # a layout the model cannot split
+                        diff = math.inf
+                    d["check"] = diff if d["check"] is None else max(d["check"], diff)
 
             def x_in(m, args, d=d):
                 x = args[0] if args else None
-                if torch.is_tensor(x) and x.dim() >= 2 and x.shape[-2] > 1:
+                if torch.is_tensor(x) and x.dim() >= 2 and x.shape[-2] > 1 and \
+                        (d["got"] is None or "x" not in d["got"]):
                     d["cos"].append(obs.mean_cos(x.detach().double()).reshape(-1).cpu())
+                    if d["got"] is not None:
+                        d["got"].add("x")
 
-            def grab(key, d=d):
-                return lambda m, a, out: d[key].append(out.detach().double().cpu())
+            def keep(key, out, d=d):
+                if d["got"] is not None:  # inside a call of the module: its first output only
+                    if key in d["got"]:
+                        return
+                    d["got"].add(key)
+                d[key].append(out)
+
+            def grab(key, keep=keep):
+                return lambda m, a, out: keep(key, out.detach().double().cpu())
 
             H, Hkv, dh = s.n_heads, s.n_kv_heads, s.head_dim
 
-            def fused(m, a, out, d=d, s=s, H=H, Hkv=Hkv, dh=dh):
+            def fused(m, a, out, s=s, H=H, Hkv=Hkv, dh=dh, keep=keep):
                 out = out.detach().double().cpu()
                 if s.fused == "per_head":
                     o = out.unflatten(-1, (H, 3 * dh))
-                    d["q"].append(o[..., :dh].flatten(-2))
-                    d["k"].append(o[..., dh:2 * dh].flatten(-2))
-                    d["v"].append(o[..., 2 * dh:].flatten(-2))
+                    parts = (o[..., :dh].flatten(-2), o[..., dh:2 * dh].flatten(-2),
+                             o[..., 2 * dh:].flatten(-2))
                 else:
-                    d["q"].append(out[..., :H * dh])
-                    d["k"].append(out[..., H * dh:(H + Hkv) * dh])
-                    d["v"].append(out[..., (H + Hkv) * dh:])
+                    parts = (out[..., :H * dh], out[..., H * dh:(H + Hkv) * dh],
+                             out[..., (H + Hkv) * dh:])
+                for key, part in zip("qkv", parts, strict=True):
+                    keep(key, part)
 
             reg = self.handles.append
             reg(s.module.register_forward_pre_hook(pre, with_kwargs=True))
@@ -334,17 +433,32 @@ def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
             raise SpecError("model", f"attention layer {i} ({s.name}): its Q/K/V projections "
                                      "were not called inside the module")
         q, k = _flat(d["q"], H * dh), _flat(d["k"], Hkv * dh)
-        v = torch.cat([c.reshape(q.shape[0], -1) for c in d["v"]])
+        n_v = sum(c.numel() for c in d["v"])
+        if k.shape[0] != q.shape[0] or n_v % max(q.shape[0], 1):
+            raise SpecError("model", f"attention layer {i} ({s.name}): its Q/K/V projections "
+                                     "run on other inputs too (relative embeddings?): not a "
+                                     "layout the long-context stream models")
+        v = torch.cat([c.reshape(-1, n_v // q.shape[0]) for c in d["v"]])
         dv = v.shape[1] // Hkv
         wo = _o_proj(s, H * dv)
-        window = getattr(s.module, "sliding_window", None)
-        window = int(window) if isinstance(window, int) and not isinstance(window, bool) \
-            and window > 0 else None
-        rho = float(torch.cat(d["cos"]).mean()) if d["cos"] else float("nan")
+        window = module_window(s.module)
+        if d["check"] is None and i == 0:
+            notes_check = ("the module returns no probabilities (not eager attention): the "
+                           "stream's model of each layer was not checked against it")
+        else:
+            notes_check = None
         if d["bias"]:
             raise SpecError("model", f"attention layer {i} ({s.name}) adds a position bias "
                                      "(ALiBi or relative buckets) that the long-context stream "
                                      "does not model")
+        if d["check"] is not None and not d["check"] <= MODEL_TOL:
+            raise SpecError("model", f"attention layer {i} ({s.name}): its own probabilities "
+                                     f"differ from the stream's model of it (q.k x scale "
+                                     f"{s.scale:.4g}, the (cos, sin) it receives, its mask) by "
+                                     f"{d['check']:.2g} in the reference pass: something the "
+                                     "stream does not model (soft-capping, attention sinks, "
+                                     "interleaved or in-module RoPE, an unexposed scale)")
+        rho = float(torch.cat(d["cos"]).mean()) if d["cos"] else float("nan")
         causal = bool(s.causal) if d["causal"] is None else d["causal"]
         f = LayerFit(i, s.name, H, Hkv, dh, float(s.scale), causal, window,
                      sm.GaussianFit.from_samples(q), sm.GaussianFit.from_samples(k),
@@ -353,6 +467,9 @@ def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
         if wo is None:
             f.notes.append(f"layer {i}: no output projection recognised: the output cosine "
                            "is that of the concatenated heads")
+        if notes_check:
+            f.notes.append(notes_check)
+        f.check = d["check"]
         if d["pos"] is not None:
             T = d["pos"][0].shape[0]
             m = _match_rope(d["pos"], rotaries, T, long_T)
@@ -1074,7 +1191,7 @@ def sweep_model(model, lengths: Sequence[int] | None = None, *, queries: int = 1
                                 scaling=own.label, **base))
         layer_rows.append(dict(layer=f.index, name=f.name, heads=f.heads,
                                kv_heads=f.kv_heads, causal=f.causal, window=f.window,
-                               rope=f.rope is not None, rho=f.rho,
+                               rope=f.rope is not None, rho=f.rho, model_check=f.check,
                                gamma_c=1.0 / (1.0 - f.rho) if f.rho < 1 else math.inf,
                                spread_exponent=_spread_exponent(all_lengths, spread)))
     traj = pd.DataFrame.from_records(records)

@@ -3,7 +3,8 @@ there) and the other users of the same discovery (:mod:`.gradients`, :mod:`sigpr
 
 An attention site is a module owning Q/K projections: split ones (``query/key``,
 ``q_proj/k_proj``, ``query_proj/key_proj`` (DeBERTa-v2), ``q_lin/k_lin``, ``wq/wk``, ``q/k``;
-with ``q_norm/k_norm`` after them as in Qwen3 / OLMo2), fused ``[q | k | v]`` (GPT-2
+with ``q_norm/k_norm`` after them as in Qwen3 / OLMo2, ``q_layernorm/k_layernorm`` in
+StableLM / Persimmon), fused ``[q | k | v]`` (GPT-2
 ``c_attn``, ``qkv_proj``, ``Wqkv``) or per-head interleaved ``(H, 3, d_H)`` (GPT-NeoX
 ``query_key_value``, no grouped KV; a multi-query ``query_key_value`` of width
 ``(H + 2) d_H`` is ``[q | k | v]`` with one K/V head, Falcon).
@@ -113,6 +114,8 @@ def describe_attention(module: nn.Module, name: str = "", causal: bool | None = 
     scale = scale if isinstance(scale, float | int) and scale > 0 else head_dim ** -0.5
     is_causal = bool(getattr(module, "is_causal", False)) if causal is None else causal
     qp, kp = kids.get("q_norm"), kids.get("k_norm")
+    if qp is None or kp is None:  # Persimmon / StableLM name them q_layernorm, k_layernorm
+        qp, kp = kids.get("q_layernorm"), kids.get("k_layernorm")
     return AttentionSite(module, q, k, v, n_heads, n_kv, head_dim, float(scale), is_causal,
                          fused, qp if kp is not None else None, kp if qp is not None else None,
                          name)
