@@ -146,6 +146,12 @@ class LayerFit:
     notes: list[str] = field(default_factory=list)
     #: largest difference between the module's probabilities and the stream's model of them
     check: float | None = None
+    #: layers with query/key norms: Gaussian fits of the projections before the norms, and the
+    #: norms themselves (``(n, heads, d_H) -> (n, heads, d_H)``); draws are normed as in the model
+    q_gen: sm.GaussianFit | None = None
+    k_gen: sm.GaussianFit | None = None
+    q_norm: Callable | None = None
+    k_norm: Callable | None = None
 
     @property
     def group(self) -> int:
@@ -238,7 +244,8 @@ class _Capture:
     def __init__(self, sites, check: bool = True):
         self.sites, self.check = sites, check
         self.handles: list = []
-        self.data = [{"q": [], "k": [], "v": [], "cos": [], "pos": None, "causal": None,
+        self.data = [{"q": [], "k": [], "v": [], "q_pre": [], "k_pre": [], "cos": [],
+                      "pos": None, "causal": None,
                       "bias": False, "check": None, "got": None, "call_pos": None}
                      for _ in sites]
 
@@ -323,6 +330,9 @@ class _Capture:
             else:
                 reg((s.q_post or s.q).register_forward_hook(grab("q")))
                 reg((s.k_post or s.k).register_forward_hook(grab("k")))
+                if s.q_post is not None and s.k_post is not None:  # before the q/k norms
+                    reg(s.q.register_forward_hook(grab("q_pre")))
+                    reg(s.k.register_forward_hook(grab("k_pre")))
                 if s.v is not None:
                     reg(s.v.register_forward_hook(grab("v")))
         return self
@@ -332,6 +342,25 @@ class _Capture:
             h.remove()
         self.handles = []
         return False
+
+
+def _norm_fn(module, heads: int, dh: int) -> Callable:
+    """A query/key norm as a function of ``(n, heads, d_H)``: a float32 copy of the module,
+    applied per head (weight of ``d_H``, Qwen3) or over the whole projection (OLMo 2)."""
+    import copy
+
+    mod = copy.deepcopy(module).float().cpu().eval()
+    w = getattr(mod, "weight", None)
+    per_head = not (torch.is_tensor(w) and w.numel() == heads * dh)
+
+    def fn(x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[0]
+        with torch.no_grad():
+            y = mod(x.float().reshape(1, n, heads, dh) if per_head
+                    else x.float().reshape(1, n, heads * dh))
+        return y.reshape(n, heads, dh).to(device=x.device, dtype=x.dtype)
+
+    return fn
 
 
 def _flat(chunks: list[torch.Tensor], width: int) -> torch.Tensor:
@@ -470,6 +499,10 @@ def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
         if notes_check:
             f.notes.append(notes_check)
         f.check = d["check"]
+        if d["q_pre"] and d["k_pre"] and len(d["q_pre"]) == len(d["q"]):
+            f.q_gen = sm.GaussianFit.from_samples(_flat(d["q_pre"], H * dh))
+            f.k_gen = sm.GaussianFit.from_samples(_flat(d["k_pre"], Hkv * dh))
+            f.q_norm, f.k_norm = _norm_fn(s.q_post, H, dh), _norm_fn(s.k_post, Hkv, dh)
         if d["pos"] is not None:
             T = d["pos"][0].shape[0]
             m = _match_rope(d["pos"], rotaries, T, long_T)
@@ -534,8 +567,11 @@ def moments(f: LayerFit, n_queries: int = THEORY_QUERIES, seed: int = 0) -> Laye
     Ck = _blocks(f.k.cov, Hkv, dh)[kv_of]  # (H, dh, dh)
     mq = f.q.mu.view(H, dh)
     mk = f.k.mu.view(Hkv, dh)[kv_of]
-    z = sm.random_normal(seed, 51, f.index, n_queries, f.q.rank, torch.float64)
-    qs = (f.q.mu + z @ f.q.F).view(n_queries, H, dh)
+    g = f.q_gen or f.q
+    z = sm.random_normal(seed, 51, f.index, n_queries, g.rank, torch.float64)
+    qs = (g.mu + z @ g.F).view(n_queries, H, dh)
+    if f.q_norm is not None and f.q_gen is not None:
+        qs = f.q_norm(qs)
     vfl = c2 * torch.einsum("ahi,hij,ahj->ah", qs, Ck, qs)
     shared = c2 * torch.einsum("hi,hij,hj->h", mq, Ck, mq)
     mean_v = vfl.mean(0)
@@ -802,8 +838,10 @@ def sample_rows(lengths: Sequence[int], queries: int, out_queries: int, *, causa
 
 def _queries(fit: LayerFit, n: int, seed: int) -> torch.Tensor:
     """``(n, H, d_H)`` pre-RoPE queries drawn from the layer's query fit."""
-    z = sm.random_normal(seed, 21, fit.index, n, fit.q.rank, torch.float64)
-    return (fit.q.mu + z @ fit.q.F).view(n, fit.heads, fit.head_dim)
+    g = fit.q_gen or fit.q
+    z = sm.random_normal(seed, 21, fit.index, n, g.rank, torch.float64)
+    q = (g.mu + z @ g.F).view(n, fit.heads, fit.head_dim)
+    return fit.q_norm(q) if fit.q_norm is not None and fit.q_gen is not None else q
 
 
 def stream_fit(fit: LayerFit, rows: Rows, scalings: Sequence[Scaling], *, seed: int,
@@ -819,8 +857,9 @@ def stream_fit(fit: LayerFit, rows: Rows, scalings: Sequence[Scaling], *, seed: 
         return [_merge([p[k] for p in parts], rows) for k in range(len(scalings))]
     n_max = max(rows.lengths)
     q = _queries(fit, len(rows.pos), layer_seed)
-    src = sm.GaussianKV(n_max, fit.k, fit.v, fit.kv_heads, seed=layer_seed, dtype=dtype,
-                        device=device)
+    src = sm.GaussianKV(n_max, fit.k_gen or fit.k, fit.v, fit.kv_heads, seed=layer_seed,
+                        dtype=dtype, device=device,
+                        k_post=fit.k_norm if fit.k_gen is not None else None)
     mults = [s.mult(rows.n_keys) for s in scalings]
     rope = None
     if fit.rope is not None:
@@ -1105,6 +1144,12 @@ def sweep_model(model, lengths: Sequence[int] | None = None, *, queries: int = 1
     vocab = dg.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
     inputs, _ = dg._inputs(config, "text", T_ref, sequences, vocab, seed, "cpu")
     enc_dec = bool(getattr(config, "is_encoder_decoder", False))
+    if enc_dec:
+        notes.append("encoder-decoder: the encoder's self-attention layers are streamed")
+    if dg._repeats(config) > 1:
+        notes.append(f"shared layers ({config.model_type}): each shared attention module is "
+                     f"applied {dg._repeats(config)} times per pass; its applications are "
+                     "pooled into one fit (one row per shared module)")
     was_training = module.training
     module.eval()
     try:

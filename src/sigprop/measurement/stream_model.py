@@ -144,15 +144,18 @@ class GaussianKV(KVSource):
     query are exactly Gaussian across keys -- the tail decides condensation, and a sum of a few
     dozen random signs (a low-rank key fit) has a visibly lighter tail than a Gaussian (measured
     entropy at T = 16k off by 0.07 at beta ~ 1.9). Values: ``z`` random signs (~4x cheaper; the
-    output averages many values, where only the first two moments matter).
+    output averages many values, where only the first two moments matter). ``k_post``: a key
+    norm applied to the drawn keys (the fit then describes the projections before it).
     Block ``b`` of ``BLOCK`` positions is seeded by ``(seed, salt, b)``: any chunk is generated
     identically whatever the chunk size, and a length-T context is the first T positions of a
     longer one."""
 
     def __init__(self, n: int, k_fit: GaussianFit, v_fit: GaussianFit, kv_heads: int, *,
                  seed: int = 0, dtype: torch.dtype = torch.float32,
-                 device: str | torch.device = "cpu"):
+                 device: str | torch.device = "cpu",
+                 k_post: Callable[[Tensor], Tensor] | None = None):
         self.n, self.dtype, self.seed, self.kv_heads = int(n), dtype, seed, kv_heads
+        self.k_post = k_post
         self.device = torch.device(device)
         self.fits = [(f.mu.to(self.device, dtype), f.F.to(self.device, dtype))
                      for f in (k_fit, v_fit)]
@@ -170,7 +173,10 @@ class GaussianKV(KVSource):
         return torch.addmm(mu, z, F).view(stop - start, self.kv_heads, -1)
 
     def chunk(self, start, stop):
-        return self._draw(0, start, stop), self._draw(1, start, stop)
+        k = self._draw(0, start, stop)
+        if self.k_post is not None:  # a key norm (Qwen3, OLMo 2): draws land on its sphere
+            k = self.k_post(k)
+        return k, self._draw(1, start, stop)
 
 
 # ------------------------------------------------------------------------------------ kernel
