@@ -367,3 +367,13 @@ def test_config_sliding_window_is_streamed():
     # a row sees at most 256 keys, so ipr >= ~1/256 (without the window: ~log(T)/T = 0.0011)
     for src in ("measured", "theory"):
         assert (ipr[ipr.source == src].value > 1 / 300).all(), src
+
+
+def test_a_fixed_model_passes_the_model_check_with_its_own_scaling(tmp_path):
+    """A `sigprop fix` temperature multiplies every logit inside the model's attention: the
+    model check models it (it refused such a model before), and the stream applies it."""
+    dg.fix(GPT2_HOT, str(tmp_path / "hot"), scaling="tau", scaling_param=2.0, seeds=1,
+           sequences=1)
+    r = lm.sweep_model(str(tmp_path / "hot"), [1024], queries=16, train_len=1024)
+    assert r.info["own_scaling"] == "tau(2)"
+    assert all(x["model_check"] < 1e-5 for x in r.layers)

@@ -212,7 +212,8 @@ def _mismatch(P: torch.Tensor, A: torch.Tensor) -> float:
     return float((num / den).max())
 
 
-def _stream_view(q, k, pos, s, causal: bool, window: int | None) -> torch.Tensor:
+def _stream_view(q, k, pos, s, causal: bool, window: int | None,
+                 mult: Callable | None = None) -> torch.Tensor:
     """The probabilities the stream's model of a layer gives on one captured sequence:
     ``(H, T, T)`` float64 (the check of :class:`_Capture`)."""
     H, Hkv, dh = s.n_heads, s.n_kv_heads, s.head_dim
@@ -231,6 +232,9 @@ def _stream_view(q, k, pos, s, causal: bool, window: int | None) -> torch.Tensor
             hide |= b <= a - window
     elif window:
         hide |= (a - b).abs() >= window
+    if mult is not None:  # the model's own length scaling (a `sigprop fix`), per row's keys
+        n = (~hide).sum(-1).double().numpy()
+        sc = sc * torch.as_tensor(mult(n), dtype=sc.dtype)[None, :, None]
     return torch.softmax(sc.masked_fill(hide, float("-inf")), dim=-1)
 
 
@@ -241,8 +245,8 @@ class _Capture:
     stream's model of the layer reproduces the module's own probabilities (eager attention
     returns them): ``check`` is the largest difference seen."""
 
-    def __init__(self, sites, check: bool = True):
-        self.sites, self.check = sites, check
+    def __init__(self, sites, check: bool = True, mult: Callable | None = None):
+        self.sites, self.check, self.mult = sites, check, mult
         self.handles: list = []
         self.data = [{"q": [], "k": [], "v": [], "q_pre": [], "k_pre": [], "cos": [],
                       "pos": None, "causal": None,
@@ -283,7 +287,7 @@ class _Capture:
                 if self.check and got and {"q", "k"} <= got:
                     try:
                         P = _stream_view(d["q"][-1], d["k"][-1], d["call_pos"], s, seen,
-                                         module_window(s.module))
+                                         module_window(s.module), self.mult)
                         diff = _mismatch(P, A[0].double().cpu())
                     except (RuntimeError, ValueError):  # a layout the model cannot split
                         diff = math.inf
@@ -448,10 +452,12 @@ def _match_rope(fit_pos, rotaries, T: int, long_T: int):
 
 
 def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
-               names: list[str] | None = None) -> list[LayerFit]:
+               names: list[str] | None = None,
+               mult: Callable | None = None) -> list[LayerFit]:
     """Run the reference pass (``forward(model, inputs)``) with capture hooks and fit every
-    site's moments (:class:`LayerFit`)."""
-    cap = _Capture(sites)
+    site's moments (:class:`LayerFit`); ``mult(n)``: the logit multiplier the model applies
+    itself (a recorded ``sigprop fix`` scaling), for the model check."""
+    cap = _Capture(sites, mult=mult)
     with cap, torch.no_grad():
         forward(model, inputs)
     rotaries = rotary_modules(model)
@@ -1158,7 +1164,8 @@ def sweep_model(model, lengths: Sequence[int] | None = None, *, queries: int = 1
             ctx.__enter__()
         try:
             fits = fit_layers(module, [sites[i] for i in chosen], inputs,
-                              lambda m, x: dg._forward(m, x, enc_dec), long_T=max(all_lengths))
+                              lambda m, x: dg._forward(m, x, enc_dec), long_T=max(all_lengths),
+                              mult=None if own.kind == "none" else own.mult)
         finally:
             if ctx is not None:
                 ctx.__exit__(None, None, None)
