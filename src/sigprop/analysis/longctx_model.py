@@ -77,10 +77,6 @@ class Scaling:
     def mult(self, n) -> np.ndarray:
         return score_multiplier(self.kind, np.asarray(n, dtype=np.float64), self.param)
 
-    @property
-    def per_row(self) -> bool:
-        return self.kind in ("log-n", "sqrt-log-n", "qwen", "sqrt-qwen", "ssmax")
-
 
 def _label(kind: str, param: float | None, train_len: int) -> str:
     if kind == "none" or (kind in ("log-n", "sqrt-log-n", "qwen", "sqrt-qwen") and
@@ -452,7 +448,6 @@ def _match_rope(fit_pos, rotaries, T: int, long_T: int):
 
 
 def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
-               names: list[str] | None = None,
                mult: Callable | None = None) -> list[LayerFit]:
     """Run the reference pass (``forward(model, inputs)``) with capture hooks and fit every
     site's moments (:class:`LayerFit`); ``mult(n)``: the logit multiplier the model applies
@@ -1180,8 +1175,8 @@ def sweep_model(model, lengths: Sequence[int] | None = None, *, queries: int = 1
         notes += f.notes
     t_fit = time.perf_counter() - t0
     moms = [moments(f) for f in fits]
-    rec = recommend(moms, fits, own, tl, all_lengths, band,
-                    _given_bands(bands, [f.index for f in fits]))
+    bands = _given_bands(bands, [f.index for f in fits])
+    rec = recommend(moms, fits, own, tl, all_lengths, band, bands)
     streamed = [own]
     for s in [rec["_scaling"]] + extra:
         if s.label not in {x.label for x in streamed}:
@@ -1190,7 +1185,6 @@ def sweep_model(model, lengths: Sequence[int] | None = None, *, queries: int = 1
     theory_only = [x for x in theory_only if x.label not in {y.label for y in streamed}]
     records: list[dict] = []
     layer_rows: list[dict] = []
-    bands = _given_bands(bands, [f.index for f in fits])
     t_stream = 0.0
     keys_streamed = 0
     flops = 0.0

@@ -36,7 +36,7 @@ import torch
 from torch import Tensor
 
 from ._threads import run_workers
-from .stream_inputs import BLOCK, _block_seed
+from .stream_inputs import BLOCK, GeneratedTokens, _block_seed
 from .streaming import _NEG
 
 RopeFn = Callable[[Tensor], tuple[Tensor, Tensor]]
@@ -116,7 +116,7 @@ class GaussianFit:
 #: elements of one score buffer (float32: 16 MB): bounds the heads batched per product
 BUF = 1 << 22
 
-_LUT = ((torch.arange(256)[:, None] >> torch.arange(8)) & 1).float() * 2.0 - 1.0
+_LUT = GeneratedTokens._LUT  # byte -> its eight bits as +-1
 
 
 def random_signs(seed: int, salt: int, block: int, rows: int, width: int,

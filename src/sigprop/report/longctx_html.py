@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..plotting.longctx_model import plot_model_sweep
+from ..plotting.longctx_model import _band_of, plot_model_sweep
 from .html import _CSS, _e, _num, _provenance, _svg, _table
 
 MISSING = "—"
@@ -83,16 +83,8 @@ def _text(x: Any) -> str:
 
 
 def _band_text(band: dict | None, layer: Any) -> str | None:
-    if not band or layer is None:
-        return None
-    b = band.get(layer, band.get(str(layer)))
-    if b is None:
-        return None
-    try:
-        lo, hi = (float(x) for x in b)
-    except (TypeError, ValueError):
-        return None
-    return f"{lo:.3g} – {hi:.3g}"
+    b = None if layer is None else _band_of(band, layer)
+    return None if b is None else f"{b[0]:.3g} – {b[1]:.3g}"
 
 
 def _lengths_text(lengths: Any) -> str:
