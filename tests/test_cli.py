@@ -135,3 +135,27 @@ def test_measure_bad_input(args, needle):
     p = run(*args)
     assert p.returncode == 2 and needle in p.stderr and "Traceback" not in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("rho", [0.2, 0.6])
+def test_scaling_tau_star_equalises_the_gradients(rho):
+    """noci22 Eq. 45 multiplies the logits by tau; Eq. 47's tau_star (printed by `translate`)
+    fed back as `--scaling tau` must bring the autograd query and value gradient norms of a
+    one-layer post-LN model (Xavier weights, near-uniform attention at d = 64, n = 32) within a
+    factor 1.5 of each other (measured 1.12 and 1.07 with 8 seeds; the factor leaves room for
+    the softmax's departure from uniform attention, docs/theory.md §4.1). Without it they are
+    a factor ~10 and ~100 apart, and the old convention (dividing by tau) widens the gap."""
+    spec = ["--depth", "1", "--heads", "1", "--d-model", "64", "--seq-len", "32", "--norm",
+            "post", "--init-std", "0.125", "--sigma-v2", "1", "--sigma-w2", "1", "--sigma-o2",
+            "1", "--rho0", str(rho)]
+    ts = json.loads(run("translate", *spec, "--format", "json").stdout)["tau_star"]
+    assert ts > 2
+
+    def ratio(tau):
+        out = json.loads(run("measure", *spec, "--grads", "--seeds", "8", "--format", "json",
+                             "--scaling", "tau", "--scaling-param", str(tau)).stdout)
+        g = {r["observable"]: r["value"] for r in out["rows"] if r["observable"].startswith("grad")}
+        return g["grad_v"] / g["grad_qk"]
+
+    assert ratio(1.0) > 5
+    assert 1 / 1.5 < ratio(ts) < 1.5

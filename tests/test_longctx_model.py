@@ -200,14 +200,14 @@ def test_rows_cover_every_layer_length_and_scaling():
 
 def test_scalings_change_the_logits_as_stated():
     """log-n at lengths beyond training multiplies the scores: entropy falls (more focused)
-    relative to none; tau > 1 flattens."""
+    relative to none; tau < 1 (noci22's temperature multiplies the logits) flattens."""
     r = lm.sweep_model(GPT2_HOT, [1024, 32768], queries=64, seed=0,
-                       scalings=["log-n", "tau:2"], train_len=1024)
+                       scalings=["log-n", "tau:0.5"], train_len=1024)
     m = r.trajectory
     e = m[(m.observable == "entropy") & (m.source == "measured") & (m.seq_len == 32768)]
     by = e.groupby("scaling").value.mean()
     assert by["log-n"] < by["none"] - 0.02
-    assert by["tau(2)"] > by["none"] + 0.02
+    assert by["tau(0.5)"] > by["none"] + 0.02
 
 
 # ----------------------------------------------------------------- recommendation and fix

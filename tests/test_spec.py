@@ -82,6 +82,6 @@ def test_score_multipliers():
     assert score_multiplier("ssmax", 512) == pytest.approx(1.0)
     assert score_multiplier("ssmax", 1000, 0.5) == pytest.approx(0.5 * math.log(1000))
     assert score_multiplier("yarn", 10, 16.0) == pytest.approx((0.1 * math.log(16) + 1) ** 2)
-    assert score_multiplier("tau", 10, 8.5) == pytest.approx(1 / 8.5)
+    assert score_multiplier("tau", 10, 8.5) == pytest.approx(8.5)  # noci22 Eq. 45: multiplies
     s = ArchSpec(beta=1.0, scaling="tau", scaling_param=2.0)
-    assert s.beta_eff == pytest.approx(0.5)
+    assert s.beta_eff == pytest.approx(2.0)

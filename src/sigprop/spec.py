@@ -79,7 +79,9 @@ def score_multiplier(kind: str, n, param: float | None = None) -> np.ndarray:
     * ``yarn``: ``(0.1 ln s + 1)^2`` (``param = s >= 1``, default 1): YaRN's attention factor
       ``sqrt(1/t) = 0.1 ln s + 1`` applied to both queries and keys, hence squared in the logits;
       independent of n.
-    * ``tau``: ``1 / tau`` (``param = tau``, default 1): tempered softmax (noci22 §3.3).
+    * ``tau``: ``tau`` (``param = tau``, default 1): noci22's temperature, which multiplies the
+      logits (Eq. 45: ``softmax(tau X W_Q W_K^T X^T / sqrt(d_k))``), so the printed
+      ``tau_star`` (Eq. 47) is used as it is.
     """
     if kind not in SCALINGS:
         raise SpecError("scaling", f"must be one of {', '.join(SCALINGS)} (got {kind!r})")
@@ -100,7 +102,7 @@ def score_multiplier(kind: str, n, param: float | None = None) -> np.ndarray:
         return p * logn
     if kind == "yarn":
         return np.full_like(n, (0.1 * math.log(p) + 1.0) ** 2)
-    return np.full_like(n, 1.0 / p)  # tau
+    return np.full_like(n, p)  # tau multiplies the logits (noci22 Eq. 45)
 
 
 # --------------------------------------------------------------------------------------------

@@ -909,7 +909,7 @@ def _candidates(own: Scaling, train_len: int) -> list[tuple[Scaling, Scaling, fl
     for t in np.geomspace(0.25, 4.0, 49):
         if abs(t - 1.0) > 1e-9 and own.kind == "none":
             out.append((Scaling("tau", float(t), _label("tau", float(t), train_len)), own,
-                        float(1.0 / t)))
+                        float(t)))
     return out
 
 

@@ -163,7 +163,7 @@ def _analyse(config, seq_len, rho0, absorb_embedding) -> tuple[ArchSpec, HFInfo]
         if yarn_default and abs(scale * math.sqrt(head_dim) - 1) < 1e-12:
             scaling, scaling_param = "yarn", float(f)
         else:
-            scaling, scaling_param = "tau", 1.0 / m
+            scaling, scaling_param = "tau", m
     qk_norm = mt in _QK_NORM
     qk_std = d**-0.5 if qk_norm else None
     if qk_norm:
@@ -402,9 +402,9 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
         notes.append("causal: the attention mask hides every later key (read from the "
                      "measured attention)")
     m = float(statistics.median(table.scale))
-    scaling, param = ("none", None) if abs(m - 1.0) < 1e-9 else ("tau", 1.0 / m)
+    scaling, param = ("none", None) if abs(m - 1.0) < 1e-9 else ("tau", m)
     if scaling == "tau":
-        notes.append(f"logit scale {m:.4g} / sqrt(d_head) (spec scaling tau = {1 / m:.4g})")
+        notes.append(f"logit scale {m:.4g} / sqrt(d_head) (spec scaling tau = {m:.4g})")
     for key, text in _OUTSIDE:
         v = getattr(config, key, None)
         if text and isinstance(v, int | float) and not isinstance(v, bool) and v:
