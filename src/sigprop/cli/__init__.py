@@ -5,7 +5,8 @@ library, print. Heavy imports happen inside the commands so start-up stays fast.
 
 Layout: :mod:`.common` holds the typer ``app``, the output formats, the error helpers and the
 spec options; the commands live in ``cmd_theory`` (predict, diagram, translate), ``cmd_measure``
-(measure, longctx), ``cmd_models`` (diagnose, fix) and ``cmd_train`` (train, trainability).
+(measure, longctx), ``cmd_models`` (diagnose, fix), ``cmd_train`` (train, trainability) and
+``cmd_reproduce`` (reproduce).
 They are registered here, in the order ``sigprop --help`` lists them.
 """
 
@@ -18,6 +19,7 @@ import typer
 from ..spec import SpecError
 from .cmd_measure import _lengths, longctx, measure
 from .cmd_models import _alpha_value, diagnose, fix_cmd
+from .cmd_reproduce import reproduce
 from .cmd_theory import TRANSLATE_KEYS, diagram_cmd, predict, translate, translations
 from .cmd_train import train_cmd, trainability
 from .common import (
@@ -37,7 +39,8 @@ from .common import (
 __all__ = [
     "AsymptoticOpt", "Fmt", "FormatOpt", "SeedOpt", "TRANSLATE_KEYS", "app", "diagnose",
     "diagram_cmd", "fail", "fail_spec", "fix_cmd", "longctx", "main", "measure", "option_name",
-    "predict", "run", "spec_command", "train_cmd", "trainability", "translate", "translations",
+    "predict", "reproduce", "run", "spec_command", "train_cmd", "trainability", "translate",
+    "translations",
     "write_figure", "write_report_file", "_alpha_value", "_lengths",
 ]
 
@@ -50,6 +53,7 @@ app.command("fix")(fix_cmd)
 app.command()(translate)
 app.command("train")(train_cmd)
 app.command()(trainability)
+app.command()(reproduce)
 
 
 def _click_errors() -> tuple[tuple, tuple]:

@@ -1,46 +1,36 @@
-"""Reproduced seed figures and claims, one module per seed topic, in one registry.
+"""Every figure and numbered claim of the five seed papers, one registered item each
+(docs/reproduce.md; ``sigprop reproduce``).
 
-Each experiment is a plain function that returns data (a Trajectory or a dict of arrays and
-fitted constants) and never prints. Modules register their experiments with :func:`register`
-under a dotted name such as ``"mindthegap.prop1"``; :data:`REGISTRY` maps names to functions and
-:func:`get` looks one up with a one-line error listing the known names. Modules are imported
-lazily by :func:`load_all`, so importing :mod:`sigprop.reproduce` stays cheap.
+An item is ``"<paper>.<figure>"`` (``"gg25.fig1f"``, ``"noci22.eq47"`` ...) registered in
+:data:`ITEMS` by :func:`register` with the paper's claim, its figure or equation number and its
+sizes; :func:`run` returns an :class:`Experiment` (the figure's data as a tidy table, a summary
+table, the claims as :class:`Check` s, the Figure), and :meth:`Experiment.save` writes it.
+Item modules are imported on first use by :func:`items`, so importing this package is cheap.
 """
 from __future__ import annotations
 
-import importlib
-from collections.abc import Callable
+from .core import (
+    ITEMS,
+    PAPERS,
+    SIZES,
+    Check,
+    Experiment,
+    Item,
+    frame,
+    items,
+    register,
+    run,
+    select,
+    slope,
+)
 
-REGISTRY: dict[str, Callable] = {}
-
-#: Modules holding registered experiments (imported by :func:`load_all`).
-MODULES: tuple[str, ...] = ("mindthegap", "training")
-
-
-def register(name: str) -> Callable[[Callable], Callable]:
-    """Decorator adding ``fn`` to :data:`REGISTRY` under ``name`` (names are unique)."""
-    def deco(fn: Callable) -> Callable:
-        if name in REGISTRY and REGISTRY[name] is not fn:
-            raise ValueError(f"experiment {name!r} is registered twice")
-        REGISTRY[name] = fn
-        return fn
-    return deco
-
-
-def load_all() -> dict[str, Callable]:
-    """Import every experiment module that exists and return the registry."""
-    for mod in MODULES:
-        try:
-            importlib.import_module(f"{__name__}.{mod}")
-        except ModuleNotFoundError as err:
-            if err.name != f"{__name__}.{mod}":
-                raise
-    return REGISTRY
+__all__ = ["ITEMS", "PAPERS", "SIZES", "Check", "Experiment", "Item", "frame", "items",
+           "register", "run", "select", "slope", "get"]
 
 
-def get(name: str) -> Callable:
-    """The experiment called ``name``; a ``KeyError`` naming the known ones otherwise."""
-    reg = load_all()
+def get(name: str) -> Item:
+    """The item called ``name``; a ``KeyError`` naming the known ones otherwise."""
+    reg = items()
     if name not in reg:
-        raise KeyError(f"unknown experiment {name!r}; known: {', '.join(sorted(reg))}")
+        raise KeyError(f"unknown item {name!r}; known: {', '.join(reg)}")
     return reg[name]

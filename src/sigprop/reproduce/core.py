@@ -1,0 +1,390 @@
+"""The one shape of every reproduced figure or claim: :class:`Experiment`, :class:`Check` and the
+registry entry :class:`Item` (docs/reproduce.md).
+
+An item is a function ``fn(*, seed=0, device="cpu", **sizes) -> Experiment`` registered with
+:func:`register` under ``"<paper>.<figure>"`` (e.g. ``"gg25.fig1f"``) together with the paper's
+claim, the figure or equation it comes from, whether it trains, and its sizes: ``tiny`` (the
+default test suite: wiring and check logic, seconds), ``quick`` (the ``--quick`` gallery, whole
+gallery <= 15 min on 2 cores), ``default`` (the function's own defaults, CPU scale) and ``full``
+(the paper's sizes where a GPU makes them reachable). :func:`run` times the function, fills in
+the name and sizes, and :meth:`Experiment.save` writes the figure (SVG + PNG), the data and the
+summary table (Parquet) and the checks (JSON). Nothing here prints.
+
+A :class:`Check` states one claim as pass/fail with its tolerance and the reason for it. Where
+sigprop's measurement departs from what a paper states (a rate, a constant, a normalisation),
+:meth:`Check.differs` compares the measurement with sigprop's corrected statement: inside that
+band the verdict is ``"differs"`` (shown with the paper's value and the explanation), outside
+it is ``"fail"`` — a departure is never a free pass.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import pandas as pd
+
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+__all__ = ["PAPERS", "SIZES", "Check", "Experiment", "Item", "ITEMS", "register", "items",
+           "select", "run", "frame", "slope"]
+
+#: The five seed papers, in the order the gallery shows them.
+PAPERS = ("gg25", "clpr25", "noci22", "deshpande26", "mindthegap")
+#: Sizes an item may define (``default`` is the function's own keyword defaults).
+SIZES = ("tiny", "quick", "default", "full")
+STATUSES = ("pass", "differs", "fail", "error")
+
+#: The data columns every experiment table starts with (the Trajectory's core columns; the
+#: coordinates of a figure — n, beta, step, run ... — follow as extra columns).
+CORE = ["observable", "source", "value", "stderr"]
+
+
+# --------------------------------------------------------------------------------------------
+# checks
+
+
+def _finite(x) -> float:
+    x = float(x)
+    return x if math.isfinite(x) else float("nan")
+
+
+@dataclass(frozen=True)
+class Check:
+    """One claim of a paper as an explicit pass/fail.
+
+    ``claim``: what the paper says, with its number ("gg25 Fig. 1(f): ..."); ``measured``: the
+    number sigprop measured; ``expected``: the band or relation it is held to, in words;
+    ``status``: ``"pass"``, ``"fail"`` or ``"differs"``; ``why``: why the tolerance is what it
+    is (finite T, finite d, seeds); ``paper``: for ``"differs"``, what the paper states and why
+    sigprop's statement departs from it.
+    """
+
+    claim: str
+    measured: float
+    expected: str
+    status: str
+    why: str = ""
+    paper: str = ""
+
+    def __post_init__(self):
+        if self.status not in ("pass", "fail", "differs"):
+            raise ValueError(f"status must be pass, fail or differs (got {self.status!r})")
+
+    @property
+    def passed(self) -> bool:
+        """True unless the check failed (``"differs"`` held to sigprop's own band)."""
+        return self.status != "fail"
+
+    @classmethod
+    def within(cls, claim: str, measured, lo: float = -math.inf, hi: float = math.inf, *,
+               why: str, unit: str = "") -> Check:
+        """Pass when ``lo <= measured <= hi`` (a NaN measurement fails)."""
+        m = _finite(measured)
+        ok = bool(lo <= m <= hi)
+        return cls(claim, m, _band(lo, hi, unit), "pass" if ok else "fail", why)
+
+    @classmethod
+    def ratio(cls, claim: str, measured, target: float, factor: float, *, why: str) -> Check:
+        """Pass when ``measured`` is within a factor ``factor`` of ``target`` (both > 0)."""
+        m = _finite(measured)
+        ok = bool(m > 0 and target > 0 and max(m / target, target / m) <= factor)
+        return cls(claim, m, f"within x{factor:g} of {target:.4g}", "pass" if ok else "fail",
+                   why)
+
+    @classmethod
+    def that(cls, claim: str, ok: bool, measured, expected: str, *, why: str) -> Check:
+        """Pass when ``ok`` (an ordering, a sign, a phase boundary), ``measured`` the number
+        it rests on."""
+        return cls(claim, _finite(measured), expected, "pass" if bool(ok) else "fail", why)
+
+    @classmethod
+    def differs(cls, claim: str, measured, lo: float, hi: float, *, paper: str, why: str,
+                unit: str = "") -> Check:
+        """A claim sigprop's measurement departs from: ``"differs"`` when ``measured`` lies in
+        sigprop's corrected band ``[lo, hi]``, ``"fail"`` otherwise; ``paper`` states the
+        paper's value and the explanation."""
+        m = _finite(measured)
+        ok = bool(lo <= m <= hi)
+        return cls(claim, m, _band(lo, hi, unit), "differs" if ok else "fail", why, paper)
+
+    def to_json(self) -> dict:
+        m = self.measured
+        return {"claim": self.claim, "measured": None if math.isnan(m) else m,
+                "expected": self.expected, "status": self.status, "why": self.why,
+                "paper": self.paper}
+
+
+def _band(lo: float, hi: float, unit: str = "") -> str:
+    u = f" {unit}" if unit else ""
+    if math.isinf(lo) and math.isinf(hi):
+        return "finite"
+    if math.isinf(lo):
+        return f"<= {hi:.4g}{u}"
+    if math.isinf(hi):
+        return f">= {lo:.4g}{u}"
+    return f"in [{lo:.4g}, {hi:.4g}]{u}"
+
+
+# --------------------------------------------------------------------------------------------
+# the result
+
+
+@dataclass
+class Experiment:
+    """What every reproduced item returns.
+
+    ``trajectory``: the figure's data as a tidy table in the Trajectory's shape (``observable,
+    source, value, stderr`` plus the figure's coordinates as columns; ``source`` is
+    ``theory``, ``measured`` or ``paper``); ``table``: a small summary table (one row per run,
+    curve or fitted constant); ``checks``: the claims as :class:`Check` s; ``figure``: the
+    matplotlib Figure drawn like the paper's panel; ``notes``: how the set-up was shrunk from
+    the paper's. :func:`run` fills ``name``, ``size``, ``params`` and ``seconds``.
+    """
+
+    trajectory: pd.DataFrame
+    table: pd.DataFrame
+    checks: list[Check]
+    figure: Figure | None = None
+    notes: str = ""
+    name: str = ""
+    size: str = "default"
+    params: dict = field(default_factory=dict)
+    seconds: float = float("nan")
+    error: str = ""
+
+    @property
+    def status(self) -> str:
+        """``"error"`` if it raised, ``"fail"`` if any check failed, ``"differs"`` if any
+        departs from the paper (within sigprop's band), else ``"pass"``."""
+        if self.error:
+            return "error"
+        if not self.checks:
+            return "fail"
+        s = {c.status for c in self.checks}
+        return "fail" if "fail" in s else "differs" if "differs" in s else "pass"
+
+    def summary(self) -> str:
+        ok = sum(c.status != "fail" for c in self.checks)
+        return f"{self.name}: {self.status} ({ok}/{len(self.checks)} checks, " \
+               f"{self.seconds:.1f} s)"
+
+    def to_json(self) -> dict:
+        return {"name": self.name, "size": self.size, "status": self.status,
+                "seconds": None if math.isnan(self.seconds) else round(self.seconds, 3),
+                "params": _jsonable(self.params), "notes": self.notes, "error": self.error,
+                "checks": [c.to_json() for c in self.checks]}
+
+    def save(self, out: str | Path, dpi: int = 130) -> dict[str, Path]:
+        """Write ``NAME.svg``, ``NAME.png`` (the figure), ``NAME.parquet`` (the data),
+        ``NAME.table.parquet`` (the summary) and ``NAME.json`` (checks, sizes, timing) into
+        ``out``; return the paths written."""
+        out = Path(out)
+        out.mkdir(parents=True, exist_ok=True)
+        paths: dict[str, Path] = {}
+        if self.figure is not None:
+            for ext in ("svg", "png"):
+                p = out / f"{self.name}.{ext}"
+                self.figure.savefig(p, dpi=dpi)
+                paths[ext] = p
+        for key, df in (("data", self.trajectory), ("table", self.table)):
+            if df is not None:
+                p = out / (f"{self.name}.parquet" if key == "data"
+                           else f"{self.name}.table.parquet")
+                _parquet_safe(df).to_parquet(p, index=False)
+                paths[key] = p
+        p = out / f"{self.name}.json"
+        p.write_text(json.dumps(self.to_json(), indent=1))
+        paths["json"] = p
+        return paths
+
+
+def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """Object columns holding mixed types become strings (Parquet needs one type a column)."""
+    df = df.copy()
+    for c in df.columns:
+        if df[c].dtype == object:
+            kinds = {type(v) for v in df[c] if v is not None and v == v}
+            if len(kinds) > 1 or (kinds and not kinds <= {str}):
+                df[c] = df[c].map(lambda v: v if v is None else str(v))
+    df.columns = [str(c) for c in df.columns]
+    return df
+
+
+def _jsonable(x):
+    if isinstance(x, Mapping):
+        return {str(k): _jsonable(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [_jsonable(v) for v in x]
+    if isinstance(x, np.generic):
+        return x.item()
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    return x if isinstance(x, int | float | str | bool | type(None)) else str(x)
+
+
+def frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
+    """A figure's data as a tidy table: the core columns first (``stderr`` NaN when not
+    given), then the coordinates in the order first seen."""
+    df = pd.DataFrame.from_records(list(records))
+    if df.empty:
+        return pd.DataFrame(columns=CORE)
+    if "stderr" not in df:
+        df["stderr"] = np.nan
+    missing = set(CORE) - set(df.columns)
+    if missing:
+        raise ValueError(f"experiment data needs the columns {CORE} (missing {sorted(missing)})")
+    bad = set(df["source"]) - {"theory", "measured", "paper", "theory_asymptotic"}
+    if bad:
+        raise ValueError(f"source must be theory, measured or paper (got {sorted(bad)})")
+    return df[CORE + [c for c in df.columns if c not in CORE]]
+
+
+def slope(x, y) -> float:
+    """Least-squares slope of ``log y`` against ``log x`` (a power law's exponent)."""
+    x, y = np.asarray(x, float), np.asarray(y, float)
+    ok = (x > 0) & (y > 0) & np.isfinite(x) & np.isfinite(y)
+    if ok.sum() < 2:
+        return float("nan")
+    return float(np.polyfit(np.log(x[ok]), np.log(y[ok]), 1)[0])
+
+
+# --------------------------------------------------------------------------------------------
+# registry
+
+
+@dataclass(frozen=True)
+class Item:
+    """A registered figure or claim: ``name`` ``"<paper>.<figure>"``, ``paper``, ``ref`` (the
+    paper's label: "Fig. 1(f)", "Eq. 47", "Prop. 3"), ``title`` (one line), ``claim`` (the
+    paper's claim in our words, with its number), ``trains``, ``sizes`` (keyword overrides per
+    size), ``runtime`` (expected seconds on 2 CPU cores per size), ``differs`` (where sigprop's
+    measurement departs from the paper, stated in the gallery)."""
+
+    name: str
+    paper: str
+    ref: str
+    title: str
+    claim: str
+    fn: Callable[..., Experiment]
+    trains: bool = False
+    sizes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    runtime: Mapping[str, float] = field(default_factory=dict)
+    differs: str = ""
+
+    def kwargs(self, size: str) -> dict:
+        if size not in SIZES:
+            raise ValueError(f"size must be one of {', '.join(SIZES)} (got {size!r})")
+        if size == "full" and "full" not in self.sizes:
+            return {}
+        return dict(self.sizes.get(size, {}))
+
+
+ITEMS: dict[str, Item] = {}
+
+
+def register(name: str, *, ref: str, title: str, claim: str, trains: bool = False,
+             tiny: Mapping | None = None, quick: Mapping | None = None,
+             full: Mapping | None = None, runtime: Mapping[str, float] | None = None,
+             differs: str = "") -> Callable:
+    """Decorator registering ``fn(*, seed=0, device="cpu", **sizes) -> Experiment`` as the item
+    ``name`` (``"<paper>.<figure>"``, paper one of :data:`PAPERS`)."""
+    paper = name.split(".", 1)[0]
+    if paper not in PAPERS or "." not in name:
+        raise ValueError(f"item name must be '<paper>.<figure>' with paper in {PAPERS} "
+                         f"(got {name!r})")
+
+    def deco(fn: Callable) -> Callable:
+        if name in ITEMS and ITEMS[name].fn is not fn:
+            raise ValueError(f"item {name!r} is registered twice")
+        sizes = {k: dict(v) for k, v in (("tiny", tiny), ("quick", quick), ("full", full))
+                 if v is not None}
+        ITEMS[name] = Item(name, paper, ref, title, claim, fn, trains, sizes,
+                           dict(runtime or {}), differs)
+        return fn
+    return deco
+
+
+#: Modules holding registered items (imported by :func:`items`).
+MODULES = ("gg25", "gg25_training", "noci22", "noci22_training", "clpr25", "deshpande26",
+           "mindthegap", "mindthegap_training")
+
+
+def items() -> dict[str, Item]:
+    """Every registered item, importing the item modules on first use."""
+    import importlib
+
+    for mod in MODULES:
+        try:
+            importlib.import_module(f"sigprop.reproduce.{mod}")
+        except ModuleNotFoundError as err:
+            if err.name != f"sigprop.reproduce.{mod}":
+                raise
+    order = {p: i for i, p in enumerate(PAPERS)}
+    return dict(sorted(ITEMS.items(), key=lambda kv: (order[kv[1].paper], kv[0])))
+
+
+def select(names: Sequence[str] = (), papers: Sequence[str] = (),
+           everything: bool = False) -> list[Item]:
+    """Items by name (exact, or a prefix ending in ``.``/``*``), by paper, or all; one-line
+    ``ValueError`` naming the known ones otherwise."""
+    reg = items()
+    if everything:
+        return list(reg.values())
+    out: list[Item] = []
+    for p in papers:
+        if p not in PAPERS:
+            raise ValueError(f"paper must be one of {', '.join(PAPERS)} (got {p!r})")
+        out += [it for it in reg.values() if it.paper == p]
+    for n in names:
+        if n in reg:
+            out.append(reg[n])
+            continue
+        pre = n.rstrip("*")
+        hits = [it for k, it in reg.items() if pre and k.startswith(pre) and n.endswith(("*", "."))]
+        if not hits:
+            raise ValueError(f"unknown item {n!r}; see `sigprop reproduce --list` "
+                             f"({len(reg)} items: {', '.join(list(reg)[:6])}, ...)")
+        out += hits
+    seen: dict[str, Item] = {}
+    for it in out:
+        seen.setdefault(it.name, it)
+    return list(seen.values())
+
+
+def _defaults(fn: Callable) -> dict:
+    """The size keywords' own defaults (what an item ran with when a size leaves them)."""
+    import inspect
+
+    return {k: p.default for k, p in inspect.signature(fn).parameters.items()
+            if p.default is not inspect.Parameter.empty and k not in ("seed", "device")}
+
+
+def run(item: Item | str, size: str = "default", *, seed: int = 0, device: str = "cpu",
+        catch: bool = False, **overrides) -> Experiment:
+    """Run one item at ``size`` (keyword ``overrides`` on top), timed. ``catch=True`` turns
+    an exception into an ``"error"`` Experiment carrying its one-line message (the gallery
+    goes on with the next item)."""
+    it = items()[item] if isinstance(item, str) else item
+    kw = {**it.kwargs(size), **overrides}
+    t0 = time.perf_counter()
+    try:
+        exp = it.fn(seed=seed, device=device, **kw)
+    except Exception as err:  # noqa: BLE001 - reported per item in the gallery
+        if not catch:
+            raise
+        exp = Experiment(frame([]), pd.DataFrame(), [], None,
+                         error=f"{type(err).__name__}: {err}".splitlines()[0])
+    if not isinstance(exp, Experiment):
+        raise TypeError(f"item {it.name} returned {type(exp).__name__}, not Experiment")
+    exp.name, exp.size = it.name, size
+    exp.params = {"seed": seed, "device": device, **_defaults(it.fn), **kw}
+    exp.seconds = time.perf_counter() - t0
+    return exp
