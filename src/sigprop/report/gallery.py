@@ -1,8 +1,8 @@
 """The reproduction gallery: ``DIR/index.html`` of ``sigprop reproduce ... --out DIR``.
 
 One page next to the files each item wrote (``NAME.svg``, ``NAME.png``, ``NAME.parquet``,
-``NAME.table.parquet``, ``NAME.json``): a check table of every item at the top, the findings
-where sigprop's measurement departs from a paper, then one card per item grouped by paper —
+``NAME.table.parquet``, ``NAME.json``): a table of every item and its verdict at the top, the
+findings where sigprop's measurement departs from a paper, then one card per item by paper —
 the paper's claim with its number, the figure, its checks (measured value, band, verdict, the
 tolerance's reason), the shrinking from the paper's set-up and links to the data. Figures are
 linked by relative path (the folder can be zipped and opened anywhere); no scripts, CSS
@@ -55,21 +55,20 @@ def counts(results: Sequence) -> dict[str, int]:
 
 
 def _check_rows(results, items) -> str:
+    """One row per item: its paper reference, title, checks held and verdict (each card lists
+    the checks themselves)."""
     rows = []
     for r in results:
         it = items.get(r.name)
-        ref = it.ref if it else ""
-        link = f'<a href="#{_anchor(r.name)}">{_e(r.name)}</a>'
-        if r.error:
-            rows.append(f"<tr><td class=l>{link}</td><td class=l>{_e(ref)}</td>"
-                        f"<td class=w>{_e(r.error)}</td><td></td><td></td>"
-                        f"<td>{_status('error')}</td></tr>")
-        for c in r.checks:
-            rows.append(f"<tr><td class=l>{link}</td><td class=l>{_e(ref)}</td>"
-                        f"<td class=w>{_e(c.claim)}</td><td>{_num(c.measured)}</td>"
-                        f"<td class=l>{_e(c.expected)}</td><td>{_status(c.status)}</td></tr>")
-    return ("<table><tr><th class=l>item</th><th class=l>paper ref.</th><th class=l>claim</th>"
-            "<th>measured</th><th class=l>held to</th><th>verdict</th></tr>"
+        held = sum(c.status != "fail" for c in r.checks)
+        what = r.error or (it.title if it else "")
+        secs = "" if math.isnan(r.seconds) else f"{r.seconds:.1f}"
+        rows.append(f'<tr><td class=l><a href="#{_anchor(r.name)}">{_e(r.name)}</a></td>'
+                    f"<td class=l>{_e(it.ref if it else '')}</td><td class=w>{_e(what)}</td>"
+                    f"<td>{held}/{len(r.checks)}</td><td>{_status(r.status)}</td>"
+                    f"<td>{secs}</td></tr>")
+    return ("<table><tr><th class=l>item</th><th class=l>paper ref.</th><th class=l>what it "
+            "shows</th><th>checks held</th><th>verdict</th><th>seconds</th></tr>"
             + "".join(rows) + "</table>")
 
 
@@ -146,7 +145,7 @@ def render_gallery(results: Sequence, out: str | Path, *, command: str | None = 
             "<p class=muted>Each check states a paper's claim as a number held to a band; "
             "<i>differs</i> marks a claim where sigprop measures something other than the paper "
             "states, held to sigprop's corrected band (it can still fail).</p>",
-            "<h2>Checks</h2>", _check_rows(results, items),
+            "<h2>Items</h2>", _check_rows(results, items),
             "<h2>Where sigprop's measurement differs from the papers</h2>",
             _differs(results, items)]
     for p in PAPERS:
