@@ -314,7 +314,7 @@ def register(name: str, *, ref: str, title: str, claim: str, trains: bool = Fals
 
 #: Modules holding registered items (imported by :func:`items`).
 MODULES = ("gg25", "gg25_training", "noci22", "noci22_training", "clpr25", "deshpande26",
-           "mindthegap", "mindthegap_training")
+           "mindthegap", "mindthegap_training", "mindthegap_fig8_12")
 
 
 def items() -> dict[str, Item]:
