@@ -16,13 +16,15 @@ CASES = [
     ["translate"],
     ["fix", "bert-deep-48", "--alpha-attn", "auto", "--seq-len", "32", "--seeds", "1",
      "--sequences", "1"],
+    ["reproduce", "--list"],
+    ["reproduce", "clpr25.thm23", "mindthegap.prop3", "deshpande26.eq12", "--size", "tiny"],
 ]
 
 
 @pytest.mark.parametrize("argv", CASES, ids=[c[0] for c in CASES])
 def test_tables_fit_80_columns(argv, capsys, monkeypatch, tmp_path):
     monkeypatch.setenv("COLUMNS", "80")
-    if argv[0] == "fix":
+    if argv[0] in ("fix", "reproduce") and "--list" not in argv:
         argv = [*argv, "--out", str(tmp_path / "fixed")]
     assert run(argv) == 0
     out = capsys.readouterr().out

@@ -10,6 +10,7 @@ import typer
 from .common import (
     Fmt,
     FormatOpt,
+    WideOpt,
     _emit_json,
     check_output_dir,
     command_line,
@@ -45,7 +46,7 @@ def _split_seed(values: list[str]) -> tuple[list[str], int]:
     return papers, rng
 
 
-def _list(fmt: Fmt, sel) -> None:
+def _list(fmt: Fmt, sel, wide: bool) -> None:
     rows = [{"name": it.name, "paper": it.paper, "ref": it.ref, "title": it.title,
              "trains": it.trains, "quick_s": it.runtime.get("quick"),
              "default_s": it.runtime.get("default"), "differs": bool(it.differs)}
@@ -60,20 +61,9 @@ def _list(fmt: Fmt, sel) -> None:
         w.writeheader()
         w.writerows(rows)
         return
-    from rich.console import Console
-    from rich.table import Table
+    from ..report.reproduce import print_items
 
-    t = Table(title=f"{len(rows)} items (expected seconds on 2 CPU cores)")
-    for c in ("name", "ref", "title", "trains", "quick s", "default s"):
-        t.add_column(c, justify="right" if c.endswith(" s") else "left",
-                     overflow="fold")
-    for r in rows:
-        t.add_row(r["name"], r["ref"], r["title"], "yes" if r["trains"] else "",
-                  "" if r["quick_s"] is None else f"{r['quick_s']:.0f}",
-                  "" if r["default_s"] is None else f"{r['default_s']:.0f}")
-    Console(width=max(120, Console().width)).print(t)
-    quick = sum(r["quick_s"] or 0 for r in rows)
-    typer.echo(f"--quick total: about {quick / 60:.1f} min")
+    print_items(sel, wide=wide)
 
 
 def reproduce(
@@ -88,6 +78,7 @@ def reproduce(
                                                      "index.html"),
     device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
     fmt: Fmt = FormatOpt,
+    wide: bool = WideOpt,
 ) -> None:
     """Reproduce the seed papers' figures and claims; write DIR/index.html."""
     from ..reproduce import core
@@ -98,7 +89,7 @@ def reproduce(
     except ValueError as err:
         fail(str(err).replace("unknown item", "NAMES: unknown item"))
     if list_:
-        _list(fmt, sel)
+        _list(fmt, sel, wide)
         return
     if not sel:
         fail("NAMES: give item names, --seed PAPER or --all (see --list)")
@@ -135,7 +126,7 @@ def reproduce(
             results.append(r)
             bar.advance(task)
     page = write_gallery(results, out, command=command_line())
-    _report(results, fmt, page)
+    _report(results, fmt, page, wide)
     if any(r.status in ("fail", "error") for r in results):
         raise typer.Exit(1)
 
@@ -146,7 +137,7 @@ def _stderr_console():
     return Console(stderr=True)
 
 
-def _report(results, fmt: Fmt, page) -> None:
+def _report(results, fmt: Fmt, page, wide: bool) -> None:
     if fmt == Fmt.json:
         _emit_json({"gallery": str(page), "items": [r.to_json() for r in results]})
         return
@@ -159,12 +150,6 @@ def _report(results, fmt: Fmt, page) -> None:
         w.writerow(["name", "status", "checks_ok", "seconds", "error"])
         w.writerows(rows)
         return
-    from rich.console import Console
-    from rich.table import Table
+    from ..report.reproduce import print_results
 
-    t = Table(title=f"sigprop reproduce: {page}")
-    for c in ("item", "verdict", "checks held", "seconds", "error"):
-        t.add_column(c, justify="right" if c == "seconds" else "left", overflow="fold")
-    for row in rows:
-        t.add_row(*row)
-    Console(width=max(100, Console().width)).print(t)
+    print_results(results, page, wide=wide)
