@@ -20,7 +20,17 @@ class TrainConfig:
     with 2 threads was measured 5-9x slower than with 1 (OpenMP barrier stalls).
     ``bias_init``: the LM readout's bias at initialisation, ``zero`` or ``unigram`` (log token
     frequencies of the training stream; module docstring). Tasks without a token vocabulary
-    ignore it (``reverse``'s symbols are uniform, so its unigram bias is the zero bias)."""
+    ignore it (``reverse``'s symbols are uniform, so its unigram bias is the zero bias).
+
+    noci22's remedies (App. C.2-C.3, Fig. 15): ``tau_warmup`` > 0 warms the softmax temperature
+    up over that many steps: update ``k`` (and the evaluation after it) multiplies the attention
+    logits by ``tau_final * min(1, k / tau_warmup)`` (Eq. 45's tau; ``tau_final`` is the spec's
+    ``scaling_param`` when ``scaling = "tau"``, else 1; step 0 is evaluated at the first update's
+    value). ``train_alpha``: the residual strengths ``alpha_attn`` / ``alpha_mlp`` of every
+    block become trained scalars (one per block and slice, started at the spec's values, no
+    weight decay). ``value_bias`` False holds the attention's value bias at zero (mindthegap's
+    bias-free layer ``A X W_V``; with it, softmax attention can fit a constant offset through
+    ``A 1 = 1`` that centred attention cannot, since ``A_perp 1 = 0``)."""
 
     task: str = "mlm"
     steps: int = 1000
@@ -43,6 +53,9 @@ class TrainConfig:
     tie: bool = False
     threads: int = 1
     bias_init: str = "zero"
+    tau_warmup: int = 0
+    train_alpha: bool = False
+    value_bias: bool = True
 
     def __post_init__(self) -> None:
         def check(name, ok, rng):
@@ -68,6 +81,11 @@ class TrainConfig:
         check("n_points", 1 <= self.n_points <= 1_000_000, "an integer in [1, 1000000]")
         check("threads", 0 <= self.threads <= 4096, "an integer in [0, 4096] (0 = torch's)")
         check("bias_init", self.bias_init in BIAS_INITS, f"one of {', '.join(BIAS_INITS)}")
+        check("tau_warmup", isinstance(self.tau_warmup, int) and not isinstance(
+            self.tau_warmup, bool) and 0 <= self.tau_warmup <= 10_000_000,
+            "an integer in [0, 10000000] (0 = no warm-up)")
+        for name in ("train_alpha", "value_bias"):
+            check(name, isinstance(getattr(self, name), bool), "true or false")
 
     def every(self, name: str) -> int:
         v = getattr(self, name)

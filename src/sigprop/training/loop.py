@@ -30,8 +30,8 @@ run spends most of its budget learning token frequencies. Measured: the deep pos
 there); the 1-layer
 ``sigprop train`` acceptance pair (d = T = 64, 2,000 steps) ends at 2.21 (beta 0.5) vs 4.20
 nats (beta 8) with ``unigram`` against 3.52 vs 4.44 with ``zero``. The CLI commands default to
-``unigram``; the library default stays ``zero`` so that existing callers (the registered
-experiments) keep their measured behaviour. Tasks:
+``unigram``, and so do the reproduced items that train (sigprop.reproduce.gg25_training and
+friends); the library default stays ``zero`` for existing library callers. Tasks:
 
 * ``mlm``: BERT masked LM on a corpus (:mod:`sigprop.data.corpus`); ``clm``: next-token LM
   (needs a causal spec); both with a linear head to the vocabulary;
@@ -101,7 +101,11 @@ class TrainResult:
     arrays: ``final_train`` / ``final_eval`` (S,), the last logged train loss and the last eval
     loss (pooled over the eval set's labelled positions, as ``baseline`` is). ``baseline``:
     the loss of a context-free predictor (unigram cross-entropy for LM tasks, log(n_symbols)
-    for reverse, the target variance 0.25 for heaviside)."""
+    for reverse, the target variance 0.25 for heaviside). ``scalars``: with
+    ``config.train_alpha`` or ``config.tau_warmup``, a table (``step, layer, name, value,
+    stderr`` and ``beta``) of the trained residual strengths (``alpha_attn``, ``alpha_mlp``
+    per block) and the logit temperature (``tau``, layer 0) at every measuring step; None
+    otherwise."""
 
     trajectory: object
     final_train: np.ndarray
@@ -113,6 +117,7 @@ class TrainResult:
     betas: list[float] | None = None
     info: dict = field(default_factory=dict)
     model: TaskModel | None = field(default=None, repr=False)
+    scalars: object = None
 
 
 def _mean_err(v: np.ndarray) -> tuple[float, float]:
@@ -177,6 +182,9 @@ def _train(spec, config, data, corpus, betas, on_step, keep_model) -> TrainResul
         raise SpecError("task", "clm needs a causal model (add --causal)")
     if config.task in ("mlm", "reverse") and spec.causal:
         raise SpecError("task", f"{config.task} needs a bidirectional model (drop --causal)")
+    if config.tau_warmup and spec.scaling not in ("none", "tau"):
+        raise SpecError("tau_warmup", f"needs the spec's scaling none or tau (got "
+                                      f"{spec.scaling}): the warm-up sets tau on the logits")
     if config.task == "heaviside" and spec.seq_len > spec.d_model:
         raise SpecError("seq_len", f"heaviside's isometric inputs need seq_len <= d_model="
                                    f"{spec.d_model} (got {spec.seq_len})")
@@ -190,15 +198,20 @@ def _train(spec, config, data, corpus, betas, on_step, keep_model) -> TrainResul
     log_every, eval_every = config.every("log_every"), config.every("eval_every")
     measure_every = config.every("measure_every")
     rows: list[dict] = []
+    scalars: list[dict] = []
     group = np.arange(S) // config.seeds  # beta index of every slice
     keys = [{}] if betas is None else [{"beta": float(b)} for b in betas]
+    tau_final = float(spec.multiplier) if spec.scaling == "tau" else 1.0
 
-    def emit(step, observable, layer, per_slice, **extra):
+    def tau_at(step: int) -> float:  # noci22 C.3's warm-up (TrainConfig docstring)
+        return tau_final * min(1.0, max(step, 1) / config.tau_warmup)
+
+    def emit(step, observable, layer, per_slice, *, out=rows, **extra):
         per_slice = np.asarray(per_slice, dtype=np.float64)
         for gi, key in enumerate(keys):
             m, e = _mean_err(per_slice[group == gi])
-            rows.append(dict(layer=layer, observable=observable, source="measured", value=m,
-                             stderr=e, step=step, **key, **extra))
+            out.append(dict(layer=layer, observable=observable, source="measured", value=m,
+                            stderr=e, step=step, **key, **extra))
 
     def evaluate(step):
         # pooled over the eval set (each batch's mean weighted by its labelled positions, or
@@ -226,11 +239,22 @@ def _train(spec, config, data, corpus, betas, on_step, keep_model) -> TrainResul
             model.eval()
             _measure_rows(model, batches.probe(device), emit, step)
             model.train()
+            if config.train_alpha:
+                for name in ("alpha_attn", "alpha_mlp"):
+                    vals = getattr(model, name).detach().double().cpu().numpy()
+                    for layer in range(spec.depth):
+                        emit(step, name, layer + 1, vals[:, layer], out=scalars)
+            if config.tau_warmup:
+                emit(step, "tau", 0, np.full(S, model.tau), out=scalars)
 
+    if config.tau_warmup:
+        model.set_temperature(tau_at(0))
     final_eval = evaluate(0)
     measure(0)
     acc, n_acc, last_train = torch.zeros(S, dtype=torch.float64), 0, None
     for step in range(1, config.steps + 1):
+        if config.tau_warmup:
+            model.set_temperature(tau_at(step))
         x, y = batches.train_batch(train_gen, device)
         losses = slice_losses(model, config.task, x, y)
         opt.zero_grad(set_to_none=True)
@@ -255,23 +279,32 @@ def _train(spec, config, data, corpus, betas, on_step, keep_model) -> TrainResul
     traj = trajectory.make(rows, spec)
     info = {"task": config.task, "data": batches.source, "vocab_size": batches.vocab,
             "slices": S, "device": str(device)}
+    table = None
+    if scalars:
+        import pandas as pd
+
+        table = pd.DataFrame(scalars).drop(columns=["source"]).rename(
+            columns={"observable": "name"})
     return TrainResult(traj, last_train, final_eval, batches.baseline,
                        time.perf_counter() - t0, spec, config,
                        None if betas is None else [float(b) for b in betas], info,
-                       model if keep_model else None)
+                       model if keep_model else None, table)
 
 
 @torch.no_grad()
 def _measure_rows(model: TaskModel, x: Tensor, emit, step: int) -> None:
-    """cos (layers 0..L) and attention ipr / entropy / wmax (layers 1..L) on the probe batch,
-    per slice (docs/theory.md §1), each averaged over sequences (and heads)."""
+    """cos and q = |x|^2 / d (layers 0..L) and attention ipr / entropy / wmax (layers 1..L)
+    on the probe batch, per slice (docs/theory.md §1), each averaged over sequences (and
+    heads; q over tokens too)."""
     from ..measurement import observables as obs
 
-    out = model.body(x, return_hidden=True, return_stats=True)
-    for layer, h in enumerate(out.hidden):
-        emit(step, "cos", layer, obs.mean_cos(h.double()).mean(dim=1).cpu().numpy())
+    hidden, stats = model.trace(x)
+    for layer, h in enumerate(hidden):
+        h = h.double()
+        emit(step, "cos", layer, obs.mean_cos(h).mean(dim=1).cpu().numpy())
+        emit(step, "q", layer, h.square().mean(dim=(1, 2, 3)).cpu().numpy())
         if layer > 0:
-            st = out.stats[layer - 1]
+            st = stats[layer - 1]
             for name in ("entropy", "ipr", "wmax"):
                 emit(step, name, layer, st[name].double().mean(dim=(1, 2)).cpu().numpy())
 

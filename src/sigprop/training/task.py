@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..spec import ArchSpec
+from ..spec import ArchSpec, SpecError
 
 if TYPE_CHECKING:
     from .config import TrainConfig
@@ -76,6 +76,50 @@ class TaskModel(nn.Module):
                 for p in blk.mlp.parameters():
                     p.requires_grad_(False)
                     p.data.zero_()
+        if not config.value_bias:
+            for blk in self.body.blocks:
+                blk.attn.b_v.requires_grad_(False)
+                blk.attn.b_v.data.zero_()
+        self.train_alpha = bool(config.train_alpha)
+        if self.train_alpha:  # (slices, blocks): 2-D, so AdamW leaves them undecayed
+            if spec.parallel:
+                raise SpecError("train_alpha", "needs sequential blocks (a parallel block has "
+                                               "one residual strength)")
+            shape = (S * nb, spec.depth)
+            self.alpha_attn = nn.Parameter(torch.full(shape, float(spec.alpha_attn),
+                                                      dtype=dtype))
+            self.alpha_mlp = nn.Parameter(torch.full(shape, float(spec.alpha_mlp), dtype=dtype))
+        self._attn_specs = [blk.attn.spec for blk in self.body.blocks]
+        self.tau: float | None = None
+
+    def set_temperature(self, tau: float) -> None:
+        """Multiply every attention layer's logits by ``tau`` (noci22 Eq. 45; the spec's own
+        score scaling must be ``none`` or ``tau``, whose parameter ``tau`` replaces)."""
+        if tau == self.tau:
+            return
+        for blk, sp in zip(self.body.blocks, self._attn_specs, strict=True):
+            blk.attn.spec = replace(sp, scaling="tau", scaling_param=float(tau))
+        self.tau = float(tau)
+
+    def _alphas(self, i: int):
+        """Block ``i``'s residual strengths: the spec's floats, or (S, 1, 1, 1) trained ones."""
+        if not self.train_alpha:
+            return self.spec.alpha_attn, self.spec.alpha_mlp
+        return (self.alpha_attn[:, i].view(-1, 1, 1, 1), self.alpha_mlp[:, i].view(-1, 1, 1, 1))
+
+    def trace(self, x: Tensor) -> tuple[list[Tensor], list[dict[str, Tensor]]]:
+        """Hidden states (L+1 tensors (S, B, T, d)) and per-block attention statistics, as
+        :class:`SigpropTransformer` returns them, with the trained residual strengths."""
+        if not self.train_alpha:
+            out = self.body(x, return_hidden=True, return_stats=True)
+            return out.hidden, out.stats
+        h = self.body._inputs(x)
+        hidden, stats = [h], []
+        for i, blk in enumerate(self.body.blocks):
+            h, st = _block(blk, h, *self._alphas(i), stats=True)
+            hidden.append(h)
+            stats.append(st)
+        return hidden, stats
 
     def features(self, x: Tensor, keep: Tensor | None = None) -> Tensor:
         """Output features (S, B, T, d), or (S, N, d) at the N positions where ``keep``
@@ -84,13 +128,16 @@ class TaskModel(nn.Module):
         which is exact (they act per position) and ~2x cheaper for MLM's 15%."""
         from ..nn.model import normalise
 
-        if keep is None:
+        if keep is None and not self.train_alpha:
             out = self.body(x, return_hidden=False, return_stats=False).output
         else:
             out = self.body._inputs(x)
-            for blk in self.body.blocks[:-1]:
-                out, _ = blk(out)
-            out = _last_block(self.body.blocks[-1], out, keep)
+            last = len(self.body.blocks) - 1
+            for i, blk in enumerate(self.body.blocks):
+                if i < last and not self.train_alpha:
+                    out, _ = blk(out)
+                else:
+                    out, _ = _block(blk, out, *self._alphas(i), keep=keep if i == last else None)
         return normalise(out, self.spec.ln_kind) if self.spec.norm == "pre" else out
 
     def logits(self, h: Tensor) -> Tensor:
@@ -101,19 +148,31 @@ class TaskModel(nn.Module):
         return torch.baddbmm(self.head_b.unsqueeze(1), h, self.head_w)
 
 
-def _last_block(blk, x: Tensor, keep: Tensor) -> Tensor:
-    """:class:`sigprop.nn.model.BatchedBlock`'s forward restricted to ``keep`` after the
-    attention (same three placements); returns (S, N, d)."""
+def _block(blk, x: Tensor, a_att, a_mlp, keep: Tensor | None = None, stats: bool = False):
+    """:class:`sigprop.nn.model.BatchedBlock`'s forward (all four placements) with residual
+    strengths ``a_att``, ``a_mlp`` (floats or (S, 1, 1, 1) tensors). ``keep`` (B, T): after
+    the attention only the kept positions go on, returned as (S, N, d). Returns ``(x, stats)``
+    (the attention's row statistics when ``stats``)."""
     sp, ln = blk.spec, blk._ln
-    a_att, a_mlp = sp.alpha_attn, sp.alpha_mlp
-    if sp.norm == "pre":
-        z = (a_att * x + blk.attn(ln(x)).out)[:, keep].unsqueeze(1)
-        return (a_mlp * z + blk.mlp(ln(z))).squeeze(1)
-    z = (a_att * x + blk.attn(x).out)[:, keep].unsqueeze(1)
-    if sp.norm == "post":
-        z = ln(z)
-        return ln(a_mlp * z + blk.mlp(z)).squeeze(1)
-    return (a_mlp * z + blk.mlp(z)).squeeze(1)
+    sel = (lambda z: z) if keep is None else (lambda z: z[:, keep].unsqueeze(1))
+    if sp.parallel:
+        h = ln(x) if sp.norm == "pre" else x
+        att = blk.attn(h, return_stats=stats)
+        z = sel(a_att * x + att.out) + blk.mlp(sel(h))
+        z = ln(z) if sp.norm == "post" else z
+    elif sp.norm == "pre":
+        att = blk.attn(ln(x), return_stats=stats)
+        z = sel(a_att * x + att.out)
+        z = a_mlp * z + blk.mlp(ln(z))
+    else:
+        att = blk.attn(x, return_stats=stats)
+        z = sel(a_att * x + att.out)
+        if sp.norm == "post":
+            z = ln(z)
+            z = ln(a_mlp * z + blk.mlp(z))
+        else:
+            z = a_mlp * z + blk.mlp(z)
+    return (z if keep is None else z.squeeze(1)), att.stats
 
 
 def slice_losses(model: TaskModel, task: str, x: Tensor, y: Tensor) -> Tensor:
