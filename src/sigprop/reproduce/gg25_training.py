@@ -136,7 +136,7 @@ def _loss_axes(ax, baseline: float, steps: int) -> None:
           quick=dict(depth=16, shallow_depth=12, steps=300),
           full=dict(depth=60, shallow_depth=12, d_model=384, heads=6, seq_len=128, beta=0.12,
                     alphas=(1.0, 2.0), shallow_beta=3.0, steps=20000, lr=1e-4),
-          runtime={"tiny": 1.5, "quick": 70.0, "default": 150.0})
+          runtime={"tiny": 4.3, "quick": 71.0, "default": 137.0})
 def fig1f(*, seed: int = 0, device: str = "cpu", depth: int = 24, shallow_depth: int = 12,
           d_model: int = 32, heads: int = 2, seq_len: int = 32, beta: float = 0.3,
           alphas: Sequence[float] = (0.2, 2.0), shallow_beta: float = 16.0, steps: int = 400,
@@ -329,9 +329,9 @@ def _validate_one_layer(betas, d_model, seq_len, steps, lrs=None):
                 "entropy has collapsed and stays frozen.",
           trains=True,
           tiny=dict(d_model=16, seq_len=16, steps=8, batch_size=8, eval_sequences=16),
-          quick=dict(steps=500),
+          quick=dict(steps=600),
           full=dict(d_model=384, seq_len=128, steps=20000, lr=5e-4),
-          runtime={"tiny": 1.0, "quick": 45.0, "default": 170.0})
+          runtime={"tiny": 0.7, "quick": 50.0, "default": 186.0})
 def fig4(*, seed: int = 0, device: str = "cpu", betas: Sequence[float] = (0.5, 1.4, 8.0),
          d_model: int = 64, seq_len: int = 64, steps: int = 2000, lr: float = 2e-3,
          batch_size: int = 64, seeds: int = 1, eval_sequences: int = 256,
@@ -397,7 +397,7 @@ def fig4(*, seed: int = 0, device: str = "cpu", betas: Sequence[float] = (0.5, 1
           tiny=dict(d_model=16, seq_len=16, steps=8, batch_size=8, eval_sequences=16),
           quick=dict(steps=500),
           full=dict(d_model=384, seq_len=128, steps=20000, lrs=(5e-4, 1e-4)),
-          runtime={"tiny": 2.0, "quick": 70.0, "default": 340.0})
+          runtime={"tiny": 0.8, "quick": 57.0, "default": 195.0})
 def figC2(*, seed: int = 0, device: str = "cpu", betas: Sequence[float] = (0.5, 8.0),
           lrs: Sequence[float] = (2e-3, 4e-4), d_model: int = 64, seq_len: int = 64,
           steps: int = 2000, batch_size: int = 64, seeds: int = 1, eval_sequences: int = 256,

@@ -79,7 +79,7 @@ def qk_grad_norms(spec: ArchSpec, config, batches: int = 4) -> np.ndarray:
           trains=True,
           tiny=dict(steps=6, seeds=1, eval_sequences=32),
           quick=dict(steps=300, seeds=2),
-          runtime={"tiny": 0.6, "quick": 14.0, "default": 75.0})
+          runtime={"tiny": 1.0, "quick": 10.3, "default": 67.0})
 def reverse(*, seed: int = 0, device: str = "cpu", depth: int = 5, d_model: int = 16,
             seq_len: int = 20, alphas: Sequence[float] = (0.1, 1.0), steps: int = 1500,
             lr: float = 0.01, batch_size: int = 64, seeds: int = 3,
@@ -242,7 +242,7 @@ def _tau_final(spec: ArchSpec, rho0: float) -> tuple[float, float]:
           tiny=dict(depth=2, d_model=16, seq_len=16, steps=10, batch_size=8,
                     eval_sequences=16),
           quick=dict(steps=300),
-          runtime={"tiny": 0.8, "quick": 49.0, "default": 95.0},
+          runtime={"tiny": 1.6, "quick": 42.5, "default": 76.0},
           differs="Eq. 47's tau* (3.1 here) multiplies the logits past gg25's beta_c "
                   "(beta_eff 1.68 > sqrt 2), and the token cosine of some layers then rises "
                   "by more than 0.1 during training instead of staying flat")
