@@ -9,7 +9,7 @@ from sigprop.cli import run
 from sigprop.models.presets import PRESETS, shrink
 
 CASES = [
-    ["diagnose", "--seq-len", "128", "--seeds", "2", "--sequences", "1"],
+    ["diagnose", "--seq-len", "128", "--seeds", "1", "--sequences", "1"],
     ["measure", "--depth", "4", "--d-model", "64", "--heads", "4", "--seq-len", "64",
      "--seeds", "3"],
     ["longctx", "--d-model", "64", "--heads", "4", "--seq-len", "64", "--lengths", "64,1024",
