@@ -33,7 +33,7 @@ from ..plotting.figures import new_figure
 from ..spec import score_multiplier
 from ..theory import rem
 from ..theory import scaling as sc
-from .core import Check, Experiment, frame, register, slope
+from .core import Check, Experiment, frame, mean_se, register, slope
 
 __all__ = ["angle_ratios", "fig1", "fig2", "table1", "thm21", "thm23", "vs_gg25"]
 
@@ -81,11 +81,7 @@ def _width(x: np.ndarray, y: np.ndarray, lo: float, hi: float) -> float:
 
 
 def _mean_se(a: np.ndarray, axis: int = 0):
-    a = np.asarray(a, float)
-    k = a.shape[axis]
-    se = a.std(axis=axis, ddof=1) / math.sqrt(k) if k > 1 else np.full(a.mean(axis).shape,
-                                                                         np.nan)
-    return a.mean(axis=axis), se
+    return mean_se(a, axis)
 
 
 def angle_ratios(X: np.ndarray, gammas, rows: int = 64) -> np.ndarray:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["PAPERS", "SIZES", "Check", "Experiment", "Item", "ITEMS", "register", "items",
-           "select", "run", "frame", "slope"]
+           "select", "run", "frame", "slope", "mean_se", "one_thread"]
 
 #: The five seed papers, in the order the gallery shows them.
 PAPERS = ("gg25", "clpr25", "noci22", "deshpande26", "mindthegap")
@@ -245,6 +245,30 @@ def frame(records: Sequence[Mapping[str, Any]]) -> pd.DataFrame:
     if bad:
         raise ValueError(f"source must be theory, measured or paper (got {sorted(bad)})")
     return df[CORE + [c for c in df.columns if c not in CORE]]
+
+
+def mean_se(a, axis: int = -1):
+    """Mean and standard error of the mean along ``axis`` (float64; NaN error for one draw)."""
+    a = np.asarray(a, dtype=np.float64)
+    k = a.shape[axis]
+    mean = a.mean(axis=axis)
+    se = a.std(axis=axis, ddof=1) / math.sqrt(k) if k > 1 else np.full(np.shape(mean), np.nan)
+    return mean, se
+
+
+def one_thread(fn: Callable) -> Callable:
+    """Run ``fn`` with torch at one intra-op thread (restored after): next to NumPy's BLAS on
+    the small shared CPU boxes torch's pool made the items' small batched matmuls several
+    times slower (cf. :mod:`sigprop.measurement._threads`)."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        from ..measurement._threads import cpu_settings
+
+        with cpu_settings(threads=1):
+            return fn(*args, **kwargs)
+    return wrapper
 
 
 def slope(x, y) -> float:

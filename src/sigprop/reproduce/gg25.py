@@ -33,7 +33,7 @@ from ..plotting.figures import REGIME_COLOURS, new_figure
 from ..spec import ArchSpec
 from ..theory import blocks, diagram, rem, spectral
 from ..theory import depth as tdepth
-from .core import Check, Experiment, frame, register, slope
+from .core import Check, Experiment, frame, mean_se, one_thread, register, slope
 
 __all__ = ["head_sweep", "gg25_block_map", "crossing", "GG25_VARS", "BETA_HF"]
 
@@ -81,27 +81,10 @@ def _int(name: str, v, lo: int, hi: int) -> int:
     return int(v)
 
 
-def _one_thread(fn):
-    """Run ``fn`` with torch at one intra-op thread (restored after): on the small shared
-    CPU boxes torch's pool made these small batched matmuls several times slower
-    (cf. :mod:`sigprop.measurement._threads`)."""
-    import functools
-
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        from ..measurement._threads import cpu_settings
-
-        with cpu_settings(threads=1):
-            return fn(*args, **kwargs)
-    return wrapper
+_one_thread = one_thread
 
 
-def _mean_se(a, axis=-1):
-    a = np.asarray(a, dtype=np.float64)
-    n = a.shape[axis]
-    se = a.std(axis=axis, ddof=1) / math.sqrt(n) if n > 1 else np.full(a.mean(axis).shape,
-                                                                         np.nan)
-    return a.mean(axis=axis), se
+_mean_se = mean_se
 
 
 def _at(traj, obs: str, source: str | None = None) -> np.ndarray:

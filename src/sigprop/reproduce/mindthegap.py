@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -32,7 +32,7 @@ from scipy import stats
 
 from ..plotting.figures import new_figure
 from ..theory import spectral as sp
-from .core import Check, Experiment, frame, register, slope
+from .core import Check, Experiment, frame, mean_se, one_thread, register, slope
 
 __all__ = ["fig1", "thm2_prop1", "prop1_xavier", "prop3", "prop4", "prop5", "prop6", "prop7",
            "prop8", "lemma1", "lemma2_thm9_10", "fig2", "fig3", "fig4", "fig5", "fig6", "fig7",
@@ -48,19 +48,7 @@ _MOD_LABEL = {"plain": "", "ln": " + LN", "skip": " + skip", "skip+ln": " + skip
 # ---------------------------------------------------------------------------------------------
 
 
-def _one_thread(fn: Callable) -> Callable:
-    """Run ``fn`` with torch single-threaded (restored after): torch's OpenMP pool next to
-    BLAS/LAPACK was measured 8x slower on the shared 2-core box (cf. measure.observables._lapack);
-    NumPy's BLAS threads follow ``OPENBLAS_NUM_THREADS`` (tests set 1)."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        n = torch.get_num_threads()
-        torch.set_num_threads(1)
-        try:
-            return fn(*args, **kwargs)
-        finally:
-            torch.set_num_threads(n)
-    return wrapper
+_one_thread = one_thread
 
 
 def _rng(seed) -> np.random.Generator:
@@ -114,11 +102,7 @@ def loglog_slope(x, y) -> np.ndarray:
     return ((ly - ly.mean(axis=-1, keepdims=True)) * lx).sum(axis=-1) / (lx**2).sum()
 
 
-def _mean_se(a, axis=-1):
-    a = np.asarray(a, dtype=np.float64)
-    n = a.shape[axis]
-    se = a.std(axis=axis, ddof=1) / math.sqrt(n) if n > 1 else np.full(a.mean(axis).shape, np.nan)
-    return a.mean(axis=axis), se
+_mean_se = mean_se
 
 
 def _softmax_rows(S: np.ndarray) -> np.ndarray:

@@ -29,11 +29,10 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ..measurement._threads import cpu_settings
 from ..plotting.figures import new_figure
 from ..theory import depth as _depth
 from ..theory import uniform as U
-from .core import Check, Experiment, frame, register, slope
+from .core import Check, Experiment, frame, mean_se, one_thread, register, slope
 
 __all__ = ["jacobian_norms", "autograd_norms", "gaussian_tokens", "input_grad_terms",
            "lemma3_1", "lemma3_2",
@@ -89,22 +88,10 @@ def _device(device) -> str:
     return device
 
 
-def _one_thread(fn):
-    """Torch at one intra-op thread while the item runs (restored after): its OpenMP pool next
-    to NumPy's BLAS was measured several times slower on the shared 2-core box."""
-    @functools.wraps(fn)
-    def wrapper(*args, **kwargs):
-        with cpu_settings(threads=1):
-            return fn(*args, **kwargs)
-    return wrapper
+_one_thread = one_thread
 
 
-def _mean_se(a, axis=-1):
-    a = np.asarray(a, dtype=np.float64)
-    k = a.shape[axis]
-    se = a.std(axis=axis, ddof=1) / math.sqrt(k) if k > 1 else np.full(a.mean(axis).shape,
-                                                                        np.nan)
-    return a.mean(axis=axis), se
+_mean_se = mean_se
 
 
 def _ratio_se(num, den, axis=-1):
