@@ -11,6 +11,9 @@ and source), whose ``.plot()`` returns a matplotlib Figure and which a notebook 
 >>> d = sigprop.diagnose("gpt2", seq_len=128)        # a HuggingFace model, or an nn.Module
 >>> f = sigprop.fix("bert-deep-48", "out/", alpha_attn="auto")
 >>> lc = sigprop.longctx(lengths=[512, 4096, 65536])
+>>> r = sigprop.sweep("predict", "beta=0.1:3:16,depth=12,48", store="runs/")  # resumable
+>>> rows = sigprop.Store("runs/").read(query="beta > 1")
+>>> m = sigprop.monitor(model, batch, every=50)  # in a training loop: m(step)
 
 The package layout and where a new piece goes: ``docs/architecture.md``.
 """
@@ -22,6 +25,10 @@ from .analysis.diagnose import Diagnosis, FixResult, diagnose, fix
 from .analysis.longctx import LongContext, longctx
 from .analysis.measure import Comparison, measure
 from .analysis.predict import Prediction, predict
+from .integrations import SigpropCallback
+from .measurement.monitor import CollapseWarning, Monitor, monitor
+from .runs.executors import SweepReport, sweep
+from .runs.store import Store
 from .spec import ArchSpec, LayerSpec, SpecError
 
 try:
@@ -30,6 +37,8 @@ except _NotFound:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
 __all__ = [
-    "ArchSpec", "Comparison", "Diagnosis", "FixResult", "LayerSpec", "LongContext", "Prediction",
-    "SpecError", "__version__", "diagnose", "fix", "longctx", "measure", "predict",
+    "ArchSpec", "CollapseWarning", "Comparison", "Diagnosis", "FixResult", "LayerSpec",
+    "LongContext", "Monitor", "Prediction", "SigpropCallback", "SpecError", "Store",
+    "SweepReport", "__version__", "diagnose", "fix", "longctx", "measure", "monitor", "predict",
+    "sweep",
 ]

@@ -116,3 +116,16 @@ def clean_json(obj: Any) -> Any:
     if isinstance(obj, list | tuple):
         return [clean_json(v) for v in obj]
     return clean(obj)
+
+
+def parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
+    """A copy Parquet can store: object columns holding several types (or non-strings)
+    become strings, since a Parquet column has one type; column names become strings."""
+    df = df.copy()
+    for c in df.columns:
+        if df[c].dtype == object:
+            kinds = {type(v) for v in df[c] if v is not None and v == v}
+            if len(kinds) > 1 or (kinds and not kinds <= {str}):
+                df[c] = df[c].map(lambda v: v if v is None else str(v))
+    df.columns = [str(c) for c in df.columns]
+    return df

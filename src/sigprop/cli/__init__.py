@@ -6,7 +6,7 @@ library, print. Heavy imports happen inside the commands so start-up stays fast.
 Layout: :mod:`.common` holds the typer ``app``, the output formats, the error helpers and the
 spec options; the commands live in ``cmd_theory`` (predict, diagram, translate), ``cmd_measure``
 (measure, longctx), ``cmd_models`` (diagnose, fix), ``cmd_train`` (train, trainability) and
-``cmd_reproduce`` (reproduce).
+``cmd_reproduce`` (reproduce) and ``cmd_runs`` (sweep, results).
 They are registered here, in the order ``sigprop --help`` lists them.
 """
 
@@ -20,6 +20,7 @@ from ..spec import SpecError
 from .cmd_measure import _lengths, longctx, measure
 from .cmd_models import _alpha_value, diagnose, fix_cmd
 from .cmd_reproduce import reproduce
+from .cmd_runs import results, sweep
 from .cmd_theory import TRANSLATE_KEYS, diagram_cmd, predict, translate, translations
 from .cmd_train import train_cmd, trainability
 from .common import (
@@ -39,8 +40,8 @@ from .common import (
 __all__ = [
     "AsymptoticOpt", "Fmt", "FormatOpt", "SeedOpt", "TRANSLATE_KEYS", "app", "diagnose",
     "diagram_cmd", "fail", "fail_spec", "fix_cmd", "longctx", "main", "measure", "option_name",
-    "predict", "reproduce", "run", "spec_command", "train_cmd", "trainability", "translate",
-    "translations",
+    "predict", "reproduce", "results", "run", "spec_command", "sweep", "train_cmd",
+    "trainability", "translate", "translations",
     "write_figure", "write_report_file", "_alpha_value", "_lengths",
 ]
 
@@ -54,6 +55,8 @@ app.command()(translate)
 app.command("train")(train_cmd)
 app.command()(trainability)
 app.command()(reproduce)
+app.command()(sweep)
+app.command()(results)
 
 
 def _click_errors() -> tuple[tuple, tuple]:

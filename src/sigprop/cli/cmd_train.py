@@ -112,10 +112,16 @@ def train_cmd(spec: ArchSpec,
               plot: str | None = typer.Option(None, "--plot", help="write loss curves PNG"),
               checkpoint: str | None = typer.Option(None, "--checkpoint",
                                                     help="write safetensors + spec.json here"),
+              store: str | None = typer.Option(None, "--store",
+                                               help="log every measurement to this results "
+                                                    "store (command monitor)"),
               fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt,
               wide: bool = WideOpt) -> None:
     """Train the spec's model (MLM by default on the built-in stories) and record the loss
-    and the signal-propagation observables during training."""
+    and the signal-propagation observables during training. The first rank collapse and the
+    first entropy collapse the monitor sees are reported once on stderr (docs/monitor.md)."""
+    from dataclasses import asdict
+
     from .. import trajectory
     from ..training.loop import save_checkpoint, train
 
@@ -128,11 +134,12 @@ def train_cmd(spec: ArchSpec,
     check_figure_path("--plot", plot)
     check_output_dir("--checkpoint", checkpoint)
     _check_memory_or_fail(spec, cfg, data=data)  # before the corpus is built (seconds)
+    sinks = _store_sinks(store, spec, cfg)
     corpus = _corpus_or_fail(task, data, documents, vocab_size)
     try:
         res = _progress(fmt, f"training ({task})", steps,
                         lambda cb: train(spec, cfg, corpus=corpus, on_step=cb,
-                                         keep_model=checkpoint is not None))
+                                         keep_model=checkpoint is not None, sinks=sinks))
         written = save_checkpoint(res, checkpoint) if checkpoint else []
     except SpecError as err:
         fail_spec(err)
@@ -140,6 +147,7 @@ def train_cmd(spec: ArchSpec,
         fail(str(err))
     except OSError as err:
         fail(f"--checkpoint: cannot write {checkpoint!r} ({err.strerror or err})")
+    _report_collapse(res.events)
     if plot:
         from ..report.training import loss_unit, plot_training
 
@@ -147,8 +155,6 @@ def train_cmd(spec: ArchSpec,
                      title=f"{task}, L={spec.depth}, beta_eff={spec.beta_eff:.3g}",
                      baseline=res.baseline, unit=loss_unit(task))
     if fmt == Fmt.json:
-        from dataclasses import asdict
-
         _emit_json({"spec": spec.to_dict(), "config": asdict(cfg),
                     "rows": trajectory.to_rows(res.trajectory),
                     "final_loss": float(res.final_train.mean()),
@@ -161,6 +167,33 @@ def train_cmd(spec: ArchSpec,
         from ..report.training import print_training
 
         print_training(res, wide=wide)
+
+
+def _store_sinks(store: str | None, spec: ArchSpec, cfg) -> list:
+    """``--store``: a monitor sink writing each measurement to the results store (record
+    ``run = "train"``, the step, the spec and the training config), or none."""
+    if store is None:
+        return []
+    from dataclasses import asdict
+
+    from ..integrations import store_sink
+    from ..runs.store import StoreError
+
+    try:
+        return [store_sink(store, "train", spec=spec.to_dict(), train=asdict(cfg))]
+    except StoreError as err:
+        fail(f"--store: {err}")
+
+
+def _report_collapse(events) -> None:
+    """The monitor's first event of each kind, one line each on stderr (the library warns
+    with ``CollapseWarning``; the CLI prints)."""
+    from ..measurement.monitor import KINDS
+
+    for kind in KINDS:
+        ev = next((e for e in events if e.kind == kind), None)
+        if ev is not None:
+            typer.echo(f"sigprop: warning: {ev.message()}", err=True)
 
 
 def _floats(option: str, text: str, hi: float) -> list[float]:

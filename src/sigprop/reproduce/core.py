@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pandas as pd
 
+from ..trajectory import parquet_safe
+
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
@@ -198,24 +200,12 @@ class Experiment:
             if df is not None:
                 p = out / (f"{self.name}.parquet" if key == "data"
                            else f"{self.name}.table.parquet")
-                _parquet_safe(df).to_parquet(p, index=False)
+                parquet_safe(df).to_parquet(p, index=False)
                 paths[key] = p
         p = out / f"{self.name}.json"
         p.write_text(json.dumps(self.to_json(), indent=1))
         paths["json"] = p
         return paths
-
-
-def _parquet_safe(df: pd.DataFrame) -> pd.DataFrame:
-    """Object columns holding mixed types become strings (Parquet needs one type a column)."""
-    df = df.copy()
-    for c in df.columns:
-        if df[c].dtype == object:
-            kinds = {type(v) for v in df[c] if v is not None and v == v}
-            if len(kinds) > 1 or (kinds and not kinds <= {str}):
-                df[c] = df[c].map(lambda v: v if v is None else str(v))
-    df.columns = [str(c) for c in df.columns]
-    return df
 
 
 def _jsonable(x):

@@ -105,7 +105,9 @@ class TrainResult:
     ``config.train_alpha`` or ``config.tau_warmup``, a table (``step, layer, name, value,
     stderr`` and ``beta``) of the trained residual strengths (``alpha_attn``, ``alpha_mlp``
     per block) and the logit temperature (``tau``, layer 0) at every measuring step; None
-    otherwise."""
+    otherwise. ``events``: the training-time monitor's collapse events
+    (:class:`sigprop.measurement.monitor.CollapseEvent`, every measured layer in rank or
+    entropy collapse, with ``group`` ``{"beta": ...}`` when several betas were trained)."""
 
     trajectory: object
     final_train: np.ndarray
@@ -118,6 +120,7 @@ class TrainResult:
     info: dict = field(default_factory=dict)
     model: TaskModel | None = field(default=None, repr=False)
     scalars: object = None
+    events: list = field(default_factory=list)
 
 
 def _mean_err(v: np.ndarray) -> tuple[float, float]:
@@ -132,11 +135,20 @@ DEFAULT_CONFIG = TrainConfig()
 def train(spec: ArchSpec, config: TrainConfig = DEFAULT_CONFIG, *, data: str = "builtin",
           corpus=None, betas: Sequence[float] | None = None,
           on_step: Callable[[int, int], None] | None = None,
-          keep_model: bool = False) -> TrainResult:
+          keep_model: bool = False, sinks: Sequence[Callable] = (),
+          warn: bool = False) -> TrainResult:
     """Train ``config.seeds`` initialisations of ``spec`` (times ``len(betas)``) on
     ``config.task`` and return the loss curves and the observables measured during training.
     ``data``: ``builtin`` | ``tinystories`` | a path (token tasks); ``corpus``: an already
     loaded :class:`sigprop.data.corpus.Corpus`. ``on_step(step, total)`` after every step.
+
+    The observables are measured every ``config.measure_every`` steps (and at the first and
+    last) by the training-time monitor (:class:`sigprop.measurement.monitor.Monitor`, on the
+    seed-sliced model's own trace): ``sinks`` get every measurement (``sink(step, frame,
+    scalars)``, e.g. :func:`sigprop.integrations.store_sink`), ``warn=True`` raises a
+    :class:`~sigprop.measurement.monitor.CollapseWarning` for the first rank and the first
+    entropy collapse (off by default: the reproductions train collapsed models on purpose);
+    the events are in ``TrainResult.events`` either way.
 
     On CPU, denormal floats are flushed to zero while training (and the flag reset after):
     condensed attention (large beta) fills the softmax backward with denormals, which made
@@ -146,7 +158,7 @@ def train(spec: ArchSpec, config: TrainConfig = DEFAULT_CONFIG, *, data: str = "
     check_memory(spec, config, betas=betas, data=data, corpus=corpus)
     cpu = config.device == "cpu"
     with cpu_settings(threads=config.threads if cpu else None, flush_denormal=cpu):
-        return _train(spec, config, data, corpus, betas, on_step, keep_model)
+        return _train(spec, config, data, corpus, betas, on_step, keep_model, sinks, warn)
 
 
 def check_memory(spec: ArchSpec, config: TrainConfig, *, betas: Sequence[float] | None = None,
@@ -173,9 +185,11 @@ def check_memory(spec: ArchSpec, config: TrainConfig, *, betas: Sequence[float] 
                         tie=config.tie, shrink=shrink)
 
 
-def _train(spec, config, data, corpus, betas, on_step, keep_model) -> TrainResult:
+def _train(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
+           warn=False) -> TrainResult:
     from .. import trajectory
     from ..data.batches import Batches
+    from ..measurement.monitor import Monitor
 
     t0 = time.perf_counter()
     if config.task == "clm" and not spec.causal:
@@ -234,11 +248,20 @@ def _train(spec, config, data, corpus, betas, on_step, keep_model) -> TrainResul
         model.train()
         return ev
 
+    def trace_rows(m, x):  # the monitor's measurement: emit()'s rows (it sets their step)
+        import pandas as pd
+
+        out: list[dict] = []
+        _measure_rows(m, x, lambda s, name, layer, v: emit(s, name, layer, v, out=out), 0)
+        return pd.DataFrame(out)
+
+    monitor = Monitor(model, batches.probe(device), every=measure_every, measure=trace_rows,
+                      grads=False, warn=warn, sinks=sinks, keep=False,
+                      group_by=("beta",) if betas is not None else (), rho_max=spec.rho_max)
+
     def measure(step):
         if measure_every and (step % measure_every == 0 or step == config.steps):
-            model.eval()
-            _measure_rows(model, batches.probe(device), emit, step)
-            model.train()
+            rows.extend(monitor(step, force=True).to_dict("records"))
             if config.train_alpha:
                 for name in ("alpha_attn", "alpha_mlp"):
                     vals = getattr(model, name).detach().double().cpu().numpy()
@@ -288,7 +311,7 @@ def _train(spec, config, data, corpus, betas, on_step, keep_model) -> TrainResul
     return TrainResult(traj, last_train, final_eval, batches.baseline,
                        time.perf_counter() - t0, spec, config,
                        None if betas is None else [float(b) for b in betas], info,
-                       model if keep_model else None, table)
+                       model if keep_model else None, table, monitor.events)
 
 
 @torch.no_grad()
