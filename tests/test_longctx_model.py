@@ -93,8 +93,10 @@ def _real_rows(model, site, inputs, rows):
 
 
 @pytest.mark.parametrize("cfg", [
-    dict(LLAMA, num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
-         num_key_value_heads=1, initializer_range=0.3),
+    # slow (40 s on 2 cores): the default suite keeps the NeoX case (partial rotary); the
+    # grouped-query LLaMA of the other tests here is streamed there without this comparison
+    pytest.param(dict(LLAMA, num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
+                      num_key_value_heads=1, initializer_range=0.3), marks=pytest.mark.slow),
     {"model_type": "gpt_neox", "hidden_size": 32, "num_hidden_layers": 1,
      "num_attention_heads": 2, "intermediate_size": 64, "vocab_size": 1000,
      "max_position_embeddings": 16384, "rotary_pct": 0.5, "initializer_range": 0.3}],
@@ -133,6 +135,7 @@ def test_streamed_statistics_equal_a_real_forward_pass_at_8192(cfg):
     assert float((res.out - real["out"].double()).abs().max()) <= 1e-4
 
 
+@pytest.mark.slow  # 40 s on 2 cores: `make test-slow`
 def test_gaussian_input_model_matches_real_forward_passes_at_8192():
     """The choice of long-T inputs (Gaussian with each layer's measured mean and covariance,
     measured at T = 512) against real 8192-token forward passes of the same model (4 text
