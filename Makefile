@@ -34,6 +34,7 @@ bench: setup
 	$(BIN)/python benchmarks/bench_theory.py
 	$(BIN)/python benchmarks/bench_measure.py
 	$(BIN)/python benchmarks/bench_longctx.py
+	$(BIN)/python benchmarks/bench_sweep.py
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks

@@ -140,15 +140,15 @@ def _run_local(driver: _Driver, workers: int, threads: int) -> None:
                                    initializer=_init_worker, initargs=(threads, os.getpid()))
 
     t0 = time.perf_counter()
-    ex = pool()
-    driver.report.startup = time.perf_counter() - t0
+    ex = pool()  # workers start on the first submissions: start-up is measured at the first
+    first = True  # result, less that task's own run time
     flight: dict = {}
     try:
         while driver.queue or flight:
-            while driver.queue and len(flight) < workers:
+            while driver.queue and len(flight) < 2 * workers:  # one queued behind each
                 task, attempt = driver.queue.popleft()
                 flight[ex.submit(run_task, task.command, task.config, threads)] = (task, attempt)
-            driver.running = len(flight)
+            driver.running = min(len(flight), workers)
             driver.tick()
             ready, _ = wait(list(flight), timeout=1.0, return_when=FIRST_COMPLETED)
             broken = False
@@ -159,7 +159,10 @@ def _run_local(driver: _Driver, workers: int, threads: int) -> None:
                 except BrokenProcessPool as err:
                     broken = True
                     outcome = ("error", f"worker process died ({one_line(err)})", 0.0)
-                driver.running = len(flight)
+                if first:
+                    driver.report.startup = max(0.0, time.perf_counter() - t0 - outcome[2])
+                    first = False
+                driver.running = min(len(flight), workers)
                 driver.finish(task, attempt, outcome)
             if broken:  # every task still in flight died with the pool
                 for task, attempt in list(flight.values()):
@@ -194,12 +197,12 @@ def _run_ray(driver: _Driver, workers: int | None, threads: int, address: str | 
         remote = ray.remote(max_retries=0)(run_task)
         flight: dict = {}
         while driver.queue or flight:
-            while driver.queue and len(flight) < workers:
+            while driver.queue and len(flight) < 2 * workers:  # one queued behind each
                 task, attempt = driver.queue.popleft()
                 res = resources(task.command, task.config, cpus, gpus)
                 ref = remote.options(**res).remote(task.command, task.config, threads)
                 flight[ref] = (task, attempt)
-            driver.running = len(flight)
+            driver.running = min(len(flight), workers)
             driver.tick()
             ready, _ = ray.wait(list(flight), num_returns=1, timeout=1.0)
             for ref in ready:
@@ -208,7 +211,7 @@ def _run_ray(driver: _Driver, workers: int | None, threads: int, address: str | 
                     outcome = ray.get(ref)
                 except RayError as err:
                     outcome = ("error", one_line(err), 0.0)
-                driver.running = len(flight)
+                driver.running = min(len(flight), workers)
                 driver.finish(task, attempt, outcome)
     finally:
         if started:
