@@ -186,3 +186,36 @@ def test_sigkill_ray_three_times_then_resume(tmp_path, baseline):
     pytest.importorskip("ray")
     stored = _kill_three_times_and_resume(tmp_path, baseline, "ray", (1.0, 3.5), seed=3)
     print(f"tasks in the store after each kill: {stored}")
+
+
+@pytest.mark.slow
+def test_address_auto_joins_a_ray_start_cluster(tmp_path, baseline):
+    """The documented cluster path: `ray start --head`, then `sigprop sweep --executor ray
+    --address auto` joins it (and leaves it running); the store equals the local run's."""
+    pytest.importorskip("ray")
+    import json
+    import shutil
+    from pathlib import Path
+
+    ray_cli = shutil.which("ray", path=str(Path(sys.executable).parent))
+    if ray_cli is None:
+        pytest.skip("the ray command is not installed next to this Python")
+    start = subprocess.run([ray_cli, "start", "--head", "--num-cpus", "2",
+                            "--include-dashboard=false", "--disable-usage-stats"],
+                           capture_output=True, text=True, timeout=120)
+    if start.returncode != 0:
+        pytest.skip(f"ray start failed: {start.stderr.strip().splitlines()[-1:]}")
+    try:
+        cmd = _sweep_cmd(tmp_path / "joined", "ray")
+        cmd[cmd.index("--workers"):cmd.index("--workers") + 2] = ["--address", "auto"]
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+        assert done.returncode == 0, done.stderr
+        rep = json.loads(done.stdout)
+        assert rep["done"] == N and rep["workers"] == 2  # the cluster's 2 CPUs
+        alive = subprocess.run([sys.executable, "-c", "import ray; ray.init(address='auto', "
+                                "logging_level='ERROR'); print(ray.cluster_resources()['CPU'])"],
+                               capture_output=True, text=True, timeout=120)
+        assert alive.stdout.strip().splitlines()[-1] == "2.0"  # still running after the sweep
+    finally:
+        subprocess.run([ray_cli, "stop"], capture_output=True, timeout=120)
+    _same_store(Store(tmp_path / "joined", create=False), baseline)

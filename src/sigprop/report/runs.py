@@ -91,7 +91,8 @@ def print_results(df: pd.DataFrame, *, tasks: int, failures: pd.DataFrame, limit
     varying = [k for k in keys if df[k].nunique(dropna=False) > 1]
     fixed = [k for k in keys if k not in varying]
     if fixed:
-        console.print("fixed: " + ", ".join(f"{k}={_cell(df[k].iloc[0])}" for k in fixed))
+        console.print("fixed: " + ", ".join(f"{k}={_short(_cell(df[k].iloc[0]))}"
+                                            for k in fixed))
     lead = [c for c in _LEAD if c in df.columns and c != "command"]
     cols = (["command"] if df["command"].nunique() > 1 else []) + varying + lead
     if wide:
@@ -124,6 +125,11 @@ def sort_rows(df: pd.DataFrame) -> pd.DataFrame:
         return df.sort_values(by, kind="stable", na_position="first").reset_index(drop=True)
     except TypeError:  # a column mixing numbers and text: keep the store's order
         return df
+
+
+def _short(text: str, most: int = 32) -> str:
+    """A long value (a nested config as JSON) cut for the one-line summary."""
+    return text if len(text) <= most else text[: most - 1] + "…"
 
 
 def _cell(v) -> str:
