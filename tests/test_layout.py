@@ -20,7 +20,7 @@ FLOORS = {
     "measurement": 2, "data": 2,
     "models": 3, "training": 3,
     "analysis": 4,
-    "reproduce": 5, "runs": 5, "integrations": 5,
+    "reproduce": 5, "runs": 5, "integrations": 5, "bench": 5,
     "report": 6,
     "cli": 7, "__main__": 7,
     "__init__": 8,

@@ -6,7 +6,7 @@ library, print. Heavy imports happen inside the commands so start-up stays fast.
 Layout: :mod:`.common` holds the typer ``app``, the output formats, the error helpers and the
 spec options; the commands live in ``cmd_theory`` (predict, diagram, translate), ``cmd_measure``
 (measure, longctx), ``cmd_models`` (diagnose, fix), ``cmd_train`` (train, trainability) and
-``cmd_reproduce`` (reproduce) and ``cmd_runs`` (sweep, results).
+``cmd_reproduce`` (reproduce) and ``cmd_runs`` (sweep, results) and ``cmd_bench`` (bench).
 They are registered here, in the order ``sigprop --help`` lists them.
 """
 
@@ -17,6 +17,7 @@ import sys
 import typer
 
 from ..spec import SpecError
+from .cmd_bench import bench
 from .cmd_measure import _lengths, longctx, measure
 from .cmd_models import _alpha_value, diagnose, fix_cmd
 from .cmd_reproduce import reproduce
@@ -38,7 +39,7 @@ from .common import (
 )
 
 __all__ = [
-    "AsymptoticOpt", "Fmt", "FormatOpt", "SeedOpt", "TRANSLATE_KEYS", "app", "diagnose",
+    "AsymptoticOpt", "Fmt", "bench", "FormatOpt", "SeedOpt", "TRANSLATE_KEYS", "app", "diagnose",
     "diagram_cmd", "fail", "fail_spec", "fix_cmd", "longctx", "main", "measure", "option_name",
     "predict", "reproduce", "results", "run", "spec_command", "sweep", "train_cmd",
     "trainability", "translate", "translations",
@@ -57,6 +58,7 @@ app.command()(trainability)
 app.command()(reproduce)
 app.command()(sweep)
 app.command()(results)
+app.command()(bench)
 
 
 def _click_errors() -> tuple[tuple, tuple]:

@@ -1,0 +1,76 @@
+"""``sigprop bench``: every speed figure beside its reference, measured in one run
+(docs/bench.md)."""
+
+from __future__ import annotations
+
+import json
+
+import typer
+
+from .common import Fmt, FormatOpt, WideOpt, _emit_json, check_output_file, fail
+
+NamesArg = typer.Argument(None, help="benchmarks to run (default: all; --list)")
+
+
+def bench(
+    names: list[str] = NamesArg,
+    size: str = typer.Option("default", "--size", help="quick (seconds, a smoke run) | "
+                             "default (the stated sizes)"),
+    device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
+    list_: bool = typer.Option(False, "--list", help="list the benchmarks and exit"),
+    out: str | None = typer.Option(None, "--out", help="also write the JSON to this file"),
+    readme: str | None = typer.Option(None, "--readme", help="rewrite this README's speed "
+                                      "section from the run"),
+    fmt: Fmt = FormatOpt, wide: bool = WideOpt,
+) -> None:
+    """Run sigprop's benchmarks: each sigprop figure beside its reference measured in the
+    same run, the ratio, and the machine's matmul rate and memory bandwidth."""
+    from ..bench.core import SIZES, benchmarks, run
+
+    known = benchmarks()
+    if list_:
+        rows = [{"name": b.name, "title": b.title, "default_s": b.runtime}
+                for b in known.values()]
+        if fmt == Fmt.json:
+            _emit_json({"benchmarks": rows})
+        else:
+            for r in rows:
+                typer.echo(f"{r['name']:<16} ~{r['default_s']:>5.0f} s  {r['title']}")
+        return
+    if size not in SIZES:
+        fail(f"--size: must be one of {', '.join(SIZES)} (got {size!r})")
+    if device != "cpu" and not (device == "cuda" or device.startswith("cuda:")):
+        fail(f"--device: must be cpu, cuda or cuda:N (got {device!r})")
+    if device.startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            fail("--device: cuda is not available on this machine (use --device cpu)")
+    unknown = [n for n in names or [] if n not in known]
+    if unknown:
+        fail(f"NAMES: unknown benchmark {unknown[0]!r} (known: {', '.join(known)})")
+    check_output_file("--out", out, ("json",))
+    check_output_file("--readme", readme, ("md",))
+    from rich.console import Console
+
+    console = Console(stderr=True)
+    with console.status("benchmarks") as status:
+        res = run(names or [], size=size, device=device,
+                  on_start=lambda b: status.update(f"{b.name}: {b.title} (~{b.runtime:.0f} s "
+                                                   "at default size)"))
+    if out:
+        with open(out, "w") as fh:
+            json.dump(res, fh, indent=1)
+    if readme:
+        from pathlib import Path
+
+        from ..report.bench import markdown, replace_section
+
+        p = Path(readme)
+        p.write_text(replace_section(p.read_text() if p.exists() else "", markdown(res)))
+    if fmt == Fmt.json:
+        _emit_json(res)
+    else:
+        from ..report.bench import print_bench
+
+        print_bench(res, wide=wide)
