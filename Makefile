@@ -32,9 +32,9 @@ test-slow: setup
 
 bench: setup
 	$(BIN)/python benchmarks/bench_theory.py
-	$(BIN)/python benchmarks/bench_measure.py
 	$(BIN)/python benchmarks/bench_longctx.py
-	$(BIN)/python benchmarks/bench_sweep.py
+	$(BIN)/sigprop bench
+	$(BIN)/python benchmarks/bench_sweep.py --no-ray
 
 lint: setup
 	$(BIN)/ruff check src tests benchmarks
