@@ -17,6 +17,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ..spec import ArchSpec
+from . import causal as causal_nodes
 from . import fluct, kernels, rem
 
 #: number of query positions sampled (log-spaced) for causal statistics
@@ -27,7 +28,9 @@ class AttentionStats(NamedTuple):
     """Row statistics of one attention layer (docs/theory.md §1): ``y2`` = ipr, ``yx`` = ipr_cross,
     normalised ``entropy``, ``wmax``; ``inv_t`` = E[1/#keys of a row] and ``inv_t_cross`` =
     E[1/#keys of the longer row of a pair] (both 1/T without a mask, 0 in the T -> inf
-    limit): what centred attention subtracts from ``y2`` and ``yx``."""
+    limit): what centred attention subtracts from ``y2`` and ``yx``. ``nodes`` (causal
+    finite T, one score std per row): ``(v, rho, Y2_t, Yx_t)`` at the causal positions, flat,
+    which the LayerNorm average of the same block reuses (:func:`_ln_fluct_cos_causal`)."""
 
     y2: np.ndarray
     yx: np.ndarray
@@ -35,6 +38,7 @@ class AttentionStats(NamedTuple):
     wmax: np.ndarray | None
     inv_t: np.ndarray
     inv_t_cross: np.ndarray
+    nodes: tuple | None = None
 
 
 def _causal_nodes(T: int, k: int = CAUSAL_POSITIONS) -> tuple[np.ndarray, np.ndarray]:
@@ -94,7 +98,18 @@ def attention_stats(sigma_s, rho, T: int, *, d_head: int | None = None, causal: 
     nodes, weights = _causal_nodes(T)
     pair, _ = _causal_pair_weights(T, nodes)
     acc = [0.0, 0.0, 0.0, 0.0]
+    extra = None
+    if not full:  # every position's tables in one pass (:mod:`.causal`), summed in order
+        vb, rb = np.broadcast_arrays(v, rho)
+        vf, rf = vb.ravel(), rb.ravel()
+        y2n, yxn = causal_nodes.node_tables(vf, rf, nodes, d_head)
+        for i, (w, pw) in enumerate(zip(weights, pair, strict=True)):
+            acc[0] = acc[0] + w * y2n[i].reshape(vb.shape)
+            acc[1] = acc[1] + (w * pw) * yxn[i].reshape(vb.shape)
+        extra = (vf, rf, y2n, yxn)
     for t, w, pw in zip(nodes, weights, pair, strict=True):
+        if not full:
+            break
         if t == 1:  # a single visible key: weight 1 on it
             vals = (np.ones_like(v), np.ones_like(v), np.ones_like(v), np.ones_like(v))
         else:
@@ -109,7 +124,7 @@ def attention_stats(sigma_s, rho, T: int, *, d_head: int | None = None, causal: 
     # from the node sum by the node discretisation, which made p > q at small beta).
     return AttentionStats(acc[0], acc[1], acc[2] if full else None, acc[3] if full else None,
                           np.full(shape, float(np.sum(weights / nodes))),
-                          np.full(shape, float(np.sum(weights * pair / nodes))))
+                          np.full(shape, float(np.sum(weights * pair / nodes))), extra)
 
 
 def uniform_stats(shape, T: int, *, causal: bool = False, asymptotic: bool = False):
@@ -265,24 +280,24 @@ def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     b, rho, v = _ln_fluct_inputs(qa, pa, bp)
     a0, c0 = q_z - b * st.y2, p_z - b * st.yx
     nodes, _ = _causal_nodes(bp.seq_len)
-    m, yx = [], []
-    for t in nodes:
-        fixed = t == 1 or bp.attention == "uniform"  # weights 1/t: no spread, r = 1
-        if fixed:
-            y2_t = yx_t = np.full(np.shape(v), 1.0 / t)
-        else:
-            y2_t = rem.y2_table(int(t), bp.d_head)(v)
-            yx_t = rem.yx_table(int(t), bp.d_head)(v, rho)
-        n_t = a0 + b * y2_t
-        ok = n_t > 0
-        safe = np.where(ok, n_t, 1.0)
-        r = 1.0 if fixed else fluct.ln_factor(v, np.clip(a0 / safe, 0.0, 1.0), int(t),
-                                                bp.d_head, bp.heads)
-        m.append(np.where(ok, np.sqrt(r / safe), np.nan))
-        yx.append(yx_t)
-    p0, p1 = fluct.causal_pair_means(nodes, np.stack(np.broadcast_arrays(*m)),
-                                     np.stack(np.broadcast_arrays(*yx)), bp.seq_len)
-    cos = c0 * p0 + b * p1
+    vb, rb, a0b, bb = np.broadcast_arrays(v, rho, a0, b)
+    vf, a0f, bf = vb.ravel(), a0b.ravel(), bb.ravel()
+    if bp.attention == "uniform":  # weights 1/t: no spread, r = 1
+        y2n = yxn = np.broadcast_to((1.0 / nodes)[:, None], (nodes.size, vf.size))
+    elif (st.nodes is not None and st.nodes[0].shape == vf.shape
+          and np.array_equal(st.nodes[0], vf) and np.array_equal(st.nodes[1], rb.ravel())):
+        y2n, yxn = st.nodes[2], st.nodes[3]  # this block's attention already has them
+    else:
+        y2n, yxn = causal_nodes.node_tables(vf, rb.ravel(), nodes, bp.d_head)
+    # every position at once (:mod:`.causal`); t = 1 (one visible key): Y2 = Yx = 1, r = 1
+    n_t = a0f + bf * y2n
+    ok = n_t > 0
+    safe = np.where(ok, n_t, 1.0)
+    r = (np.ones(safe.shape) if bp.attention == "uniform" else
+         causal_nodes.ln_nodes(vf, np.clip(a0f / safe, 0.0, 1.0), nodes, bp.d_head, bp.heads))
+    m = np.where(ok, np.sqrt(r / safe), np.nan)
+    p0, p1 = causal_nodes.pair_means(nodes, m, yxn, bp.seq_len)
+    cos = c0 * p0.reshape(vb.shape) + b * p1.reshape(vb.shape)
     cos = np.where(np.isfinite(cos), cos, _cos(p_z, q_z))  # a vanishing token norm
     return np.minimum(cos, 1.0)
 
@@ -304,7 +319,8 @@ def _head_stats(bp: BlockParams, qa, pa, *, asymptotic: bool, full: bool
           else np.asarray(bp.head_scale, dtype=np.float64))
     sig = np.asarray(sig, dtype=np.float64)[..., None] * hs
     st = attention_stats(sig, np.asarray(rho, dtype=np.float64)[..., None], bp.seq_len,
-                         d_head=bp.d_head, causal=bp.causal, asymptotic=asymptotic, full=full)
+                         d_head=bp.d_head, causal=bp.causal, asymptotic=asymptotic,
+                         full=full)._replace(nodes=None)  # per head: not the LN's rows
     w = np.ones(sig.shape[-1]) if bp.head_w is None else np.asarray(bp.head_w, dtype=np.float64)
     w = np.broadcast_to(w, (sig.shape[-1],)) / np.mean(np.broadcast_to(w, (sig.shape[-1],)))
 
