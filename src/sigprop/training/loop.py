@@ -121,6 +121,7 @@ class TrainResult:
     model: TaskModel | None = field(default=None, repr=False)
     scalars: object = None
     events: list = field(default_factory=list)
+    alphas: list[float] | None = None
 
 
 def _mean_err(v: np.ndarray) -> tuple[float, float]:
@@ -136,11 +137,15 @@ def train(spec: ArchSpec, config: TrainConfig = DEFAULT_CONFIG, *, data: str = "
           corpus=None, betas: Sequence[float] | None = None,
           on_step: Callable[[int, int], None] | None = None,
           keep_model: bool = False, sinks: Sequence[Callable] = (),
-          warn: bool = False) -> TrainResult:
+          warn: bool = False, alphas: Sequence[float] | None = None) -> TrainResult:
     """Train ``config.seeds`` initialisations of ``spec`` (times ``len(betas)``) on
     ``config.task`` and return the loss curves and the observables measured during training.
     ``data``: ``builtin`` | ``tinystories`` | a path (token tasks); ``corpus``: an already
     loaded :class:`sigprop.data.corpus.Corpus`. ``on_step(step, total)`` after every step.
+    ``alphas``: per-group ``alpha_attn`` values, paired point by point with ``betas`` when
+    both are given (group ``i`` = ``(alphas[i], betas[i])``, slices ``i * seeds + j``), so any
+    list of (beta, alpha_attn) points trains as slices of one batched model (the
+    trainability grid); the trajectory then carries an ``alpha`` column as well.
 
     The observables are measured every ``config.measure_every`` steps (and at the first and
     last) by the training-time monitor (:class:`sigprop.measurement.monitor.Monitor`, on the
@@ -155,15 +160,17 @@ def train(spec: ArchSpec, config: TrainConfig = DEFAULT_CONFIG, *, data: str = "
     the beta = 8 acceptance run 1.5x slower on this machine for a change below 1e-38."""
     from ..measurement._threads import cpu_settings
 
-    check_memory(spec, config, betas=betas, data=data, corpus=corpus)
+    check_memory(spec, config, betas=betas, alphas=alphas, data=data, corpus=corpus)
     cpu = config.device == "cpu"
     with cpu_settings(threads=config.threads if cpu else None, flush_denormal=cpu):
-        return _train(spec, config, data, corpus, betas, on_step, keep_model, sinks, warn)
+        return _train(spec, config, data, corpus, betas, on_step, keep_model, sinks, warn,
+                      alphas)
 
 
 def check_memory(spec: ArchSpec, config: TrainConfig, *, betas: Sequence[float] | None = None,
                  data: str = "builtin", corpus=None,
-                 shrink: dict[str, int] | None = None) -> float:
+                 shrink: dict[str, int] | None = None,
+                 alphas: Sequence[float] | None = None) -> float:
     """Refuse (``SpecError``) a training run that would not fit in memory, before any
     allocation (:func:`sigprop.measurement.memory.check`, ``train`` model). The vocabulary is the
     corpus's, or before it is loaded the built-in stories' (other data: BERT's 30522)."""
@@ -177,7 +184,7 @@ def check_memory(spec: ArchSpec, config: TrainConfig, *, betas: Sequence[float] 
         vocab = corpus.vocab_size
     else:
         vocab = memory.BUILTIN_VOCAB if data == "builtin" else memory.OTHER_VOCAB
-    slices = config.seeds * (len(betas) if betas else 1)
+    slices = config.seeds * max(len(betas or ()), len(alphas or ()), 1)
     if shrink is None:
         shrink = {"seq_len": 2, "batch_size": 1, "d_model": spec.heads}
     return memory.check("train", spec=spec, batch_size=config.batch_size, slices=slices,
@@ -186,7 +193,7 @@ def check_memory(spec: ArchSpec, config: TrainConfig, *, betas: Sequence[float] 
 
 
 def _train(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
-           warn=False) -> TrainResult:
+           warn=False, alphas=None) -> TrainResult:
     from .. import trajectory
     from ..data.batches import Batches
     from ..measurement.monitor import Monitor
@@ -205,7 +212,8 @@ def _train(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
     device = torch.device(config.device)
     batches = Batches(spec, config, data=data, corpus=corpus)
     bias = batches.unigram_logp if config.bias_init == "unigram" else None
-    model = TaskModel(spec, config, batches.vocab, betas, head_bias=bias).to(device)
+    model = TaskModel(spec, config, batches.vocab, betas, head_bias=bias,
+                      alphas=alphas).to(device)
     opt, sched, params = make_optimizer(model, config)
     S = model.n_slices
     train_gen = torch.Generator().manual_seed(config.seed)
@@ -213,8 +221,8 @@ def _train(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
     measure_every = config.every("measure_every")
     rows: list[dict] = []
     scalars: list[dict] = []
-    group = np.arange(S) // config.seeds  # beta index of every slice
-    keys = [{}] if betas is None else [{"beta": float(b)} for b in betas]
+    group = np.arange(S) // config.seeds  # group (beta / alpha point) of every slice
+    keys = _group_keys(betas, alphas)
     tau_final = float(spec.multiplier) if spec.scaling == "tau" else 1.0
 
     def tau_at(step: int) -> float:  # noci22 C.3's warm-up (TrainConfig docstring)
@@ -257,7 +265,7 @@ def _train(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
 
     monitor = Monitor(model, batches.probe(device), every=measure_every, measure=trace_rows,
                       grads=False, warn=warn, sinks=sinks, keep=False,
-                      group_by=("beta",) if betas is not None else (), rho_max=spec.rho_max)
+                      group_by=tuple(keys[0]), rho_max=spec.rho_max)
 
     def measure(step):
         if measure_every and (step % measure_every == 0 or step == config.steps):
@@ -311,7 +319,22 @@ def _train(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
     return TrainResult(traj, last_train, final_eval, batches.baseline,
                        time.perf_counter() - t0, spec, config,
                        None if betas is None else [float(b) for b in betas], info,
-                       model if keep_model else None, table, monitor.events)
+                       model if keep_model else None, table, monitor.events,
+                       None if alphas is None else [float(a) for a in alphas])
+
+
+def _group_keys(betas, alphas) -> list[dict]:
+    """The extra trajectory columns of each slice group: ``{}`` (one group), ``{"beta": b}``
+    and, with per-group alphas, ``{"alpha": a, "beta": b}`` (``{"alpha": a}`` alone when no
+    betas were given)."""
+    if alphas is None:
+        return [{}] if betas is None else [{"beta": float(b)} for b in betas]
+    if betas is None:
+        return [{"alpha": float(a)} for a in alphas]
+    if len(betas) != len(alphas):
+        raise ValueError(f"betas and alphas pair up point by point: give as many of each "
+                         f"(got {len(betas)} and {len(alphas)})")
+    return [{"alpha": float(a), "beta": float(b)} for a, b in zip(alphas, betas, strict=True)]
 
 
 @torch.no_grad()

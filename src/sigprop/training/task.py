@@ -37,27 +37,36 @@ class TaskModel(nn.Module):
 
     def __init__(self, spec: ArchSpec, config: TrainConfig, vocab: int | None,
                  betas: Sequence[float] | None = None, dtype=torch.float32,
-                 head_bias: np.ndarray | None = None):
+                 head_bias: np.ndarray | None = None, alphas: Sequence[float] | None = None):
         super().__init__()
         from ..nn.model import SigpropTransformer
 
-        S, nb = config.seeds, (1 if betas is None else len(betas))
+        nb = _groups(betas, alphas)
+        S = config.seeds
         self.spec, self.vocab, self.n_slices = spec, vocab, S * nb
         init_spec = spec if betas is None else replace(spec, beta=1.0, qk_std=None)
         base = SigpropTransformer(init_spec, S, config.seed, dtype=dtype, embeddings=vocab)
-        if nb == 1:
+        if nb == 1 and betas is None:
             self.body = base
-        else:  # repeat the seeds for every beta, then rescale Q/K: std ~ sqrt(beta)
+        else:  # repeat the seeds for every group, then rescale Q/K: std ~ sqrt(beta)
             self.body = SigpropTransformer(spec, S * nb, config.seed, init=None, dtype=dtype,
-                                           embeddings=vocab)
-            scale = torch.tensor(betas, dtype=torch.float64).clamp_min(0).sqrt()
-            scale = scale.repeat_interleave(S).to(dtype)
+                                           embeddings=vocab) if nb > 1 else base
             with torch.no_grad():
-                src = dict(base.named_parameters())
-                for name, p in self.body.named_parameters():
-                    p.copy_(src[name].repeat(nb, *([1] * (p.dim() - 1))))
-                    if name.endswith(("attn.w_q", "attn.w_k")):
-                        p.mul_(scale.view(-1, 1, 1))
+                if nb > 1:
+                    src = dict(base.named_parameters())
+                    for name, p in self.body.named_parameters():
+                        p.copy_(src[name].repeat(nb, *([1] * (p.dim() - 1))))
+                if betas is not None:
+                    scale = torch.tensor(betas, dtype=torch.float64).clamp_min(0).sqrt()
+                    scale = scale.repeat_interleave(S).to(dtype)
+                    for name, p in self.body.named_parameters():
+                        if name.endswith(("attn.w_q", "attn.w_k")):
+                            p.mul_(scale.view(-1, 1, 1))
+        #: per-slice alpha_attn (slices,) when ``alphas`` is given (group i, seed j at slice
+        #: ``i * seeds + j``); not saved in checkpoints (the spec and the grid say it)
+        a = None if alphas is None else torch.tensor(
+            [float(x) for x in alphas], dtype=dtype).repeat_interleave(S)
+        self.register_buffer("slice_alpha", a, persistent=False)
         self.tie = config.tie and vocab is not None
         if vocab is not None and not self.tie:
             d = spec.d_model  # slice i from seed + i, as the body (independent of S)
@@ -86,9 +95,12 @@ class TaskModel(nn.Module):
                 raise SpecError("train_alpha", "needs sequential blocks (a parallel block has "
                                                "one residual strength)")
             shape = (S * nb, spec.depth)
-            self.alpha_attn = nn.Parameter(torch.full(shape, float(spec.alpha_attn),
-                                                      dtype=dtype))
+            a0 = torch.full(shape, float(spec.alpha_attn), dtype=dtype) if alphas is None \
+                else self.slice_alpha[:, None].expand(shape).clone()
+            self.alpha_attn = nn.Parameter(a0)
             self.alpha_mlp = nn.Parameter(torch.full(shape, float(spec.alpha_mlp), dtype=dtype))
+        #: residual strengths that differ between slices: the blocks run through _block
+        self._sliced = self.train_alpha or alphas is not None
         self._attn_specs = [blk.attn.spec for blk in self.body.blocks]
         self.tau: float | None = None
 
@@ -102,15 +114,19 @@ class TaskModel(nn.Module):
         self.tau = float(tau)
 
     def _alphas(self, i: int):
-        """Block ``i``'s residual strengths: the spec's floats, or (S, 1, 1, 1) trained ones."""
-        if not self.train_alpha:
-            return self.spec.alpha_attn, self.spec.alpha_mlp
-        return (self.alpha_attn[:, i].view(-1, 1, 1, 1), self.alpha_mlp[:, i].view(-1, 1, 1, 1))
+        """Block ``i``'s residual strengths: the spec's floats, or (S, 1, 1, 1) trained ones,
+        or the per-slice ``alphas`` (alpha_attn; alpha_mlp stays the spec's)."""
+        if self.train_alpha:
+            return (self.alpha_attn[:, i].view(-1, 1, 1, 1),
+                    self.alpha_mlp[:, i].view(-1, 1, 1, 1))
+        if self.slice_alpha is not None:
+            return self.slice_alpha.view(-1, 1, 1, 1), self.spec.alpha_mlp
+        return self.spec.alpha_attn, self.spec.alpha_mlp
 
     def trace(self, x: Tensor) -> tuple[list[Tensor], list[dict[str, Tensor]]]:
         """Hidden states (L+1 tensors (S, B, T, d)) and per-block attention statistics, as
         :class:`SigpropTransformer` returns them, with the trained residual strengths."""
-        if not self.train_alpha:
+        if not self._sliced:
             out = self.body(x, return_hidden=True, return_stats=True)
             return out.hidden, out.stats
         h = self.body._inputs(x)
@@ -128,13 +144,13 @@ class TaskModel(nn.Module):
         which is exact (they act per position) and ~2x cheaper for MLM's 15%."""
         from ..nn.model import normalise
 
-        if keep is None and not self.train_alpha:
+        if keep is None and not self._sliced:
             out = self.body(x, return_hidden=False, return_stats=False).output
         else:
             out = self.body._inputs(x)
             last = len(self.body.blocks) - 1
             for i, blk in enumerate(self.body.blocks):
-                if i < last and not self.train_alpha:
+                if i < last and not self._sliced:
                     out, _ = blk(out)
                 else:
                     out, _ = _block(blk, out, *self._alphas(i), keep=keep if i == last else None)
@@ -146,6 +162,18 @@ class TaskModel(nn.Module):
             return torch.baddbmm(self.head_b.unsqueeze(1), h,
                                  self.body.tok_emb.transpose(1, 2) / self.spec.d_model)
         return torch.baddbmm(self.head_b.unsqueeze(1), h, self.head_w)
+
+
+def _groups(betas: Sequence[float] | None, alphas: Sequence[float] | None) -> int:
+    """Number of slice groups: ``betas`` and ``alphas`` (when both are given, of equal
+    length: group ``i`` is the point ``(alphas[i], betas[i])``)."""
+    if betas is not None and alphas is not None and len(betas) != len(alphas):
+        raise ValueError(f"betas and alphas pair up point by point: give as many of each "
+                         f"(got {len(betas)} and {len(alphas)})")
+    for name, v in (("betas", betas), ("alphas", alphas)):
+        if v is not None and len(v) == 0:
+            raise ValueError(f"{name} must not be empty")
+    return len(betas) if betas is not None else (len(alphas) if alphas is not None else 1)
 
 
 def _block(blk, x: Tensor, a_att, a_mlp, keep: Tensor | None = None, stats: bool = False):
