@@ -22,14 +22,7 @@ from sigprop.training.trainability import trainability
 TINY = ArchSpec(depth=2, d_model=16, heads=2, seq_len=16, beta=0.5)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # tiny models: one intra-op thread avoids OpenMP barrier stalls on a shared machine
-    # (measured: a 16-wide AdamW step took 100 ms with 2 threads under load)
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")

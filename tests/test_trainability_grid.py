@@ -17,12 +17,7 @@ from sigprop.training.trainability import trainability
 SPEC = ArchSpec(depth=3, d_model=16, heads=2, seq_len=16, sigma_v2=0.2, sigma_w2=0.2)
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")

@@ -58,19 +58,11 @@ def _scalars(tb_dir):
     return out
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # a tiny model: one intra-op thread avoids OpenMP stalls on a shared 2-core machine
-    # (measured: this file's 4-step run with 3 measurements took 4.5 s with 2 threads, 0.5 s
-    # with 1)
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 @pytest.fixture(scope="module")
-def trained(one_thread, tmp_path_factory):
+def trained(torch_one_thread, tmp_path_factory):
     tmp = tmp_path_factory.mktemp("hf")
     trainer, cb = _trainer(tmp, store=tmp / "store", run="tiny-bert")
     trainer.train()

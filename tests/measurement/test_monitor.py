@@ -17,13 +17,7 @@ from sigprop.measurement.monitor import CollapseWarning, Monitor, monitor
 D, H, T, B = 32, 2, 16, 4
 
 
-@pytest.fixture(autouse=True, scope="module")
-def one_thread():
-    # tiny models: one intra-op thread avoids OpenMP barrier stalls on a shared machine
-    n = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(n)
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
 
 # ---- a tiny transformer the probe can hook ----------------------------------------------
