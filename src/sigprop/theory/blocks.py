@@ -10,6 +10,7 @@ RMS-style norm of gg25 (no mean subtraction); standard LayerNorm gives the same 
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -44,10 +45,23 @@ class AttentionStats(NamedTuple):
 def _causal_nodes(T: int, k: int = CAUSAL_POSITIONS) -> tuple[np.ndarray, np.ndarray]:
     """Log-spaced query positions t (number of visible keys) and the share of the T positions
     each node stands for (docs/theory.md §2.4 causal: the query at t is a REM with N = t keys)."""
-    nodes = np.unique(np.round(np.geomspace(1, T, min(k, T))).astype(int))
+    nodes, weights = _causal_grid(int(T), int(k))[:2]
+    return nodes.copy(), weights.copy()
+
+
+@functools.lru_cache(maxsize=64)
+def _causal_grid(T: int, k: int = CAUSAL_POSITIONS) -> tuple:
+    """``(nodes, weights, pair bracket, E_pairs[1/b])`` of :func:`_causal_nodes` and
+    :func:`_causal_pair_weights`, read-only and cached per (T, k): a causal block asked for
+    them three times per call (geomspace, unique, a cumsum over T): 0.19 s of the causal
+    diagram's 4.2 s under cProfile (~4%)."""
+    nodes = np.unique(np.round(np.geomspace(1, T, min(k, T))).astype(int)).astype(float)
     edges = np.concatenate([[0.5], 0.5 * (nodes[1:] + nodes[:-1]), [T + 0.5]])
     weights = np.diff(edges) / T
-    return nodes.astype(float), weights
+    pair, inv_cross = _causal_pair_weights(T, nodes)
+    for a in (nodes, weights, pair):
+        a.setflags(write=False)
+    return nodes, weights, pair, inv_cross
 
 
 def _causal_pair_weights(T: int, nodes: np.ndarray) -> tuple[np.ndarray, float]:
@@ -95,8 +109,7 @@ def attention_stats(sigma_s, rho, T: int, *, d_head: int | None = None, causal: 
         y2, yx, ent, wm = _finite_stats(v, rho, T, d_head, full)
         inv = np.full(np.shape(y2), 1.0 / T)
         return AttentionStats(y2, yx, ent, wm, inv, inv)
-    nodes, weights = _causal_nodes(T)
-    pair, _ = _causal_pair_weights(T, nodes)
+    nodes, weights, pair, _ = _causal_grid(int(T))
     acc = [0.0, 0.0, 0.0, 0.0]
     extra = None
     if not full:  # every position's tables in one pass (:mod:`.causal`), summed in order
@@ -132,9 +145,8 @@ def uniform_stats(shape, T: int, *, causal: bool = False, asymptotic: bool = Fal
     if asymptotic:
         inv = inv_cross = 0.0
     elif causal:
-        nodes, weights = _causal_nodes(T)
+        nodes, weights, _, inv_cross = _causal_grid(int(T))
         inv = float(np.sum(weights / nodes))
-        inv_cross = _causal_pair_weights(T, nodes)[1]
     else:
         inv = inv_cross = 1.0 / T
     arr, cross = np.full(shape, inv), np.full(shape, inv_cross)
@@ -279,7 +291,7 @@ def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     ratio of averages gives 0.31 at T = 256."""
     b, rho, v = _ln_fluct_inputs(qa, pa, bp)
     a0, c0 = q_z - b * st.y2, p_z - b * st.yx
-    nodes, _ = _causal_nodes(bp.seq_len)
+    nodes = _causal_grid(int(bp.seq_len))[0]
     vb, rb, a0b, bb = np.broadcast_arrays(v, rho, a0, b)
     vf, a0f, bf = vb.ravel(), a0b.ravel(), bb.ravel()
     if bp.attention == "uniform":  # weights 1/t: no spread, r = 1
