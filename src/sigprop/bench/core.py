@@ -30,7 +30,7 @@ __all__ = ["BENCHMARKS", "Bench", "Figure", "MODULES", "SIZES", "benchmarks", "b
 
 SIZES = ("quick", "default")
 #: modules holding registered benchmarks (imported by :func:`benchmarks`)
-MODULES: list[str] = ["measure", "sweep", "theory", "training"]
+MODULES: list[str] = ["diagnose", "measure", "sweep", "theory", "training"]
 
 
 @dataclass

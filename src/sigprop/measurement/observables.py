@@ -22,7 +22,7 @@ import torch
 
 __all__ = [
     "mean_cos", "mean_q", "ipr", "ipr_cross", "entropy", "entropy_from_logits", "wmax",
-    "stable_rank", "gap", "summarise",
+    "stable_rank", "top_eigenvalue", "gap", "summarise",
 ]
 
 
@@ -67,7 +67,54 @@ def _lapack(fn, a: torch.Tensor) -> torch.Tensor:
         torch.set_num_threads(n)
 
 
-def stable_rank(x: torch.Tensor) -> torch.Tensor:
+#: Gram matrices up to this size go straight to eigvalsh (Lanczos gains nothing there)
+LANCZOS_MIN = 64
+
+
+def top_eigenvalue(G: torch.Tensor, steps: int = 64, check: int = 8) -> torch.Tensor:
+    """Largest eigenvalue of each symmetric positive semi-definite matrix ``G`` (..., n, n),
+    by Lanczos with full reorthogonalisation in float64 from a fixed start vector; NaN where
+    the Ritz residual ``|beta_k s_k|`` (a bound on the distance from the top Ritz value to an
+    eigenvalue) is not below ``rtol * theta`` after ``steps`` steps (``rtol``: 1e-6 for
+    float32 input, 1e-12 for float64), which :func:`stable_rank` hands to ``eigvalsh``.
+
+    Hidden states at init have one dominant direction: bert-base's and GPT-2's 2 x 512 x 512
+    Grams converged in 8 steps (16 for GPT-2's embeddings) to 1e-15 relative of eigvalsh's top
+    eigenvalue, in ~15 ms against ~28 ms for a float32 eigvalsh; an isotropic Gaussian X
+    (the slowest case: a Marchenko-Pastur edge) needs ~48 steps."""
+    rtol = 1e-12 if G.dtype == torch.float64 else 1e-6
+    G = G.to(torch.float64)
+    lead, n = G.shape[:-2], G.shape[-1]
+    m = min(steps, n)
+    gen = torch.Generator().manual_seed(0)
+    v0 = torch.randn(n, generator=gen, dtype=torch.float64).to(G.device)
+    V = torch.zeros(*lead, m + 1, n, dtype=torch.float64, device=G.device)
+    V[..., 0, :] = v0 / v0.norm()
+    a = torch.zeros(*lead, m, dtype=torch.float64, device=G.device)
+    b = torch.zeros_like(a)
+    top = torch.full(lead, math.nan, dtype=torch.float64, device=G.device)
+    for j in range(m):
+        w = (G @ V[..., j, :].unsqueeze(-1)).squeeze(-1)
+        a[..., j] = (w * V[..., j, :]).sum(-1)
+        basis = V[..., : j + 1, :]
+        for _ in range(2):  # twice is enough (Kahan-Parlett)
+            w = w - ((basis @ w.unsqueeze(-1)) * basis).sum(-2)
+        b[..., j] = w.norm(dim=-1)
+        V[..., j + 1, :] = w / b[..., j, None].clamp_min(torch.finfo(torch.float64).tiny)
+        if (j + 1) % check and j + 1 < m:
+            continue
+        k = j + 1
+        off = b[..., : k - 1]
+        tri = torch.diag_embed(a[..., :k]) + torch.diag_embed(off, 1) + torch.diag_embed(off, -1)
+        theta, s = torch.linalg.eigh(tri)
+        top, res = theta[..., -1], (b[..., j] * s[..., -1, -1]).abs()
+        ok = res <= rtol * top.abs()
+        if bool(ok.all()):
+            return top
+    return torch.where(ok, top, torch.nan)
+
+
+def stable_rank(x: torch.Tensor, lanczos: bool = False) -> torch.Tensor:
     """Stable rank of the (uncentred) token covariance ``X X^T`` (mindthegap Eq. 4; docs/theory.md
     §5).
 
@@ -75,15 +122,26 @@ def stable_rank(x: torch.Tensor) -> torch.Tensor:
     singular values of ``X`` (shape ``(..., T, d)``). Ranges from 1 (rank one) to
     ``min(T, d)`` (all singular values equal). Returns NaN-free 0 only for ``X = 0``.
     The eigenvalues ``s_i^2`` come from ``eigvalsh`` of the smaller Gram matrix (``X X^T`` or
-    ``X^T X``), which is several times faster than an SVD of ``X``.
+    ``X^T X``), which is several times faster than an SVD of ``X``. ``lanczos=True`` (the
+    probe's hidden states): the numerator is that Gram's squared Frobenius norm and the top
+    eigenvalue comes from :func:`top_eigenvalue`, with ``eigvalsh`` where Lanczos did not
+    converge or the Gram is at most :data:`LANCZOS_MIN` wide (not the default: on isotropic
+    states, deep in a healthy stack, Lanczos may run its 64 steps before falling back).
     """
     T, d = x.shape[-2], x.shape[-1]
     gram = x @ x.transpose(-1, -2) if T <= d else x.transpose(-1, -2) @ x
-    lam = _lapack(torch.linalg.eigvalsh, gram).clamp_min(0.0)
-    lam2 = lam.pow(2)
-    top = lam2.amax(dim=-1)
-    return torch.where(top > 0, lam2.sum(dim=-1) / top.clamp_min(torch.finfo(lam.dtype).tiny),
-                       torch.zeros_like(top))
+    n = gram.shape[-1]
+    top = top_eigenvalue(gram) if lanczos and n > LANCZOS_MIN else None
+    if top is None or not bool(torch.isfinite(top).all()):
+        lam = _lapack(torch.linalg.eigvalsh, gram).clamp_min(0.0)
+        lam2 = lam.pow(2)
+        top2 = lam2.amax(dim=-1)
+        fro2 = lam2.sum(dim=-1)
+    else:
+        top2 = top.to(gram.dtype).clamp_min(0.0).pow(2)
+        fro2 = gram.square().sum((-1, -2))
+    return torch.where(top2 > 0, fro2 / top2.clamp_min(torch.finfo(gram.dtype).tiny),
+                       torch.zeros_like(top2))
 
 
 # --------------------------------------------------------------------------------------------

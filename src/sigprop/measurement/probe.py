@@ -34,7 +34,7 @@ from torch import nn
 
 from .. import trajectory as _traj
 from . import observables as obs
-from .probe_recompute import _RecomputeMixin
+from .probe_recompute import _RecomputeMixin, one_thread
 from .probe_sites import (
     AttentionSite,
     describe_attention,
@@ -236,9 +236,11 @@ class Probe(_RecomputeMixin):
         if self.keep_hidden:
             self._hid[layer].append(x)
         xd = x.to(self.dtype)
-        fns = {"cos": obs.mean_cos, "q": obs.mean_q, "stable_rank": obs.stable_rank}
-        for name in self.hidden_stat_names:
-            self._hst[layer][name].append(fns[name](xd).cpu())
+        fns = {"cos": obs.mean_cos, "q": obs.mean_q,
+               "stable_rank": lambda t: obs.stable_rank(t, lanczos=True)}
+        with one_thread():
+            for name in self.hidden_stat_names:
+                self._hst[layer][name].append(fns[name](xd).cpu())
 
     @torch.no_grad()
     def _attention_done(self, i, s: AttentionSite, out):
@@ -253,7 +255,7 @@ class Probe(_RecomputeMixin):
         if use_returned:
             A = ret.detach().to(self.dtype)
             allowed, _ = self._mask(s, pend.get("mask"), A.shape[-2], A.shape[-1], A.device)
-            stats = self._stats(A, None, allowed)
+            stats = self._stats(A, allowed)
             info.update(source="returned", rope=None, bias=None, approximate=False)
             if "q" in pend and "k" in pend:  # the score std, from the same q and k
                 try:

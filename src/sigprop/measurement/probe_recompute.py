@@ -19,6 +19,7 @@ T5), which is not added (``info["bias"] == "missing"``).
 from __future__ import annotations
 
 from collections import defaultdict
+from contextlib import contextmanager
 
 import torch
 
@@ -42,20 +43,81 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return torch.cat((xr * cos + rotated * sin, rest), dim=-1)
 
 
-def _score_rms(sc: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
-    """Per head: the root mean square of the logits ``q.k * scale`` over visible pairs of
-    distinct tokens, before any position bias -- the measured score std sigma_s
-    (docs/theory.md §2.1: for inputs with q = 1 its expectation over the weights is sigma_s
-    whatever the tokens' cosine)."""
-    T, Tk = sc.shape[-2], sc.shape[-1]
-    keep = torch.ones(T, Tk, dtype=torch.bool, device=sc.device)
+#: elements of one chunk of score maps: (chunk heads) x T x Tk; 2**19 float32 values (2 MiB,
+#: with the exponentials beside them in the 2 x 1 MiB L2 of the development machine) made the
+#: statistics of bert-base's 2 x 12 x 512 x 512 maps 25 ms per layer on one thread against
+#: 31-65 ms for 2**21-2**23 (and 464 ms for the former float64 log-softmax path)
+CHUNK = 2**19
+
+
+@contextmanager
+def one_thread():
+    """torch's CPU intra-op pool at one thread for a block of small reductions: on the shared
+    2-core machine, two OpenMP threads made a (2 x 512 x 512) chunk's reductions 10-40x slower
+    whenever another process held a core (the pool's barrier waits for a descheduled
+    thread); one thread is never slower than ~2x the best two-thread case."""
+    n = torch.get_num_threads()
+    if n == 1:
+        yield
+        return
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(n)
+
+
+def _score_rms_gram(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
+    """Per head: the root mean square of the logits ``q.k * scale`` over pairs of distinct
+    tokens, before any position bias -- the measured score std sigma_s (docs/theory.md §2.1:
+    for inputs with q = 1 its expectation over the weights is sigma_s whatever the tokens'
+    cosine). Unmasked maps only, without forming the scores: over all pairs,
+    ``sum_ab (q_a.k_b)^2 = <Q^T Q, K^T K>_F`` (two d_head x d_head Gram matrices, O(T d_head^2)
+    instead of O(T Tk d_head)), less the diagonal pairs ``sum_a (q_a.k_a)^2`` when T = Tk."""
+    T, Tk = q.shape[-2], k.shape[-2]
+    gq, gk = q.transpose(-1, -2) @ q, k.transpose(-1, -2) @ k
+    total = (gq * gk).sum((-1, -2))
+    n = T * Tk
     if T == Tk:
-        keep &= ~torch.eye(T, dtype=torch.bool, device=sc.device)
-    if allowed is not None:
-        keep = keep & allowed
-    w = keep.to(sc.dtype)
-    n = w.sum((-1, -2)).clamp_min(1.0)
-    return ((sc * sc) * w).sum((-1, -2)).div(n).sqrt()
+        total = total - (q * k).sum(-1).square().sum(-1)
+        n = T * (T - 1)
+    return (total.clamp_min(0.0) / max(n, 1)).sqrt() * abs(scale)
+
+
+def softmax_stats(sc: torch.Tensor, keys: torch.Tensor | None, want_probs: bool = False
+                  ) -> tuple[dict, torch.Tensor | None]:
+    """``ipr, ipr_cross, wmax, entropy`` (per map: the leading dims of ``sc``) of
+    ``softmax(sc)`` over its last dim, from the logits ``sc`` (..., T, Tk) whose masked entries
+    hold the dtype's most negative finite value (they then get probability exactly 0, as in HF
+    eager). ``sc`` is overwritten (``sc - rowmax``). ``keys``: visible keys per row
+    (broadcastable to (..., T); None: Tk); rows with fewer than two keys are left out of the
+    entropy. Also the probabilities when ``want_probs``.
+
+    One exponential per entry, no logarithm of a probability: with ``m_a`` the row maximum,
+    ``e = exp(z - m)`` and ``Z_a = sum_b e_ab``, the largest weight is ``1 / Z_a`` (e = 1 at
+    the maximum), ``ipr_a = sum_b e_ab^2 / Z_a^2``, the entropy ``H_a = log Z_a - sum_b e_ab
+    (z_ab - m_a) / Z_a`` (every term finite: a masked entry has e = 0), the column sums of
+    ``A`` are ``(1/Z)^T e``; 7 passes over the map against ~25 for log-softmax, exp and the
+    observables' functions. The entropy's cancellation at large logits is the only loss
+    (float32 at |z| ~ 300: ~1e-5 nats); each row is clamped to [0, log n_a], the range its
+    exact value lies in (tests/measurement/test_probe_precision.py compares with float64)."""
+    T, Tk = sc.shape[-2], sc.shape[-1]
+    d = sc.sub_(sc.amax(-1, keepdim=True))
+    e = d.exp()
+    rz = e.sum(-1).reciprocal()
+    row_sq = torch.linalg.vecdot(e, e) * rz.square()
+    h = torch.linalg.vecdot(e, d).mul_(rz).neg_().sub_(rz.log())
+    n = torch.full((), float(Tk), dtype=sc.dtype, device=sc.device) if keys is None \
+        else torch.broadcast_to(keys.to(sc.dtype), h.shape)
+    h = torch.minimum(h.clamp_min(0.0), torch.log(n.clamp_min(1.0)))
+    col = (rz.unsqueeze(-2) @ e).squeeze(-2)
+    if T > 1:
+        cross = (col.square().sum(-1) - row_sq.sum(-1)) / (T * (T - 1))
+    else:
+        cross = torch.full(sc.shape[:-2], float("nan"), dtype=sc.dtype, device=sc.device)
+    out = {"ipr": row_sq.mean(-1), "ipr_cross": cross, "wmax": rz.mean(-1),
+           "entropy": obs.normalised_row_mean(h, n)}
+    return out, (e.mul_(rz.unsqueeze(-1)) if want_probs else None)
 
 
 class _RecomputeMixin:
@@ -79,25 +141,25 @@ class _RecomputeMixin:
             allowed = vis if allowed is None else allowed & vis
         return allowed, bias
 
-    def _stats(self, A, logp, allowed):
-        out = {"ipr": obs.ipr(A), "ipr_cross": obs.ipr_cross(A), "wmax": obs.wmax(A)}
+    def _stats(self, A, allowed):
+        """Statistics of probability maps ``A`` (..., T, Tk) a module returned."""
         keys = None if allowed is None else allowed.sum(-1)
-        if logp is None:
-            out["entropy"] = obs.entropy(A, n_keys=keys)
-        else:
-            h = obs.row_entropy_from_log_probs(logp, allowed)
-            if keys is None:
-                keys = torch.full(A.shape[-2:-1], A.shape[-1], device=A.device)
-            out["entropy"] = obs.normalised_row_mean(h, keys)
-        if self.spectral:
-            out["gap"], out["s2_sqrtT"] = obs.gap(A)
+        with one_thread():
+            out = {"ipr": obs.ipr(A), "ipr_cross": obs.ipr_cross(A), "wmax": obs.wmax(A),
+                   "entropy": obs.entropy(A, n_keys=keys)}
+            if self.spectral:
+                out["gap"], out["s2_sqrtT"] = obs.gap(A)
         if self.keep_probs:
             out["_probs"] = A.float()
         return out
 
     def _recompute(self, i, s: AttentionSite, pend, scores_only: bool = False):
         """Statistics of ``softmax(q k^T scale + mask)`` from the captured q, k;
-        ``scores_only``: just the per-head score RMS ``sigma_s`` (no softmax)."""
+        ``scores_only``: just the per-head score RMS ``sigma_s`` (no softmax).
+
+        The maps are formed :data:`CHUNK` entries at a time (a sequence's heads), on one CPU
+        thread (:func:`one_thread`), each reduced at once by :func:`softmax_stats`; without a
+        mask ``sigma_s`` comes from the Gram matrices (:func:`_score_rms_gram`)."""
         q = _heads(pend["q"].detach().to(self.dtype), s.n_heads, s.head_dim)
         k = _heads(pend["k"].detach().to(self.dtype), s.n_kv_heads, s.head_dim)
         pos, rope = pend.get("pos"), "none"
@@ -108,27 +170,69 @@ class _RecomputeMixin:
             rope = "missing"
         if s.n_kv_heads != s.n_heads:
             k = k.repeat_interleave(s.n_heads // s.n_kv_heads, dim=-3)
-        T, Tk = q.shape[-2], k.shape[-2]
+        if q.shape[:-2] != k.shape[:-2]:  # leading dims broadcast, as q @ k^T would
+            both = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
+            q, k = q.expand(*both, *q.shape[-2:]), k.expand(*both, *k.shape[-2:])
+        T, Tk, H = q.shape[-2], k.shape[-2], s.n_heads
+        lead = q.shape[:-3]
         allowed, bias = self._mask(s, pend.get("mask"), T, Tk, q.device)
-        lead = q[..., 0, 0, 0].numel()
-        chunk = max(1, 2**24 // max(1, lead * T * Tk))
-        parts = defaultdict(list)
-        for h0 in range(0, s.n_heads, chunk):
-            sc = q[..., h0:h0 + chunk, :, :] @ k[..., h0:h0 + chunk, :, :].transpose(-1, -2)
-            sc = sc * s.scale
-            parts["sigma_s"].append(_score_rms(sc, allowed))
-            if scores_only:
-                continue
-            if bias is not None:
-                sc = sc + bias
-            if allowed is not None:  # finfo.min as HF eager: a fully masked row stays finite
-                sc = sc.masked_fill(~allowed, torch.finfo(sc.dtype).min)
-            logp = torch.log_softmax(sc, dim=-1)
-            for key, v in self._stats(logp.exp(), logp, allowed).items():
-                parts[key].append(v)
+        with one_thread():
+            out = self._chunked(q.reshape(-1, H, T, s.head_dim),
+                                k.reshape(-1, H, Tk, s.head_dim), s.scale, allowed, bias,
+                                lead, scores_only)
         if scores_only:
-            return {"sigma_s": torch.cat(parts["sigma_s"], dim=-1)}
+            return out
         bias_missing = bool(pend.get("bias"))
         self.info[i].update(source="recomputed", rope=rope, bias="missing" if bias_missing
                             else None, approximate=rope == "missing" or bias_missing)
-        return {key: torch.cat(v, dim=-3 if key == "_probs" else -1) for key, v in parts.items()}
+        return out
+
+    def _chunked(self, q, k, scale, allowed, bias, lead, scores_only):
+        """:meth:`_recompute` on q (N, H, T, dh), k (N, H, Tk, dh): per sequence and chunk of
+        heads, the scores, ``sigma_s`` and (unless ``scores_only``) :func:`softmax_stats`;
+        results reshaped to ``(*lead, H)`` (``_probs``: ``(*lead, H, T, Tk)``)."""
+        N, H, T, _ = q.shape
+        Tk = k.shape[-2]
+        full = (N, H, T, Tk)
+
+        def per_seq(m):  # a mask / bias broadcast to (*lead, H, T, Tk), as (N, H, T, Tk)
+            return None if m is None else torch.broadcast_to(
+                m, (*lead, H, T, Tk)).reshape(full)
+
+        al, bi = per_seq(allowed), per_seq(bias)
+        eye = ~torch.eye(T, dtype=torch.bool, device=q.device) if T == Tk else None
+        keys = None if al is None else al.sum(-1)
+        parts = defaultdict(list)
+        if al is None:
+            parts["sigma_s"].append(_score_rms_gram(q, k, scale).reshape(-1))
+        step = max(1, CHUNK // max(1, T * Tk))
+        want = self.spectral or self.keep_probs
+        qs, kt = q * scale, k.transpose(-1, -2)
+        for n in range(N):
+            if al is None and scores_only:
+                break
+            for h0 in range(0, H, step):
+                h1 = min(H, h0 + step)
+                sc = qs[n, h0:h1] @ kt[n, h0:h1]
+                if al is not None:  # sigma_s over visible pairs of distinct tokens
+                    kp = al[n, h0:h1] if eye is None else al[n, h0:h1] & eye
+                    sq = sc.masked_fill(~kp, 0.0)
+                    cnt = kp.sum((-1, -2)).clamp_min(1).to(sc.dtype)
+                    parts["sigma_s"].append(torch.linalg.vecdot(sq, sq).sum(-1).div(cnt)
+                                            .sqrt())
+                if scores_only:
+                    continue
+                if bi is not None:
+                    sc = sc + bi[n, h0:h1]
+                if al is not None:  # finfo.min as HF eager: a fully masked row stays finite
+                    sc = sc.masked_fill(~al[n, h0:h1], torch.finfo(sc.dtype).min)
+                stats, A = softmax_stats(sc, None if keys is None else keys[n, h0:h1], want)
+                if self.spectral:
+                    stats["gap"], stats["s2_sqrtT"] = obs.gap(A)
+                if self.keep_probs:
+                    stats["_probs"] = A.float()
+                for key, v in stats.items():
+                    parts[key].append(v)
+        # chunks run sequence-major, heads within: concatenated they are (N * H, ...)
+        return {key: torch.cat(v).reshape(*lead, H, *v[0].shape[1:])
+                for key, v in parts.items()}

@@ -65,6 +65,15 @@ def matrix(m: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
     return None
 
 
+def _col_sq(W: torch.Tensor) -> torch.Tensor:
+    """Per column (input feature) of ``W``: the sum of squares, accumulated in float64 on the
+    CPU without a float64 copy of the matrix (bert-base's 3072 x 768 MLP maps: ~4 ms against
+    ~6 ms through a float64 copy and its square, per matrix and draw)."""
+    W = W.detach()
+    W = W if W.dtype in (torch.float32, torch.float64) else W.float()  # bf16 squares: 3 digits
+    return W.square().sum(0, dtype=torch.float64).cpu()
+
+
 def _is_norm(m: nn.Module) -> bool:
     name = type(m).__name__.lower()
     return "norm" in name and not isinstance(m, nn.ModuleList) and not any(
@@ -165,8 +174,9 @@ def _fingerprint(args, kwargs):
     t = next((a for a in list(args) + list(kwargs.values()) if torch.is_tensor(a)), None)
     if t is None or not t.is_floating_point():
         return None
-    t = t.detach().double()
-    return tuple(t.shape), float(t.sum()), float(t.pow(2).sum())
+    t = t.detach()  # float64 sums, no float64 copy of the activations
+    return tuple(t.shape), float(t.sum(dtype=torch.float64)), float(
+        t.square().sum(dtype=torch.float64))
 
 
 class _Parts(NamedTuple):
@@ -410,13 +420,15 @@ class WeightReader:
         mlp = parts.mlp
         var_o, hw = None, None
         if o is not None:
-            Wo, bo = (t.to(torch.float64).cpu() if t is not None else None for t in o)
-            var_o = float(Wo.pow(2).sum() / Wo.shape[0])
+            Wo, bo = o
+            bo = None if bo is None else bo.to(torch.float64).cpu()
+            o_cols = _col_sq(Wo)
+            var_o = float(o_cols.sum() / Wo.shape[0])
             if bo is not None:
                 biases.append(bo)
             if Wv is not None and Wo.shape[1] == H * dh:
                 vn = (Wv * G).unflatten(0, (Hkv, dh)).pow(2).sum((1, 2))
-                on = Wo.unflatten(1, (H, dh)).pow(2).sum((0, 2))
+                on = o_cols.unflatten(0, (H, dh)).sum(1)
                 w = np.array([float(on[h] * vn[h // grp]) for h in range(H)])
                 hw = tuple((w / w.mean()).tolist()) if w.mean() > 0 else None
         elif Wv is not None:
@@ -424,14 +436,14 @@ class WeightReader:
         var_w_in, var_w_out = 1.0, 1.0
         if mlp:
             ins, out_m, gm = mlp
-            Wout, bout = (t.to(torch.float64).cpu() if t is not None else None for t in out_m)
-            var_w_out = float(Wout.pow(2).sum() / Wout.shape[0])
+            Wout, bout = out_m
+            bout = None if bout is None else bout.to(torch.float64).cpu()
+            var_w_out = float(_col_sq(Wout).sum() / Wout.shape[0])
             g2 = torch.ones(ins[0][0].shape[1], dtype=torch.float64) if gm is None \
                 else torch.as_tensor(gm)
             vin = []
             for W, b in ins:
-                W = W.to(torch.float64).cpu()
-                vin.append(float((W * g2).pow(2).sum() / W.shape[0]))
+                vin.append(float((_col_sq(W) * g2.square()).sum() / W.shape[0]))
                 if b is not None:
                     biases.append(b.to(torch.float64).cpu())
             if len(vin) == 2:  # gated: gate's variance in, the up branch's scales the output
