@@ -40,6 +40,10 @@ def test_figure_ratio():
     assert Figure("x", "", 3.0, "", 1.5, ratio=0.25).ratio == 0.25
     j = Figure("x", "", float("inf"), "", 1.0).to_json()
     assert j["sigprop_s"] is None and json.dumps(j)
+    import numpy as np  # benchmarks compute ok and sizes with NumPy
+
+    j = Figure("x", "", 1.0, "", 2.0, ok=np.float64(0.5) < 1, size={"n": np.int64(3)}).to_json()
+    assert json.dumps(j) and j["ok"] is True and j["size"] == {"n": 3}
 
 
 def test_register_twice_refused(fake):

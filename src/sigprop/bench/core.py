@@ -57,7 +57,9 @@ class Figure:
                           else math.nan)
 
     def to_json(self) -> dict[str, Any]:
-        d = asdict(self)
+        from ..trajectory import clean_json
+
+        d = clean_json(asdict(self))  # NumPy scalars (a np.bool_ ``ok``) to Python
         for k in ("sigprop_s", "reference_s", "ratio"):
             v = d[k]
             d[k] = None if v is None or not math.isfinite(v) else round(float(v), 6)

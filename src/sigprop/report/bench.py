@@ -16,6 +16,8 @@ def _ratio(f: dict) -> str:
         return "–"
     if f.get("unit", "").startswith("fraction"):
         return f"{r:.0%}"
+    if 0 < r < 0.01:  # far faster than the reference: 1/N reads better than 0.00x
+        return f"1/{1 / r:,.0f}"
     return f"{r:.2f}x" if r < 100 else f"{r:,.0f}x"
 
 
