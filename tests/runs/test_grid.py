@@ -88,6 +88,9 @@ sweeps:
     ("- 1\n- 2\n", "mapping"), ("command: measure\nbogus: 1\ngrid: {beta: [1]}\n", "bogus"),
     ("grid: {beta: [1]}\n", "no command"), ("command: x\n", "no tasks"),
     ("command: measure\ngrid: {beta: []}\n", "no values"), ("a: [\n", "not valid YAML"),
+    ("command: predict\ngrid: {beta: [.inf]}\n", "beta: config values must be finite"),
+    ("command: predict\nconfigs: [1, 2]\n", "every entry must be a mapping"),
+    ("command: predict\ngrid: {beta: \"0.1:3:1e9\"}\n", "must be an integer"),
 ])
 def test_bad_yaml(tmp_path, body, words):
     f = tmp_path / "s.yaml"

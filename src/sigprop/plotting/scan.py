@@ -94,8 +94,8 @@ def scan_table(rows: pd.DataFrame, x: str, y: str, hue: str | None = None,
                         f"column ({', '.join(num)})")
     for k, name in (("x", x), ("hue", hue), ("col", col)):
         if name is not None and name not in df.columns:
-            raise PlotError(f"{k}={name!r} is not a column (columns: "
-                            f"{', '.join(c for c in df.columns if not c.startswith('_'))})")
+            cols = [c for c in df.columns if not c.startswith(("_", "spec."))]
+            raise PlotError(f"{k}={name!r} is not a column (columns: {', '.join(cols)})")
     if df.empty:
         raise PlotError(f"no {y} rows at layer {layer}")
     if "source" not in df.columns:

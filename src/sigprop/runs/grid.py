@@ -66,8 +66,20 @@ class Task:
 
     @classmethod
     def make(cls, command: str, config: Mapping[str, Any]) -> Task:
-        cfg = canonical(dict(config))
+        try:
+            cfg = canonical(dict(config))
+        except (TypeError, ValueError) as err:  # a YAML .inf, an object: name the key
+            bad = next((k for k, v in config.items() if _unusable(v)), "config")
+            raise GridError(f"{bad}: {err}") from None
         return cls(command, cfg, Store.key(command, cfg))
+
+
+def _unusable(v: Any) -> bool:
+    try:
+        canonical(v)
+        return False
+    except (TypeError, ValueError):
+        return True
 
 
 def _split(text: str) -> list[str]:
@@ -192,10 +204,11 @@ def expand(command: str, grid: Mapping[str, Sequence[Any]] | None = None,
     """Tasks for ``command``: every config of ``configs`` (default one empty config) times
     every point of ``grid``, on top of ``fixed``; duplicates (same hash) are dropped."""
     grid = {_key(k, "grid"): _values(k, v) for k, v in (grid or {}).items()}
-    configs = [dict(c) for c in (configs or [{}])]
+    configs = list(configs or [{}])
     for c in configs:
-        if not isinstance(c, dict):
+        if not isinstance(c, Mapping):
             raise GridError(f"configs: every entry must be a mapping (got {c!r})")
+    configs = [dict(c) for c in configs]
     n = len(configs) * math.prod(len(v) for v in grid.values())
     if n > MAX_TASKS:
         raise GridError(f"grid: {n} tasks; at most {MAX_TASKS} in one sweep")
