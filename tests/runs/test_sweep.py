@@ -132,7 +132,8 @@ def _kill_three_times_and_resume(tmp_path, baseline, executor, window, seed,
                                  groups=(True, True, True)):
     """Start the sweep and SIGKILL it three times, then let it finish; the store must equal
     the uninterrupted run's. The first kill comes at a random moment in ``window`` seconds
-    after the start (start-up or the first tasks); the next ones while tasks are being
+    after the start (start-up or the first tasks; earlier if 4 tasks are stored by then, so
+    that a fast machine still leaves work for the next kills); the next ones while tasks are being
     finished: once the sweep has stored a random 1-3 more tasks, after a random 0-50 ms (a
     task takes about that long, so a kill lands anywhere in a task's life, its write
     included). ``groups[i]``: kill the whole process group (driver and workers) the i-th
@@ -146,8 +147,10 @@ def _kill_three_times_and_resume(tmp_path, baseline, executor, window, seed,
         before = _stored(st_path) if st_path.exists() else 0
         p = subprocess.Popen(_sweep_cmd(st_path, executor), start_new_session=True, env=env,
                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        if i == 0:
-            time.sleep(rng.uniform(*window))
+        if i == 0:  # at the random moment, or once 4 tasks are stored (a fast machine)
+            end = time.monotonic() + rng.uniform(*window)
+            while time.monotonic() < end and _stored(st_path) < before + 4:
+                time.sleep(0.005)
         else:
             end = time.monotonic() + 120
             k = before + int(rng.integers(1, 4))
