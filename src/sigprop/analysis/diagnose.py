@@ -720,10 +720,10 @@ def _position_resolved(theory, spec: ArchSpec, kind: str, grams, rope_freq, note
 def _read_weights(reader, notes: list[str]):
     """The reader's :class:`WeightTable`, or None (with a note) where the weights of some
     block could not be read."""
-    from ..measurement.probe_recompute import one_thread
+    from ..measurement._threads import cpu_settings
 
     try:
-        with one_thread():  # small reductions: see one_thread
+        with cpu_settings(threads=1):  # small reductions (probe_recompute)
             table = reader.read()
     except Exception as err:  # noqa: BLE001 - any model the reader does not understand
         notes.append(f"weights: not readable ({type(err).__name__}: {err}); theory "

@@ -34,7 +34,8 @@ from torch import nn
 
 from .. import trajectory as _traj
 from . import observables as obs
-from .probe_recompute import _RecomputeMixin, one_thread
+from ._threads import cpu_settings
+from .probe_recompute import _RecomputeMixin
 from .probe_sites import (
     AttentionSite,
     describe_attention,
@@ -238,7 +239,7 @@ class Probe(_RecomputeMixin):
         xd = x.to(self.dtype)
         fns = {"cos": obs.mean_cos, "q": obs.mean_q,
                "stable_rank": lambda t: obs.stable_rank(t, lanczos=True)}
-        with one_thread():
+        with cpu_settings(threads=1):
             for name in self.hidden_stat_names:
                 self._hst[layer][name].append(fns[name](xd).cpu())
 

@@ -19,11 +19,11 @@ T5), which is not added (``info["bias"] == "missing"``).
 from __future__ import annotations
 
 from collections import defaultdict
-from contextlib import contextmanager
 
 import torch
 
 from . import observables as obs
+from ._threads import cpu_settings
 from .probe_sites import AttentionSite
 
 
@@ -50,21 +50,10 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 CHUNK = 2**19
 
 
-@contextmanager
-def one_thread():
-    """torch's CPU intra-op pool at one thread for a block of small reductions: on the shared
-    2-core machine, two OpenMP threads made a (2 x 512 x 512) chunk's reductions 10-40x slower
-    whenever another process held a core (the pool's barrier waits for a descheduled
-    thread); one thread is never slower than ~2x the best two-thread case."""
-    n = torch.get_num_threads()
-    if n == 1:
-        yield
-        return
-    torch.set_num_threads(1)
-    try:
-        yield
-    finally:
-        torch.set_num_threads(n)
+#: the statistics run with torch's CPU pool at one thread (``cpu_settings(threads=1)``): on the
+#: shared 2-core machine two OpenMP threads made a (2 x 512 x 512) chunk's reductions 10-40x
+#: slower whenever another process held a core (the pool's barrier waits for a descheduled
+#: thread); one thread is never slower than ~2x the best two-thread case
 
 
 def _score_rms_gram(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Tensor:
@@ -144,7 +133,7 @@ class _RecomputeMixin:
     def _stats(self, A, allowed):
         """Statistics of probability maps ``A`` (..., T, Tk) a module returned."""
         keys = None if allowed is None else allowed.sum(-1)
-        with one_thread():
+        with cpu_settings(threads=1):
             out = {"ipr": obs.ipr(A), "ipr_cross": obs.ipr_cross(A), "wmax": obs.wmax(A),
                    "entropy": obs.entropy(A, n_keys=keys)}
             if self.spectral:
@@ -158,7 +147,7 @@ class _RecomputeMixin:
         ``scores_only``: just the per-head score RMS ``sigma_s`` (no softmax).
 
         The maps are formed :data:`CHUNK` entries at a time (a sequence's heads), on one CPU
-        thread (:func:`one_thread`), each reduced at once by :func:`softmax_stats`; without a
+        thread, each reduced at once by :func:`softmax_stats`; without a
         mask ``sigma_s`` comes from the Gram matrices (:func:`_score_rms_gram`)."""
         q = _heads(pend["q"].detach().to(self.dtype), s.n_heads, s.head_dim)
         k = _heads(pend["k"].detach().to(self.dtype), s.n_kv_heads, s.head_dim)
@@ -176,7 +165,7 @@ class _RecomputeMixin:
         T, Tk, H = q.shape[-2], k.shape[-2], s.n_heads
         lead = q.shape[:-3]
         allowed, bias = self._mask(s, pend.get("mask"), T, Tk, q.device)
-        with one_thread():
+        with cpu_settings(threads=1):
             out = self._chunked(q.reshape(-1, H, T, s.head_dim),
                                 k.reshape(-1, H, Tk, s.head_dim), s.scale, allowed, bias,
                                 lead, scores_only)

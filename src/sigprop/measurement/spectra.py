@@ -39,7 +39,7 @@ import math
 import torch
 from torch import Tensor
 
-from ._threads import run_workers
+from ._threads import cpu_settings, run_workers
 
 
 class DenseOperator:
@@ -259,17 +259,10 @@ def _orth(y: Tensor, basis: list[Tensor]) -> Tensor:
     return y
 
 
-class _one_thread:
-    """Dense linear algebra on thin matrices single-threaded (restored on exit): next to the
-    operator's worker threads, torch's two-thread pool made a 2048 x 195 svdvals take 4.5 s
-    on this shared 2-core machine (see also measure.observables._lapack)."""
-
-    def __enter__(self):
-        self.before = torch.get_num_threads()
-        torch.set_num_threads(1)
-
-    def __exit__(self, *exc):
-        torch.set_num_threads(self.before)
+#: dense linear algebra on thin matrices runs with torch at one thread
+#: (``cpu_settings(threads=1)``): next to the operator's worker threads, torch's two-thread
+#: pool made a 2048 x 195 svdvals take 4.5 s on the shared 2-core machine (see also
+#: measure.observables._lapack)
 
 
 def _gaussian(n: int, b: int, seed: int, dtype) -> Tensor:
@@ -304,7 +297,7 @@ def top_singular_values(op, k: int = 5, *, oversample: int = 10, n_iter: int = 8
     n = op.shape[1]
     b = min(k + oversample, n)
     _check_memory(op, b, n_iter)
-    with _one_thread():
+    with cpu_settings(threads=1):
         block = _orth(_gaussian(n, b, seed, op.dtype), [])
         basis, images = [block], []  # images: M applied to each basis block, from the passes
         for _ in range(n_iter):
@@ -334,7 +327,7 @@ def top_eigenvalues(op, k: int = 5, *, n_iter: int | None = None, seed: int = 0)
     _check_memory(op, k + 10 if getattr(op, "symmetric", False) else 1,
                   (12 if n_iter is None else n_iter) if getattr(op, "symmetric", False)
                   else (40 if n_iter is None else n_iter))
-    with _one_thread():
+    with cpu_settings(threads=1):
         return _eigenvalues(op, k, n_iter, seed)
 
 
