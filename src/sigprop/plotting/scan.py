@@ -16,7 +16,7 @@ import pandas as pd
 
 from .figures import new_figure
 
-__all__ = ["PlotError", "parse_plot", "plot_scan", "scan_table"]
+__all__ = ["PlotError", "config_keys", "parse_plot", "plot_scan", "scan_table"]
 
 _OPTS = ("x", "y", "hue", "col")
 _FLAGS = ("logx", "logy")
@@ -48,16 +48,21 @@ def parse_plot(text: str) -> dict:
     return out
 
 
-def _coords(df: pd.DataFrame) -> list[str]:
-    """The sweep's coordinates: config keys (from the ``config`` column) that are columns
-    and vary across rows."""
+def config_keys(df: pd.DataFrame) -> list[str]:
+    """The config keys of a results store's rows (read from each distinct ``config`` JSON,
+    in the order first seen) that are columns of ``df``."""
     import json
 
     keys: list[str] = []
     if "config" in df.columns:
         for text in df["config"].dropna().drop_duplicates():
             keys += [k for k in json.loads(text) if k not in keys]
-    return [c for c in keys if c in df.columns and c not in _NOT_COORDS
+    return [k for k in keys if k in df.columns]
+
+
+def _coords(df: pd.DataFrame) -> list[str]:
+    """The sweep's coordinates: config keys that vary across rows."""
+    return [c for c in config_keys(df) if c not in _NOT_COORDS
             and df[c].nunique(dropna=False) > 1]
 
 

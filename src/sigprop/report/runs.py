@@ -16,6 +16,7 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from ..plotting.scan import config_keys
 from . import tables
 
 #: result columns shown first in ``sigprop results`` tables
@@ -77,7 +78,6 @@ def print_results(df: pd.DataFrame, *, tasks: int, failures: pd.DataFrame, limit
     coordinates), then layer, observable, source, value, stderr; the config values shared by
     every row are listed once above. ``wide`` adds every other column but the ``spec.*``
     copies."""
-    import json
 
     console = console or tables.console(wide)
     cmds = ", ".join(sorted(df["command"].dropna().unique())) if len(df) else "none"
@@ -85,9 +85,7 @@ def print_results(df: pd.DataFrame, *, tasks: int, failures: pd.DataFrame, limit
                   f"{len(failures)} failed task(s)")
     if df.empty:
         return
-    keys: list[str] = []
-    for text in df["config"].drop_duplicates():
-        keys += [k for k in json.loads(text) if k not in keys and k in df.columns]
+    keys = config_keys(df)
     varying = [k for k in keys if df[k].nunique(dropna=False) > 1]
     fixed = [k for k in keys if k not in varying]
     if fixed:
@@ -113,13 +111,10 @@ def print_results(df: pd.DataFrame, *, tasks: int, failures: pd.DataFrame, limit
 def sort_rows(df: pd.DataFrame) -> pd.DataFrame:
     """Rows ordered by command and the sweep's config columns (each task's own row order
     kept), for reading; the store itself keeps them in config-hash order."""
-    import json
 
     if df.empty:
         return df
-    keys: list[str] = []
-    for text in df["config"].drop_duplicates():
-        keys += [k for k in json.loads(text) if k not in keys and k in df.columns]
+    keys = config_keys(df)
     by = ["command", *[k for k in keys if df[k].nunique(dropna=False) > 1]]
     try:
         return df.sort_values(by, kind="stable", na_position="first").reset_index(drop=True)
