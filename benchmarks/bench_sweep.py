@@ -20,10 +20,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from sigprop.bench.sweep import time_overhead
 from sigprop.runs.executors import run_sweep
 from sigprop.runs.grid import expand, parse_grid
 from sigprop.runs.store import Store
-from sigprop.runs.tasks import execute
 
 #: gg25's variances (sigma_v2 = sigma_w2 = 0.2): alpha_attn 0.5 collapses by depth 12
 ACCEPTANCE = ("beta=0.1:3:16,alpha_attn=0.5,2,depth=4,12,d_model=64,heads=4,seq_len=32,"
@@ -31,28 +31,13 @@ ACCEPTANCE = ("beta=0.1:3:16,alpha_attn=0.5,2,depth=4,12,d_model=64,heads=4,seq_
 
 
 def overhead(points: int, ray: bool) -> None:
-    n_beta = max(1, points // 4)
-    tasks = expand("predict", parse_grid(f"beta=0.05:3:{n_beta},depth=6,12,24,48"))
-    execute("predict", tasks[0].config)  # warm imports and the REM tables, as a worker does
-    t0 = time.perf_counter()
-    for t in tasks:
-        execute("predict", t.config)
-    base = time.perf_counter() - t0
-    print(f"{len(tasks)} predict points in one process: {base:.2f} s (baseline)")
-    runs = [("local", {})] + ([("ray", {})] if ray else [])
-    with tempfile.TemporaryDirectory() as tmp:
-        for name, kw in runs:
-            st = Store(Path(tmp) / name)
-            t0 = time.perf_counter()
-            rep = run_sweep(tasks, st, executor=name, workers=2, **kw)
-            wall = time.perf_counter() - t0
-            assert rep.done == len(tasks) and rep.failed == 0
-            print(f"sweep, {name}, 2 workers: {wall:.2f} s = {wall / base:.2f}x the baseline "
-                  f"(start-up {rep.startup:.2f} s)")
-            t0 = time.perf_counter()
-            rep = run_sweep(tasks, st, executor=name, workers=2)
-            print(f"  rerun of the finished sweep: {time.perf_counter() - t0:.3f} s, "
-                  f"{rep.skipped} skipped, {rep.done} run")
+    r = time_overhead(points, ("local", "ray") if ray else ("local",))
+    base = r["baseline"]
+    print(f"{r['tasks']} predict points in one process: {base:.2f} s (baseline)")
+    for name in ("local", "ray") if ray else ("local",):
+        wall, startup, rerun = r[name]
+        print(f"sweep, {name}, 2 workers: {wall:.2f} s = {wall / base:.2f}x the baseline "
+              f"(start-up {startup:.2f} s); rerun of the finished sweep: {rerun:.3f} s")
 
 
 def acceptance() -> None:
