@@ -113,6 +113,22 @@ class _Driver:
             self.progress({"total": r.total, "done": r.done, "failed": r.failed,
                            "skipped": r.skipped, "running": self.running})
 
+    def fill(self, flight: dict, workers: int, submit: Callable[[Task], Any]) -> None:
+        """Submit queued tasks (``submit(task) -> handle``) until ``2 * workers`` are in
+        flight: one queued behind each running one, so no worker waits for the driver."""
+        while self.queue and len(flight) < 2 * workers:
+            task, attempt = self.queue.popleft()
+            flight[submit(task)] = (task, attempt)
+        self.running = min(len(flight), workers)
+        self.tick()
+
+    def settle(self, flight: dict, handle: Any, workers: int,
+               outcome: tuple[str, Any, float]) -> None:
+        """Take ``handle``'s task out of ``flight`` and record its outcome."""
+        task, attempt = flight.pop(handle)
+        self.running = min(len(flight), workers)
+        self.finish(task, attempt, outcome)
+
     def finish(self, task: Task, attempt: int, outcome: tuple[str, Any, float]) -> None:
         status, value, seconds = outcome
         if status == "ok":
@@ -145,15 +161,11 @@ def _run_local(driver: _Driver, workers: int, threads: int) -> None:
     flight: dict = {}
     try:
         while driver.queue or flight:
-            while driver.queue and len(flight) < 2 * workers:  # one queued behind each
-                task, attempt = driver.queue.popleft()
-                flight[ex.submit(run_task, task.command, task.config, threads)] = (task, attempt)
-            driver.running = min(len(flight), workers)
-            driver.tick()
+            driver.fill(flight, workers,
+                        lambda t, ex=ex: ex.submit(run_task, t.command, t.config, threads))
             ready, _ = wait(list(flight), timeout=1.0, return_when=FIRST_COMPLETED)
             broken = False
             for fut in ready:
-                task, attempt = flight.pop(fut)
                 try:
                     outcome = fut.result()
                 except BrokenProcessPool as err:
@@ -162,8 +174,7 @@ def _run_local(driver: _Driver, workers: int, threads: int) -> None:
                 if first:
                     driver.report.startup = max(0.0, time.perf_counter() - t0 - outcome[2])
                     first = False
-                driver.running = min(len(flight), workers)
-                driver.finish(task, attempt, outcome)
+                driver.settle(flight, fut, workers, outcome)
             if broken:  # every task still in flight died with the pool
                 for task, attempt in list(flight.values()):
                     driver.finish(task, attempt, ("error", "worker process died", 0.0))
@@ -196,23 +207,20 @@ def _run_ray(driver: _Driver, workers: int | None, threads: int, address: str | 
             workers = max(1, int(ray.cluster_resources().get("CPU", 1) // max(cpus, 1e-9)))
         remote = ray.remote(max_retries=0)(run_task)
         flight: dict = {}
+
+        def submit(t: Task):
+            res = resources(t.command, t.config, cpus, gpus)
+            return remote.options(**res).remote(t.command, t.config, threads)
+
         while driver.queue or flight:
-            while driver.queue and len(flight) < 2 * workers:  # one queued behind each
-                task, attempt = driver.queue.popleft()
-                res = resources(task.command, task.config, cpus, gpus)
-                ref = remote.options(**res).remote(task.command, task.config, threads)
-                flight[ref] = (task, attempt)
-            driver.running = min(len(flight), workers)
-            driver.tick()
+            driver.fill(flight, workers, submit)
             ready, _ = ray.wait(list(flight), num_returns=1, timeout=1.0)
             for ref in ready:
-                task, attempt = flight.pop(ref)
                 try:
                     outcome = ray.get(ref)
                 except RayError as err:
                     outcome = ("error", one_line(err), 0.0)
-                driver.running = min(len(flight), workers)
-                driver.finish(task, attempt, outcome)
+                driver.settle(flight, ref, workers, outcome)
     finally:
         if started:
             ray.shutdown()
