@@ -165,3 +165,50 @@ def test_chunks_do_not_change_the_result(monkeypatch):
     monkeypatch.setattr(causal, "CHUNK", 7)
     for a, b in zip(run(), one, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-14, atol=0)
+
+
+@pytest.mark.parametrize("T", [2, 3, 5, 13, 16, 64, 100, 257, 512, 4096, 65536])
+def test_pair_plan_covers_every_bin_once(T):
+    """The lone bins of the leading short segments and the groups of the later ones hold
+    every position bin once: their count weights sum to T and to the bins' own in-bin pair
+    counts; smooth node values give the bin sums to 1e-12."""
+    nodes, _ = blocks._causal_nodes(T)
+    pl = causal._plan(T, tuple(nodes.tolist()), causal.VIRTUAL)
+    g, n = fluct._position_bins(T)
+    assert pl["bwa"].sum() + pl["wa"].sum() == pytest.approx(T, rel=1e-13)
+    assert pl["bwe"].sum() + pl["we"].sum() == pytest.approx(0.5 * (n * (n - 1)).sum(),
+                                                             rel=1e-13, abs=1e-13)
+    assert np.all(np.diff(pl["bseg"]) >= 0) and pl["bseg"].size <= g.size
+    m = nodes[:, None] ** np.array([-0.5, -0.3, 0.0, 0.2])
+    yx = np.broadcast_to((1.0 / nodes)[:, None], m.shape)
+    for a, b in zip(causal.pair_means(nodes, m, yx, T),
+                    fluct.causal_pair_means(nodes, m, yx, T), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
+
+
+@pytest.mark.parametrize("T", [2, 3, 16])
+def test_node_tables_hostile_inputs(T):
+    """Short rows (T = 2, 3: only lone bins, or one node above t = 1), v from 0 to past the
+    tables' grid and rho within 1e-12 of both ends, through the whole causal LayerNorm
+    average: the one-pass tables equal the single tables (1e-13) and the cosine stays
+    finite and within 1e-12 of the per-position reference."""
+    d, h = 64, 12
+    v = np.concatenate([[0.0, 1e-300, 1e-8], np.geomspace(1e-4, 1e3, 12), [2e4, 1e7]])
+    rho = np.resize([0.0, 1e-12, 0.5, 1.0 - 1e-12, 1.0], v.size)
+    nodes, _ = blocks._causal_nodes(T)
+    y2, yx = causal.node_tables(v, rho, nodes, d)
+    for i, t in enumerate(nodes):
+        if t > 1:
+            np.testing.assert_allclose(y2[i], rem.y2_table(int(t), d)(v), rtol=1e-13, atol=0)
+            np.testing.assert_allclose(yx[i], rem.yx_table(int(t), d)(v, rho), rtol=1e-13,
+                                       atol=0)
+    bp = blocks.BlockParams.from_spec(ArchSpec(causal=True, seq_len=T, d_model=d * h,
+                                               heads=h), sigma_s0=np.sqrt(v))
+    qa, pa = np.ones_like(v), rho.copy()
+    for alpha2 in (1e-6, 1.0, 1e4):
+        q_z, p_z = alpha2 + 0.3 * (1 + rho), alpha2 * rho + 0.3 * (2 * rho)
+        st = blocks.attention_stats(bp.sigma_s0, rho, T, d_head=d, causal=True)
+        new = blocks._ln_fluct_cos_causal(q_z, p_z, qa, pa, bp, st)
+        old = _old_ln_fluct_cos_causal(q_z, p_z, qa, pa, bp, st._replace(nodes=None))
+        assert np.isfinite(new).all()
+        np.testing.assert_allclose(new, old, rtol=0, atol=1e-12)

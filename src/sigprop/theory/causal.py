@@ -41,7 +41,8 @@ Two changes of the first step, outputs unchanged to float roundoff or within a s
   tables of all T share their grid (:mod:`.rem_tables`, :func:`.fluct.ln_factor_table`), so
   one cell lookup serves all positions and the coefficients are gathered as one row per
   entry; the arithmetic per element is that of the single-table evaluators (bit for bit;
-  since the second step Yx sums its cell polynomial by :func:`_powers`, equal to roundoff).
+  since the second step Yx sums its cell polynomial by :func:`_powers`, and since the
+  third step Y2 takes its logistic as ``1 / (1 + exp(-x))``, equal to roundoff).
   Entries off the tables' grid (v > 1e4) go through the single-table functions.
 * :func:`pair_means` sums the position bins of a segment between two nodes on at most
   :data:`VIRTUAL` virtual bins. Between nodes j and j+1 the bins' values are geometric
@@ -52,7 +53,50 @@ Two changes of the first step, outputs unchanged to float roundoff or within a s
   at most ``2 exp(2 R) (R w / 4)^Q / Q!`` of each (positive) sum for ``|a| <= R`` and a
   segment of lam-width w <= 1: below 6e-11 at Q = 12, R = 2 (measured on the diagram: |a|
   <= 1.4). Entries with a larger exponent, or non-finite values, take the bin-by-bin sum of
-  :func:`.fluct.causal_pair_means`. Segments with at most Q bins are summed bin by bin.
+  :func:`.fluct.causal_pair_means`. Segments with at most Q bins are summed bin by bin
+  (since the third step, the leading run of them as lone bins, without padding).
+
+Third step (outputs unchanged to roundoff). Profiled first (cProfile, the benchmark's
+``diagram.compute``, 256 x 256, depth 60, post-LN softmax T 512): 2.31 s, of it the pair sums
+0.78 s, the node tables 0.73 s (Y2 0.29 s, Yx 0.37 s), the LayerNorm factor 0.43 s; the diagram
+hands a block 1830 entries at most, 541k entry-layers in all, and no two of them share
+(v, rho, a0/b) (532k distinct), so deduplicating across the grid has nothing to remove.
+Timed on one block call of 1830 entries (ms, before -> after, old and new alternated):
+
+* pair sums 1.78 -> 1.33-1.38: a segment with at most Q bins was padded to Q virtual points
+  with zero weight; at T = 512 the first five segments hold 16 bins, so 44 of 132 exponentials
+  per entry were of padding. The leading run of such segments now goes as lone bins (each its
+  own group for the sums over later positions: 88 points); the later-groups sum is one
+  product with a triangular matrix (``np.cumsum`` along axis 0 of the (G, E) group sums
+  took 22 us per chunk, the product 3 us).
+* Y2 at the nodes 0.63 -> 0.39 (node tables 1.25 -> 1.10): the logistic as
+  ``1 / (1 + exp(-x))`` (roundoff, 3e-15 relative) instead of ``exp(-logaddexp(0, -x))``,
+  whose logaddexp cost 15 ns per element.
+
+Tried and dropped: the LayerNorm factor's bicubic summed by :func:`_powers` and an einsum
+(235 us per chunk against 170 us for Horner's rule; the stacking of the powers costs more
+than the passes it saves), the pair sums' groups as dense (G, P) weight products or
+``np.add.reduceat`` (slower than the per-segment products at these sizes). Same run, the
+benchmark's diagram, best of 3 with the code before this step swapped in alternately
+(a loaded 2-core machine, load average ~3.5): bidirectional 0.23 s, causal 1.62-1.65 s before
+and 1.38-1.50 s after, ratio 7.1 -> 6.1-6.5 (two runs). The outputs: on 72 causal specs (T 2,
+3, 16, 64, 512, 4096; 12, 4 and 1 heads; pre- and post-LN; softmax and uniform) over beta
+1e-3..50, alpha 0.1..10 and rho0 0..1, 20 predict trajectories and the diagram at 64 x 64
+(depth 20, with rho_L) and 256 x 256 (depth 60), the largest change is 4.8e-15, NaN and
+infinite entries the same.
+
+What remains, and why 2x is not reached this way: per 384-entry chunk, the pair sums ~280 us,
+the LayerNorm factor 170 us, Yx 130 us and Y2 ~80 us at the nodes, against ~130 us for the
+whole bidirectional block per chunk; within 2x the causal block may spend ~260 us per chunk
+on everything, less than the three node tables alone (~380 us). Every per-node table is a gather of
+its cell coefficients and a polynomial, with numpy's fixed cost per call on arrays of a few
+thousand elements, so no rearrangement of the per-node work gets there: it needs the position
+averages tabulated (first and second paragraphs), with O(1) lookups per entry. The attention
+averages are cheap to tabulate (Y2 in v, Yx in (v, rho)), but the LayerNorm average also needs
+P1 in (v, rho, a0/b), a three-dimensional table: at the probe's accuracy (P0 to 2e-7 at
+spacing (0.025, 1/160), where 1e-6 on the outputs after 60 layers wants ~1e-8 per layer)
+that is ~3e6 nodes, each a full per-position evaluation (~2 us), so
+seconds to build and ~1.5 GB as tricubic coefficients; not within the in-memory build budget.
 """
 
 from __future__ import annotations
@@ -117,13 +161,17 @@ def _powers(dx, dy):
 
 def _y2_nodes(v, ts, d_head):
     """Y2 of rows of t keys for every t in ``ts`` (all > 1) at the flat variances v: (K, E).
-    Bit for bit the arithmetic of :func:`.rem_tables._table1d`'s evaluator."""
+    The arithmetic of :func:`.rem_tables._table1d`'s evaluator but for the logistic function,
+    taken as ``1 / (1 + exp(-x))`` rather than :func:`.rem_tables._expit`'s ``exp(-logaddexp(0,
+    -x))``: equal to roundoff (3e-15 relative, measured), and logaddexp was a third of this
+    function's time (47 of 150 us per chunk of 384 entries)."""
     tabs, coef, y0, a_inf, p0, dp = _y2_stack(tuple(ts), d_head)
     lv = tabs[0].parts["lv"]
     power = tabs[0].parts["power"]
     i, d = rem_tables._cell(lv, np.log(np.clip(v, np.exp(lv[0]), None)))
     c = coef[:, :, i]
-    out = rem_tables._expit(((c[0] * d + c[1]) * d + c[2]) * d + c[3])
+    with np.errstate(over="ignore"):  # exp(-x) -> inf gives 0, the logistic's limit
+        out = 1.0 / (1.0 + np.exp(-(((c[0] * d + c[1]) * d + c[2]) * d + c[3])))
     low = v < np.exp(lv[0])
     if low.any():
         t = (v[low] / np.exp(lv[0])) ** power
@@ -213,30 +261,41 @@ def _cheb_basis(lam, lo, hi, q):
 
 @functools.lru_cache(maxsize=32)
 def _plan(T: int, nodes: tuple, q: int):
-    """Per segment between adjacent nodes: virtual lam (J, q) and the weights of the sums of
-    :func:`pair_means` (module docstring): ``wa`` (bin counts n), ``wc`` (n/g), ``wd`` (n g),
-    ``we`` (n(n-1)/2), ``pair`` (J, q, q) for ``sum_{k<k'} n_k g_k f(lam_k) n_k'/g_k'
-    h(lam_k')``. Padding points carry zero weight."""
+    """The points of :func:`pair_means` (module docstring). The leading segments between
+    adjacent nodes with at most q bins are summed bin by bin, each bin its own point
+    (``b*``: segment ``bseg``, exact ``blam``); every later segment is one group of q points
+    (``lam``, (J', q)), Chebyshev in lam, or its bins padded with zero weight where it has
+    at most q. Weights per point: ``wa`` (bin counts n), ``wc`` (n/g), ``wd`` (n g), ``we``
+    (n(n-1)/2); ``pair`` (J', q, q) for the pairs inside a group, ``sum_{k<k'} n_k g_k
+    f(lam_k) n_k'/g_k' h(lam_k')``; ``upper`` sums the later groups (a lone bin is a group)."""
     nd = np.asarray(nodes, dtype=np.float64)
     g, n = fluct._position_bins(T)
     idx = np.interp(np.log(g), np.log(nd), np.arange(nd.size, dtype=np.float64))
     seg = np.minimum(np.floor(idx).astype(int), nd.size - 2)
     lam = idx - seg
     J = nd.size - 1
-    out = {k: np.zeros((J, q)) for k in ("lam", "wa", "wc", "wd", "we")}
-    out["pair"] = np.zeros((J, q, q))
-    for s in range(J):
+    counts = np.bincount(seg, minlength=J)
+    first = int(np.argmax(counts > q)) if (counts > q).any() else J  # the leading short run
+    lone = seg < first
+    out = {"first": first, "bseg": seg[lone], "blam": lam[lone], "bwa": n[lone],
+           "bwc": n[lone] / g[lone], "bwd": n[lone] * g[lone],
+           "bwe": 0.5 * n[lone] * (n[lone] - 1)}
+    out.update({k: np.zeros((J - first, q)) for k in ("lam", "wa", "wc", "wd", "we")})
+    out["pair"] = np.zeros((J - first, q, q))
+    for s in range(first, J):
         sel = seg == s
         ls, ns, gs = lam[sel], n[sel], g[sel]
         if ls.size <= q:  # bin by bin
             x, basis = np.pad(ls, (0, q - ls.size)), np.eye(ls.size, q)
         else:
             x, basis = _cheb_basis(ls, ls.min(), ls.max(), q)
-        out["lam"][s] = x
+        out["lam"][s - first] = x
         for key, w in (("wa", ns), ("wc", ns / gs), ("wd", ns * gs), ("we", 0.5 * ns * (ns - 1))):
-            out[key][s] = w @ basis
+            out[key][s - first] = w @ basis
         upper = np.triu(np.outer(ns * gs, ns / gs), 1)  # pairs k < k' (bins in order)
-        out["pair"][s] = basis.T @ upper @ basis
+        out["pair"][s - first] = basis.T @ upper @ basis
+    groups = int(lone.sum()) + J - first
+    out["upper"] = np.triu(np.ones((groups, groups)), 1)
     return out
 
 
@@ -263,32 +322,43 @@ def _pair_means_flat(nodes, m2, x2, T, pl):
     """:func:`pair_means` of flat (K, E) node values."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         lm, lx = np.log(m2), np.log(x2)
-        dm, dx = np.diff(lm, axis=0), np.diff(lx, axis=0)
+        dm, dx = lm[1:] - lm[:-1], lx[1:] - lx[:-1]
         dx += dm                                                  # now the exponent of x m
         big = np.maximum(np.abs(2 * dm), np.maximum(np.abs(dx), np.abs(dx + dm)))
-        ok = np.isfinite(big).all(axis=0) & (big <= EXP_BOUND).all(axis=0)
+        ok = big.max(axis=0) <= EXP_BOUND                         # False for NaN as well
         lx += lm                                                  # log(x m)
         if not ok.all():
             lm, lx, dm, dx = lm[:, ok], lx[:, ok], dm[:, ok], dx[:, ok]
+        s0, bseg, blam = pl["first"], pl["bseg"], pl["blam"][:, None]
+        mb = blam * dm[bseg]                                      # lone bins (B, E)
+        mb += lm[bseg]
+        np.exp(mb, out=mb)
+        xb = blam * dx[bseg]
+        xb += lx[bseg]
+        np.exp(xb, out=xb)
         J, q = pl["lam"].shape
         lam = pl["lam"][:, :, None]
-        mv = lam * dm[:, None]                                    # (J, q, E), in place
-        mv += lm[:-1, None]
+        mv = lam * dm[s0:, None]                                  # groups (J', q, E)
+        mv += lm[s0:-1, None]
         np.exp(mv, out=mv)
-        xm = lam * dx[:, None]
-        xm += lx[:-1, None]
+        xm = lam * dx[s0:, None]
+        xm += lx[s0:-1, None]
         np.exp(xm, out=xm)
         E = mv.shape[2]
         flat_m, flat_xm = mv.reshape(J * q, E), xm.reshape(J * q, E)
-        s1 = pl["wa"].ravel() @ flat_m
-        c = np.matmul(pl["wc"][:, None, :], mv)[:, 0]             # (J, E)
-        d = np.matmul(pl["wd"][:, None, :], xm)[:, 0]
+        s1 = pl["wa"].ravel() @ flat_m + pl["bwa"] @ mb
+        c = np.concatenate([pl["bwc"][:, None] * mb,
+                            np.matmul(pl["wc"][:, None, :], mv)[:, 0]])   # (G, E)
+        d = np.concatenate([pl["bwd"][:, None] * xb,
+                            np.matmul(pl["wd"][:, None, :], xm)[:, 0]])
         w = np.einsum("ie,ie->e", flat_xm, np.matmul(pl["pair"], mv).reshape(J * q, E))
         flat_xm *= flat_m                                         # x m^2
-        e = pl["we"].ravel() @ flat_xm
+        xb *= mb
+        e = pl["we"].ravel() @ flat_xm + pl["bwe"] @ xb
         flat_m *= flat_m                                          # m^2
-        s2 = pl["wa"].ravel() @ flat_m
-        tail = np.cumsum(c[::-1], axis=0)[::-1] - c               # later segments only
+        mb *= mb
+        s2 = pl["wa"].ravel() @ flat_m + pl["bwa"] @ mb
+        tail = pl["upper"] @ c                                    # later groups only
         pairs = float(T) * (T - 1)
         p0 = np.empty(m2.shape[1])
         p1 = np.empty(m2.shape[1])
