@@ -192,7 +192,7 @@ def test_fix_survives_save_and_reload(tmp_path, family):
     m.save_pretrained(tmp_path)
     saved = json.loads((tmp_path / "config.json").read_text())
     assert saved["sigprop_fix"]["attention"] == "centred"
-    back = hf_fix.from_pretrained(tmp_path).eval()
+    back = hf.from_pretrained(tmp_path).eval()
     with torch.no_grad():
         again = back(input_ids=ids).last_hidden_state
     assert torch.equal(again, fixed)

@@ -380,6 +380,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                      "same weights is outside it, ~0.08 on cos after 6 applications at "
                      "d = 256)")
     probes, trained, tables, source = [], False, [], "init"
+    runtime, bounds = None, []
     memories: list[_Memory] = []
     grams: list[_InputGram] = []
     cross_probes: list = []
@@ -396,9 +397,11 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                 memories.append(_Memory(module))
             grams.append(_InputGram(p.blocks[0][1]))
             pc = _cross_probe(p) if decoder else None
-            with p, w, (pc if pc is not None else nullcontext()), torch.no_grad():
+            br = _bounds(module, p, spec, decoder)
+            with p, w, (pc if pc is not None else nullcontext()), br, torch.no_grad():
                 _forward(module, {k: v.to(dev) for k, v in inputs.items()}, enc_dec,
                          decoder=decoder)
+            bounds.append(br.bounds() if br is not nullcontext_ else None)
         finally:
             module.train(was_training)
             for mem in memories:
@@ -407,6 +410,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                 g.close()
         rope_freq = _rope_frequencies(module)
         causal_seen, pos_bias = _causal_seen(p), _position_bias(p)
+        runtime = _runtime_effect(module, spec.depth)
         probes, trained, seeds, source = [p], True, 0, "module"
         if pc is not None:
             cross_probes.append(pc)
@@ -429,8 +433,10 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             memories.append(_Memory(m))
         grams.append(_InputGram(p.blocks[0][1]))
         pc = _cross_probe(p) if decoder else None
-        with p, w, (pc if pc is not None else nullcontext()), torch.no_grad():
+        br = _bounds(m, p, spec, decoder)
+        with p, w, (pc if pc is not None else nullcontext()), br, torch.no_grad():
             _forward(m, inputs, enc_dec, returned=not mapped, decoder=decoder)
+        bounds.append(br.bounds() if br is not nullcontext_ else None)
         if pc is not None:
             cross_probes.append(pc.release())
         if decoder:
@@ -440,6 +446,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             rope_freq = _rope_frequencies(m)
         if s == 0:  # facts about the modules, read before the probe lets the model go
             causal_seen, pos_bias = _causal_seen(p), _position_bias(p)
+            runtime = _runtime_effect(m, spec.depth)
         probes.append(p.release())
         tables.append(_read_weights(w, notes if s == 0 else []))
         del w
@@ -481,9 +488,12 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                              f"measured (T={mem['memory_len']}, q={mem['memory_q']:.3g}, "
                              f"cos={mem['memory_rho']:.3g})")
         spec = _weights_spec(spec, table, meas, notes, mem)
+        if runtime is not None:  # recorded `sigprop fix` methods beyond the weights
+            spec = _with_runtime(spec, runtime, notes)
     elif mapped:
         notes.append("theory parameters from the config (initializer_range), not the weights")
     heads = _with_weight_heads(heads, table, spec)
+    heads = _with_bounds(heads, bounds)
     layer_rows: list[dict] = []
     if mapped:
         theory = depth.propagate(spec, rho0=rho0)
@@ -508,6 +518,59 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                      rho0=rho0, seconds=time.perf_counter() - t0, trained=trained,
                      notes=notes, seeds=len(probes), sequences=sequences, seed=seed,
                      weights=source, layers=layer_rows, stack=stack, cross=cross)
+
+
+nullcontext_ = nullcontext()
+
+
+def _bounds(model, probe, spec: ArchSpec, decoder: bool):
+    """A :class:`~sigprop.measurement.bounds.BoundRecorder` on the probe's attention sites
+    (Zhai et al.'s entropy floor, docs/fixes.md), or a no-op where the theorem's logits
+    ``X W X^T`` do not hold (rotary embeddings, position biases, the decoder stack)."""
+    from ..measurement.bounds import BoundRecorder, rope_free
+
+    if decoder or not rope_free(model):
+        return nullcontext_
+    return BoundRecorder(probe.sites, spec.causal)
+
+
+def _with_bounds(heads, bounds):
+    """``heads`` plus, per layer and head, rows ``entropy_bound`` (Zhai et al.'s floor) and
+    ``entropy_bound_centred`` (its centred refinement), source ``bound``, averaged over the
+    recorded seeds (:mod:`sigprop.measurement.bounds`)."""
+    import pandas as pd
+
+    got = [b for b in bounds if b is not None]
+    if not got or not len(heads):
+        return heads
+    rows = []
+    for i in range(len(got[0])):
+        per = [b[i] for b in got if b[i] is not None]
+        for k, name in enumerate(("entropy_bound", "entropy_bound_centred")):
+            if not per:
+                continue
+            val = np.mean(np.stack([p[k] for p in per]), axis=0)
+            rows += [{"layer": i + 1, "head": h, "observable": name, "source": "bound",
+                      "value": float(v)} for h, v in enumerate(val) if np.isfinite(v)]
+    if not rows:
+        return heads
+    return pd.concat([heads, pd.DataFrame(rows)], ignore_index=True)
+
+
+def _runtime_effect(model, depth: int):
+    from ..models.methods import runtime_effect
+
+    return runtime_effect(model, depth)
+
+
+def _with_runtime(spec: ArchSpec, effect, notes: list[str]) -> ArchSpec:
+    """The weights' spec with the recorded methods' runtime parts (gates, q/k norms, removed
+    norms); a note for each part the theory does not reach (its theory rows then ignore
+    that part)."""
+    from ..models.methods import theory_spec
+
+    notes.extend(f"theory without {line}" for line in effect.measured_only)
+    return theory_spec(spec, effect)
 
 
 def _cross_probe(probe):
@@ -804,8 +867,9 @@ def head_extremes(heads) -> list[dict]:
 
 def per_head(d: Diagnosis) -> list[dict]:
     """One entry per layer and head: ``sigma_s`` (from the weights), ``beta``,
-    ``beta_over_beta_c`` (beta_c of the layer's theory input cosine), and the measured
-    ``sigma_s_measured``, ``entropy``, ``ipr`` (None where not available)."""
+    ``beta_over_beta_c`` (beta_c of the layer's theory input cosine), the measured
+    ``sigma_s_measured``, ``entropy``, ``ipr``, and the entropy floors from the weights
+    ``entropy_bound`` / ``entropy_bound_centred`` (None where not available)."""
     h = d.heads
     if h is None or not len(h):
         return []
@@ -826,7 +890,9 @@ def per_head(d: Diagnosis) -> list[dict]:
         out.append({"layer": int(layer), "head": int(head), "sigma_s": sig, "beta": beta,
                     "beta_over_beta_c": None if beta is None or c is None else beta / c,
                     "sigma_s_measured": get("sigma_s:measured"),
-                    "entropy": get("entropy:measured"), "ipr": get("ipr:measured")})
+                    "entropy": get("entropy:measured"), "ipr": get("ipr:measured"),
+                    "entropy_bound": get("entropy_bound:bound"),
+                    "entropy_bound_centred": get("entropy_bound_centred:bound")})
     return out
 
 
@@ -898,16 +964,20 @@ class FixResult(Result):
 
 def fix(model: str, out, *, beta: float | None = None, alpha_attn: float | str | None = None,
         centred: bool = False, scaling: str | None = None, scaling_param: float | None = None,
+        methods: str | list[str] | None = None, params: list[str] | None = None,
         seq_len: int | None = None, seeds: int = 2, sequences: int = 2, device: str = "cpu",
         seed: int = 0, on_stage: Callable[[str], None] | None = None) -> FixResult:
     """``sigprop fix``: diagnose ``model`` (preset, path or config), patch the HF model built
     from it (its folder's weights if it has them, else its init under ``seed``) with
     :func:`sigprop.models.fixes.apply_fix` (``beta``: Q/K rescaled to this gg25 beta;
     ``alpha_attn``: attention skip strength or ``"auto"``; ``centred``; ``scaling`` with
-    ``scaling_param``), write config + safetensors to ``out`` and re-diagnose ``out`` from
-    disk, so the "after" is measured, not asserted."""
+    ``scaling_param``) and then the registered ``methods`` (:mod:`sigprop.models.methods`,
+    names or ``"a,b"``; ``params``: ``METHOD.NAME=VALUE``), write config + safetensors to
+    ``out`` and re-diagnose ``out`` from disk, so the "after" is measured, not asserted."""
     from .. import models as hf
     from ..models import fixes as hf_fix
+    from ..models import methods as M
+    from ..theory import depth
 
     stage = on_stage or (lambda _s: None)
     outp, folder = Path(out).expanduser(), _folder(model)
@@ -916,9 +986,22 @@ def fix(model: str, out, *, beta: float | None = None, alpha_attn: float | str |
     if folder is not None and outp.resolve() == folder.resolve():
         raise SpecError("out", "must differ from the model folder (it would be overwritten)")
     config = hf.load_config(model)
+    legacy = beta is not None or alpha_attn is not None or centred or scaling is not None
+    names = M.parse_methods(methods if isinstance(methods, str) else ",".join(methods)) \
+        if methods else []
+    given = M.parse_params(params, names) if names else {}
+    if params and not names:
+        raise SpecError("param", "needs --method")
+    if not legacy and not names:
+        raise SpecError("method", "give a method (or --beta, --alpha-attn, --centred, "
+                                  "--scaling)")
     # bad fix options fail here, before minutes of measuring
-    hf_fix.resolve(hf.spec_from_config(config, seq_len), beta=beta, alpha_attn=alpha_attn,
-                   centred=centred, scaling=scaling, scaling_param=scaling_param)
+    spec0 = hf.spec_from_config(config, seq_len)
+    hf_fix.resolve(spec0, beta=beta, alpha_attn=alpha_attn, centred=centred, scaling=scaling,
+                   scaling_param=scaling_param)
+    for n in names:
+        if n != "alpha":  # alpha's default runs the theory: checked when applied
+            M.get(n).resolve(M.Context(spec=spec0), given.get(n))
     stage("diagnosing the model as it is")
     before = diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences, device=device,
                       seed=seed)
@@ -926,10 +1009,28 @@ def fix(model: str, out, *, beta: float | None = None, alpha_attn: float | str |
     m = hf.model_at_init(config, seed=seed, attn_implementation="sdpa")
     if folder is not None:
         hf.load_local_weights(m, folder)
-    report = hf.apply_fix(m, beta=beta, alpha_attn=alpha_attn, centred=centred,
-                          scaling=scaling, scaling_param=scaling_param,
-                          seq_len=before.spec.seq_len, rho0=before.rho0,
-                          spec=before.spec if before.spec.layers is not None else None)
+    per_layer = before.spec if before.spec.layers is not None else None
+    report = None
+    if legacy:
+        report = hf.apply_fix(m, beta=beta, alpha_attn=alpha_attn, centred=centred,
+                              scaling=scaling, scaling_param=scaling_param,
+                              seq_len=before.spec.seq_len, rho0=before.rho0, spec=per_layer)
+    if names:
+        start = report.after if report is not None else before.spec
+        mrep = M.apply_methods(m, names, given, M.context_for(m, start, before.rho0))
+        after_spec = mrep.after
+        pred_after = ({"final_cos": float(depth.final_cos(after_spec, rho0=before.rho0)),
+                       "verdict": depth.verdict(after_spec, rho0=before.rho0)}
+                      if after_spec is not None else
+                      {"final_cos": None, "verdict": "measured only"})
+        pred_before = (report.predicted["before"] if report is not None else
+                       {"final_cos": float(depth.final_cos(before.spec, rho0=before.rho0)),
+                        "verdict": depth.verdict(before.spec, rho0=before.rho0)})
+        report = hf_fix.FixReport(
+            before.spec, after_spec if after_spec is not None else start,
+            dict(m.config.sigprop_fix), (report.changes if report is not None else [])
+            + mrep.changes, {"before": pred_before, "after": pred_after},
+            methods=mrep.applied, measured_only=list(mrep.effect.measured_only))
     stage(f"writing {outp}")
     outp.mkdir(parents=True, exist_ok=True)
     _save_quietly(m, outp)

@@ -77,8 +77,24 @@ def _alpha_value(text: str | None) -> float | str | None:
         fail(f"--alpha-attn: must be a number in (0, 10000] or auto (got {text!r})")
 
 
-def fix_cmd(model: str = typer.Argument(..., help="preset name or local path"),
-            out: str = typer.Option(..., "--out", help="folder for config.json + safetensors"),
+#: ``--param METHOD.NAME=VALUE``, repeatable (a module-level option: ruff B008)
+ParamOpt = typer.Option(None, "--param", help="a method parameter, METHOD.NAME=VALUE "
+                        "(repeatable)")
+
+
+def fix_cmd(model: str | None = typer.Argument(None, help="preset name or local path"),
+            out: str | None = typer.Option(None, "--out",
+                                           help="folder for config.json + safetensors"),
+            method: str | None = typer.Option(
+                None, "--method", help="registered fix(es), comma-separated (sigprop fix "
+                "--list)"),
+            param: list[str] | None = ParamOpt,
+            compare: str | None = typer.Option(
+                None, "--compare", help="compare fixes on this model: all or NAME,NAME..."),
+            train_steps: int = typer.Option(0, "--train-steps",
+                                            help="with --compare: train each fix K steps"),
+            list_methods: bool = typer.Option(False, "--list", help="list the registered "
+                                              "fixes and their parameters"),
             beta: float | None = typer.Option(None, "--beta",
                                               help="re-scale Q/K to this gg25 beta"),
             alpha_attn: str | None = typer.Option(None, "--alpha-attn",
@@ -94,34 +110,64 @@ def fix_cmd(model: str = typer.Argument(..., help="preset name or local path"),
                                                "this `sigprop longctx MODEL --format json` "
                                                "output"),
             seq_len: int | None = typer.Option(None, "--seq-len", help="tokens per sequence"),
-            seeds: int = typer.Option(2, "--seeds", help="initialisations for the diagnosis"),
+            seeds: int | None = typer.Option(None, "--seeds", help="initialisations measured "
+                                             "(default 2; 1 with --compare)"),
             sequences: int = typer.Option(2, "--sequences", help="sequences per seed"),
             device: str = typer.Option("cpu", "--device", help="cpu or cuda"),
             report: str | None = typer.Option(None, "--report",
                                               help="HTML report of the fixed model"),
+            plot: str | None = typer.Option(None, "--plot", help="with --compare: write the "
+                                            "comparison figure (.png, .svg, .pdf)"),
             fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt,
             wide: bool = WideOpt) -> None:
     """Patch a model against rank / entropy collapse, write it to --out (config.json +
-    safetensors, reloadable without remote code) and show the diagnosis before and after."""
+    safetensors, reloadable without remote code) and show the diagnosis before and after;
+    or, with --compare, apply every fix to the model and rank them."""
     from ..analysis import diagnose as dg
     from ..spec import SCALINGS
 
+    if list_methods:
+        _print_methods(fmt)
+        return
+    if model is None:
+        fail("MODEL: required (a preset name or a local path; --list shows the fixes)")
     a = _alpha_value(alpha_attn)
     if longctx is not None:
         if scaling is not None or scaling_param is not None:
             fail("--longctx: gives the scaling itself; drop --scaling / --scaling-param")
         scaling, scaling_param = _recommended(longctx)
-    if beta is None and a is None and not centred and scaling is None:
-        fail("fix: give at least one of --beta, --alpha-attn, --centred, --scaling")
-    if scaling is not None and scaling not in SCALINGS:
-        fail(f"--scaling: must be one of {', '.join(SCALINGS)} (got {scaling!r})")
+    legacy = beta is not None or a is not None or centred or scaling is not None
     if seq_len is not None and not 2 <= seq_len <= 2**20:
         fail(f"--seq-len: must be an integer in [2, 1048576] (got {seq_len})")
+    if not 0 <= train_steps <= 100_000:
+        fail(f"--train-steps: must be an integer in [0, 100000] (got {train_steps})")
+    if compare is not None:
+        if legacy or method is not None or out is not None or report is not None:
+            fail("--compare: measures every fix on the model as it is; drop --method, "
+                 "--beta, --alpha-attn, --centred, --scaling, --out and --report (apply the "
+                 "recommendation with --method)")
+        check_output_file("--plot", plot, ("png", "svg", "pdf"))
+        _compare(model, compare, param, seq_len, 1 if seeds is None else seeds, sequences,
+                 device, seed, train_steps, fmt, no_timing, wide, plot)
+        return
+    if plot is not None:
+        fail("--plot: only with --compare (the fixed model's figures: sigprop diagnose OUT "
+             "--report)")
+    if train_steps:
+        fail("--train-steps: only with --compare")
+    if not legacy and method is None:
+        fail("fix: give at least one of --method, --compare, --beta, --alpha-attn, "
+             "--centred, --scaling (sigprop fix --list names the methods)")
+    if out is None:
+        fail("--out: required (the folder the fixed model is written to)")
+    if scaling is not None and scaling not in SCALINGS:
+        fail(f"--scaling: must be one of {', '.join(SCALINGS)} (got {scaling!r})")
     check_output_dir("--out", out)
     check_output_file("--report", report, ("html", "htm"))
     kw = dict(beta=beta, alpha_attn=a, centred=centred, scaling=scaling,
-              scaling_param=scaling_param, seq_len=seq_len, seeds=seeds, sequences=sequences,
-              device=device, seed=seed)
+              scaling_param=scaling_param, methods=method, params=param, seq_len=seq_len,
+              seeds=2 if seeds is None else seeds, sequences=sequences, device=device,
+              seed=seed)
     try:
         if fmt == Fmt.table:
             from rich.progress import Progress
@@ -153,6 +199,57 @@ def fix_cmd(model: str = typer.Argument(..., help="preset name or local path"),
         from ..report import console
 
         console.print_fix(before, rep, after, out, wide=wide)
+
+
+def _compare(model, which, param, seq_len, seeds, sequences, device, seed, train_steps, fmt,
+             no_timing, wide, plot) -> None:
+    from ..analysis.compare import compare
+
+    try:
+        if fmt == Fmt.table:
+            from rich.progress import Progress
+
+            with Progress(transient=True) as bar:
+                task = bar.add_task("comparing fixes", total=None)
+                c = compare(model, which, param, seq_len=seq_len, seeds=seeds,
+                            sequences=sequences, device=device, seed=seed,
+                            train_steps=train_steps,
+                            on_method=lambda s: bar.update(task, description=s))
+        else:
+            c = compare(model, which, param, seq_len=seq_len, seeds=seeds, sequences=sequences,
+                        device=device, seed=seed, train_steps=train_steps)
+    except SpecError as err:
+        fail_spec(err)
+    if plot is not None:
+        c.plot(plot)
+    if fmt == Fmt.json:
+        d = c.to_dict()
+        if not no_timing:
+            d["seconds"] = round(c.seconds, 3)
+        else:
+            for r in d["methods"]:
+                r.pop("seconds", None)
+        _emit_json(d)
+    elif fmt == Fmt.csv:
+        c.trajectory.to_csv(sys.stdout, index=False)
+    else:
+        from ..report import console
+
+        console.print_compare(c, wide=wide)
+
+
+def _print_methods(fmt) -> None:
+    from ..models import methods as M
+
+    rows = [{"method": n, "title": M.get(n).title, "cite": M.get(n).cite,
+             "acts": M.get(n).acts, "theory": M.get(n).theory,
+             "params": {p.name: p.help for p in M.get(n).params}} for n in M.names()]
+    if fmt == Fmt.json:
+        _emit_json({"methods": rows})
+        return
+    from ..report import console
+
+    console.print_methods(rows)
 
 
 def _recommended(path: str) -> tuple[str, float | None]:

@@ -18,8 +18,8 @@ from .arch import (
     translations,
 )
 from .config import load_config, shrink
-from .fixes import FixReport, apply_fix, from_pretrained
-from .loading import LoadReport, load_local_weights, model_at_init
+from .fixes import FixReport, apply_fix
+from .loading import LoadReport, from_pretrained, load_local_weights, model_at_init
 from .names import qkv_names
 from .presets import PRESETS
 

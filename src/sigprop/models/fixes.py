@@ -24,7 +24,7 @@ context-
   at
   run time: they are computed by the ``"sigprop"`` attention function registered with
   ``transformers.AttentionInterface`` when this module is imported. The model's config records
-  them as ``config.sigprop_fix`` (saved in config.json); :func:`from_pretrained` (and
+  them as ``config.sigprop_fix`` (saved in config.json); :func:`sigprop.models.from_pretrained` (and
   ``sigprop diagnose DIR``) reload with ``attn_implementation="sigprop"``. A plain
   ``AutoModel.from_pretrained(DIR)`` without sigprop keeps the beta and alpha fixes (weights)
   and silently loses these two: load through sigprop, or pass ``attn_implementation="sigprop"``
@@ -67,10 +67,15 @@ class FixReport:
     record: dict[str, Any]
     changes: list[str] = field(default_factory=list)
     predicted: dict[str, Any] = field(default_factory=dict)
+    #: registered methods applied (:mod:`.methods`): name and resolved parameters
+    methods: list[dict[str, Any]] = field(default_factory=list)
+    #: one line per applied part the theory does not reach
+    measured_only: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
         return {"before": self.before.to_dict(), "after": self.after.to_dict(),
-                "record": self.record, "changes": self.changes, "predicted": self.predicted}
+                "record": self.record, "changes": self.changes, "predicted": self.predicted,
+                "methods": self.methods, "measured_only": self.measured_only}
 
 
 # --------------------------------------------------------------------------------------------
@@ -93,19 +98,29 @@ def _allowed(module, mask, Tq: int, Tk: int, device) -> tuple[torch.Tensor | Non
     return mask > torch.finfo(mask.dtype).min / 2, mask
 
 
+def _method_ops(module: nn.Module) -> list:
+    """``(method, params)`` of the recorded methods acting inside the attention function."""
+    from .methods.base import recorded
+
+    cfg = getattr(module, "config", None)
+    return [(m, p) for m, p in recorded(cfg) if m.attention_ops] if cfg is not None else []
+
+
 def sigprop_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
                       value: torch.Tensor, attention_mask: torch.Tensor | None,
                       scaling: float | None = None, dropout: float = 0.0, **kwargs):
     """HF attention interface ``(B, H, T, dh)`` tensors -> ``(out (B, T, H, dh), probs)``.
 
     Softmax attention with the module's ``scaling`` times ``score_multiplier(kind, n)`` for
-    each row's number ``n`` of visible keys (docs/theory.md §3.2), then, if centred, ``A - 1/n`` on
-    the
-    visible keys (docs/theory.md §2.4). Options come from ``module.config.sigprop_fix``. The
-    returned
-    probabilities are the softmax's (before centring), so probes read ipr / entropy from them.
-    Causality: the mask, or ``module.is_causal`` when HF passes no mask. GQA heads repeat."""
+    each row's number ``n`` of visible keys (docs/theory.md §3.2), then the score hooks of the
+    recorded methods (soft-capping, docs/fixes.md), the mask, the softmax, then, if centred,
+    ``A - 1/n`` on the visible keys (docs/theory.md §2.4) and the recorded methods' hooks on
+    the attention matrix (shaped attention). Options come from ``module.config.sigprop_fix``.
+    The returned probabilities are the softmax's (before centring or shaping), so probes read
+    ipr / entropy from them. Causality: the mask, or ``module.is_causal`` when HF passes no
+    mask. GQA heads repeat."""
     opts = _options(module)
+    ops = _method_ops(module)
     H, Tq, dh = query.shape[1], query.shape[2], query.shape[3]
     Tk = key.shape[2]
     if key.shape[1] != H:
@@ -122,6 +137,8 @@ def sigprop_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
         n_np = n_keys.detach().cpu().numpy().astype(np.float64)
         mult = score_multiplier(kind, n_np, opts.get("scaling_param"))
         scores = scores * torch.as_tensor(mult, dtype=scores.dtype, device=scores.device)
+    for m, p in ops:
+        scores = m.scores(module, scores, p)
     if additive is not None:
         scores = scores + additive.to(work)
     if allowed is not None:
@@ -131,6 +148,8 @@ def sigprop_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
     if opts.get("attention") == "centred":
         vis = allowed.to(probs.dtype) if allowed is not None else 1.0
         weights = probs - vis / n_keys.to(probs.dtype)
+    for m, p in ops:
+        weights = m.weights(module, weights, allowed, n_keys, p)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
     out = torch.matmul(weights.to(value.dtype), value).transpose(1, 2).contiguous()
     return out, probs.to(query.dtype)
@@ -144,31 +163,24 @@ def register_attention() -> None:
 
 
 def needs_runtime(config) -> bool:
-    """True if ``config.sigprop_fix`` asks for centred attention or a length scaling."""
+    """True if ``config.sigprop_fix`` asks for centred attention, a length scaling or a
+    method acting inside the attention function (:mod:`.methods`)."""
+    from .methods.base import needs_attention
+
     rec = getattr(config, "sigprop_fix", None)
     return isinstance(rec, dict) and (rec.get("attention") == "centred"
-                                      or (rec.get("scaling") or "none") != "none")
+                                      or (rec.get("scaling") or "none") != "none"
+                                      or needs_attention(config))
 
 
-def _set_attn(model: nn.Module) -> None:
+def set_runtime_attention(model: nn.Module) -> None:
+    """Switch ``model`` to the ``"sigprop"`` attention function."""
     register_attention()
     setter = getattr(model, "set_attn_implementation", None)
     if callable(setter):
         setter(ATTN_NAME)
     else:  # pragma: no cover - older transformers
         model.config._attn_implementation = ATTN_NAME
-
-
-def from_pretrained(path, **kwargs) -> nn.Module:
-    """``AutoModel.from_pretrained(path)`` (local, no remote code) with the sigprop attention
-    when the saved config records a runtime fix."""
-    from transformers import AutoConfig, AutoModel
-
-    cfg = AutoConfig.from_pretrained(path, trust_remote_code=False)
-    if needs_runtime(cfg):
-        register_attention()
-        kwargs.setdefault("attn_implementation", ATTN_NAME)
-    return AutoModel.from_pretrained(path, config=cfg, trust_remote_code=False, **kwargs)
 
 
 # --------------------------------------------------------------------------------------------
@@ -319,9 +331,16 @@ def apply_fix(model: nn.Module, *, beta: float | None = None,
                        "attn_implementation='sigprop'")
     model.config.sigprop_fix = rec
     if needs_runtime(model.config):
-        _set_attn(model)
+        set_runtime_attention(model)
     r0 = before.rho_init if rho0 is None else float(rho0)
     predicted = {k: {"final_cos": float(depth.final_cos(s, rho0=r0)),
                      "verdict": depth.verdict(s, rho0=r0)}
                  for k, s in (("before", before), ("after", after))}
     return FixReport(before, after, rec, changes or ["nothing to change"], predicted)
+
+
+# importing the loader (``sigprop.models``) registers the attention function, so a folder
+# written by ``sigprop fix`` also loads with ``AutoModel.from_pretrained(DIR,
+# attn_implementation="sigprop")`` (methods with hooks or parameters need
+# :func:`sigprop.models.loading.from_pretrained`)
+register_attention()

@@ -280,3 +280,56 @@ def print_fix(before, rep, after, out: str, console: Console | None = None,
         console.print("[bold]recommendations for the fixed model[/]")
         for r in after.recommendations:
             console.print(f"  • {r['text']}")
+
+
+def print_compare(c, console: Console | None = None, wide: bool = False) -> None:
+    """``sigprop fix --compare``: one row per fix, ranked (measured final cos and head
+    entropies, the theory's final cos, the measured verdict, the loss gain with training);
+    the baseline first; the recommendation and the ranking rule below."""
+    from ..analysis.compare import RANKING
+
+    console = console or tables.console(wide)
+    b = c.baseline
+    console.print(f"[bold]sigprop fix --compare[/] {c.model}: {len(c.rows)} fixes at T="
+                  f"{c.seq_len}, {c.seeds} seed(s) x {c.sequences} sequences")
+    rows = [("baseline", b["measured"], b["predicted"], b["verdict"], b.get("train_gain"),
+             "")] + [(r.method, r.measured, r.predicted, r.verdict, r.train_gain,
+                      r.error or "") for r in c.rows]
+    meas = lambda k: tables.column([(m or {}).get(k) for _, m, *_ in rows])  # noqa: E731
+    th = tables.column([(p or {}).get("cos_final") for _, _, p, *_ in rows])
+    cols = {"cos": meas("cos_final"), "th cos": th, "ent min": meas("entropy_min"),
+            "ent med": meas("entropy_median")}
+    if c.train_steps:
+        cols["gain"] = tables.column([g for *_, g, _ in rows])
+    names = ["fix", *cols, "verdict"]
+    t = tables.table(*names, right=list(cols))
+    for i, (name, _m, _p, verdict, _g, err) in enumerate(rows):
+        style = _VERDICT_STYLE.get(verdict, "")
+        v = f"[{style}]{verdict}[/]" if style else (verdict if not err else "n/a")
+        t.add_row(name, *(("" if x[i] == "–" else x[i]) for x in cols.values()), v)
+    console.print(t)
+    errs = [r for r in c.rows if r.error]
+    for r in errs:
+        console.print(f"  {r.method}: {r.error}")
+    console.print("th cos: theory (blank: measured only); ent: normalised head entropy, "
+                  "lowest and median over every head")
+    rec = c.recommendation
+    console.print(f"[bold]recommended[/]: {rec['method']} ({rec['verdict']}): "
+                  f"{rec['command']}")
+    console.print(f"ranking: {RANKING}")
+
+
+def print_methods(rows: list[dict], console: Console | None = None) -> None:
+    """``sigprop fix --list``: the registered fixes, what they act on, their parameters."""
+    console = console or tables.console(False)
+    t = tables.table("method", "acts on", "theory")
+    t.columns[1].no_wrap = False  # the method names and the theory stay whole
+    for r in rows:
+        t.add_row(r["method"], r["acts"], r["theory"])
+    console.print(t)
+    for r in rows:
+        if r["params"]:
+            ps = "; ".join(f"{k}: {v}" for k, v in r["params"].items())
+            console.print(f"  {r['method']} ({r['cite']}): {ps}")
+        else:
+            console.print(f"  {r['method']} ({r['cite']})")

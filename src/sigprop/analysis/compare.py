@@ -1,0 +1,276 @@
+"""``sigprop fix MODEL --compare``: every registered fix (:mod:`sigprop.models.methods`)
+applied to one model, predicted by the theory and measured side by side, ranked
+(docs/fixes.md).
+
+For each seed the model is built once (its own init, or its folder's weights); each method
+acts on a copy, which is measured as :func:`~.diagnose.diagnose` measures a live module
+(built-in text, ``sequences`` sequences of ``seq_len`` tokens). The prediction is the theory
+of the baseline's per-layer spec (read from its weights) mapped by the method's effect
+(:func:`sigprop.models.methods.theory_spec`); ``None`` for the methods the theory does not
+reach (their one-line reason in ``notes``).
+
+Ranking rule: measured verdict ``trainable`` first; then, with training, the larger loss
+gain; then the lower measured final cosine (further from rank collapse), then the higher
+median head entropy. The recommendation is the first row.
+"""
+
+from __future__ import annotations
+
+import copy
+import math
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..spec import ArchSpec, SpecError
+from .result import Result
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from .diagnose import Diagnosis
+
+
+@dataclass
+class MethodRow:
+    """One method of a :class:`Comparison`: resolved ``params``, ``predicted`` (cos_final,
+    entropy_min: the lowest layer-mean normalised entropy, ipr_max, verdict; None when the
+    theory does not reach the method), ``measured`` (cos_final, entropy_min / entropy_median
+    over every head of every layer, normalised by log T, ipr_max: the largest layer-mean
+    ipr; ``entropy_bound_min`` / ``entropy_bound_centred_min``: the lowest per-head entropy
+    floor from the weights, where it applies; averaged over seeds), the measured
+    ``verdict``, ``train_gain`` (nats, with training) and ``error`` when the method does
+    not apply to this model."""
+
+    method: str
+    title: str
+    params: dict[str, Any]
+    theory: str
+    predicted: dict[str, Any] | None
+    measured: dict[str, Any]
+    verdict: str
+    changes: list[str] = field(default_factory=list)
+    train_gain: float | None = None
+    error: str | None = None
+    note: str | None = None
+    seconds: float = 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"method": self.method, "title": self.title, "params": self.params,
+                "theory": self.theory, "predicted": self.predicted, "measured": self.measured,
+                "verdict": self.verdict, "train_gain": self.train_gain, "error": self.error,
+                "note": self.note, "changes": self.changes, "seconds": round(self.seconds, 3)}
+
+
+@dataclass
+class Comparison(Result):
+    """The baseline and one :class:`MethodRow` per method, ranked (module docstring)."""
+
+    model: str
+    spec: ArchSpec
+    baseline: dict[str, Any]
+    rows: list[MethodRow]
+    recommendation: dict[str, Any]
+    seq_len: int
+    seeds: int
+    sequences: int
+    train_steps: int = 0
+    notes: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def trajectory(self) -> pd.DataFrame:
+        """One row per method (and the baseline): measured and predicted numbers, tidy."""
+        import pandas as pd
+
+        out = []
+        for name, pred, meas, verdict, gain in (
+                [("baseline", self.baseline["predicted"], self.baseline["measured"],
+                  self.baseline["verdict"], self.baseline.get("train_gain"))]
+                + [(r.method, r.predicted, r.measured, r.verdict, r.train_gain)
+                   for r in self.rows]):
+            for src, d in (("theory", pred or {}), ("measured", meas or {})):
+                for k, v in d.items():
+                    if isinstance(v, int | float) and not isinstance(v, bool):
+                        out.append({"method": name, "observable": k, "source": src,
+                                    "value": float(v), "verdict": verdict})
+            if gain is not None:
+                out.append({"method": name, "observable": "train_gain", "source": "measured",
+                            "value": float(gain), "verdict": verdict})
+        return pd.DataFrame(out)
+
+    def summary(self) -> str:
+        rec = self.recommendation
+        return (f"Comparison of {len(self.rows)} fixes on {self.model}: baseline "
+                f"{self.baseline['verdict']}; best {rec.get('method')} ({rec.get('verdict')})")
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"model": self.model, "seq_len": self.seq_len, "seeds": self.seeds,
+                "sequences": self.sequences, "train_steps": self.train_steps,
+                "baseline": self.baseline, "methods": [r.to_dict() for r in self.rows],
+                "recommendation": self.recommendation, "notes": self.notes,
+                "ranking": RANKING}
+
+    def plot(self, path: str | None = None):
+        from ..plotting.fixes import plot_compare
+
+        return plot_compare(self, path)
+
+
+RANKING = ("measured verdict trainable first; then the larger loss gain (with --train-steps); "
+           "then the lower measured final cos; then the higher median head entropy")
+
+
+def _measured(d: Diagnosis) -> dict[str, float]:
+    t, h = d.trajectory, d.heads
+    m = t[t.source == "measured"]
+    cos = m[m.observable == "cos"].sort_values("layer")["value"].to_numpy()
+    ipr = m[m.observable == "ipr"].groupby("layer")["value"].mean().to_numpy()
+    ent = h[h.observable == "entropy"]["value"].to_numpy() if len(h) else np.array([])
+    out = {"cos_final": float(cos[-1]) if cos.size else math.nan,
+           "entropy_min": float(ent.min()) if ent.size else math.nan,
+           "entropy_median": float(np.median(ent)) if ent.size else math.nan,
+           "ipr_max": float(ipr.max()) if ipr.size else math.nan}
+    for name in ("entropy_bound", "entropy_bound_centred"):  # floors from the weights
+        b = h[h.observable == name]["value"].to_numpy() if len(h) else np.array([])
+        if b.size:
+            out[f"{name}_min"] = float(b.min())
+    return out
+
+
+def _predicted(spec: ArchSpec, rho0: float) -> dict[str, Any]:
+    from ..theory import depth
+
+    tr = depth.propagate(spec, rho0=rho0)
+    th = tr[tr.source == "theory"] if "source" in tr.columns else tr
+    cos = th[th.observable == "cos"].sort_values("layer")["value"].to_numpy()
+    ent = th[th.observable == "entropy"]["value"].to_numpy()
+    ipr = th[th.observable == "ipr"]["value"].to_numpy()
+    return {"cos_final": float(cos[-1]),
+            "entropy_min": float(np.nanmin(ent)) if ent.size else None,
+            "ipr_max": float(np.nanmax(ipr)) if ipr.size else None,
+            "verdict": depth.verdict(spec, tr, rho0=rho0)}
+
+
+def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
+    return {k: float(np.mean([r[k] for r in rows if k in r])) for k in rows[0]}
+
+
+def _rank_key(r: MethodRow):
+    m = r.measured or {}
+    return (r.error is not None, r.verdict != "trainable",
+            -(r.train_gain if r.train_gain is not None else -math.inf),
+            m.get("cos_final", math.inf), -m.get("entropy_median", -math.inf))
+
+
+def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
+            params: list[str] | None = None, *, seq_len: int | None = None, seeds: int = 1,
+            sequences: int = 2, device: str = "cpu", seed: int = 0, train_steps: int = 0,
+            on_method: Callable[[str], None] | None = None) -> Comparison:
+    """Compare fixes on ``model`` (module docstring). ``methods``: ``"all"``, names or a
+    comma-separated string; ``params``: ``METHOD.NAME=VALUE`` overrides (``sigprop fix
+    --param``); ``train_steps``: with K > 0, each method also trains (:mod:`.compare_train`)."""
+    from .. import models as hf
+    from ..models import methods as M
+    from .diagnose import _folder, _verdict, diagnose
+
+    t0 = time.perf_counter()
+    names = M.parse_methods(methods if isinstance(methods, str) else ",".join(methods))
+    given = M.parse_params(params, names)
+    if isinstance(train_steps, bool) or not isinstance(train_steps, int) or \
+            not 0 <= train_steps <= 100_000:
+        raise SpecError("train_steps", f"must be an integer in [0, 100000] (got "
+                                       f"{train_steps!r})")
+    stage = on_method or (lambda _s: None)
+    stage("baseline")
+    base = diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences, device=device,
+                    seed=seed)
+    spec, rho0 = base.spec, base.rho0
+    config = hf.load_config(model)
+    folder = _folder(model)
+    pred_base = _predicted(spec, rho0) if base.trajectory.source.eq("theory").any() else None
+    baseline = {"predicted": pred_base, "measured": _measured(base), "verdict": base.verdict,
+                "spec": {"depth": spec.depth, "seq_len": spec.seq_len, "norm": spec.norm,
+                         "beta": spec.beta_eff, "causal": spec.causal}}
+    rows: dict[str, MethodRow] = {}
+    measured: dict[str, list] = {n: [] for n in names}
+    verdicts: dict[str, list] = {n: [] for n in names}
+    for s in range(seeds if base.weights == "init" else 1):
+        built = hf.model_at_init(config, seed=seed + s, attn_implementation="sdpa",
+                                 vocab_size=_vocab(config, base)).to(device)
+        if folder is not None:
+            hf.load_local_weights(built, folder)
+        ctx = M.context_for(built, spec, rho0)
+        for name in names:
+            if name in rows and rows[name].error is not None:
+                continue
+            stage(name)
+            t1 = time.perf_counter()
+            meth = M.get(name)
+            m = copy.deepcopy(built)
+            try:
+                rep = M.apply_methods(m, [name], given, ctx)
+            except SpecError as err:
+                rows[name] = MethodRow(name, meth.title, {}, meth.theory, None, {}, "n/a",
+                                       error=str(err))
+                continue
+            d = diagnose(m, seq_len=spec.seq_len, sequences=sequences, device=device,
+                         seed=seed + s)
+            del m
+            meas = _measured(d)
+            measured[name].append(meas)
+            verdicts[name].append(_verdict(spec, d.trajectory[
+                d.trajectory.source == "measured"], d.heads, theory=False)[0])
+            if name not in rows:
+                pred = None if rep.after is None else _predicted(rep.after, rho0)
+                note = "; ".join(rep.effect.measured_only) or None
+                rows[name] = MethodRow(name, meth.title, rep.applied[0]["params"], meth.theory,
+                                       pred, {}, "", changes=rep.changes, note=note)
+            rows[name].seconds += time.perf_counter() - t1
+        del built
+    for name, r in rows.items():
+        if r.error is None:
+            r.measured = _mean(measured[name])
+            r.verdict = _worst(verdicts[name])
+    if train_steps:
+        from .compare_train import train_gains
+
+        stage("training")
+        gains, note = train_gains(config, spec, names, given, rows, steps=train_steps,
+                                  seed=seed, device=device)
+        baseline["train_gain"] = gains.pop("baseline", None)
+        for name, g in gains.items():
+            rows[name].train_gain = g
+        base.notes.append(note)
+    ranked = sorted((rows[n] for n in names), key=_rank_key)
+    best = ranked[0]
+    rec = {"method": best.method, "params": best.params, "verdict": best.verdict,
+           "measured": best.measured, "predicted": best.predicted,
+           "command": _command(model, best)}
+    return Comparison(model=str(model) if not isinstance(model, dict) else "config",
+                      spec=spec, baseline=baseline, rows=ranked, recommendation=rec,
+                      seq_len=spec.seq_len, seeds=seeds, sequences=sequences,
+                      train_steps=train_steps, notes=list(base.notes),
+                      seconds=time.perf_counter() - t0)
+
+
+def _vocab(config, base) -> int:
+    from .diagnose import vocab_at_init
+
+    return vocab_at_init(config, base.info.vocab_size)
+
+
+def _worst(verdicts: list[str]) -> str:
+    for v in ("entropy_collapse", "rank_collapse"):
+        if v in verdicts:
+            return v
+    return verdicts[0] if verdicts else "n/a"
+
+
+def _command(model, row: MethodRow) -> str:
+    ps = " ".join(f"--param {row.method}.{k}={v:.6g}" if isinstance(v, float) else
+                  f"--param {row.method}.{k}={v}" for k, v in row.params.items())
+    return f"sigprop fix {model} --method {row.method} {ps} --out DIR".replace("  ", " ")

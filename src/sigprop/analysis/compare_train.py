@@ -1,0 +1,125 @@
+"""``sigprop fix --compare --train-steps K``: each fix trained K steps on the built-in task at
+the model's shape scaled down (docs/fixes.md).
+
+Scaled down, stated: the model's own family and depth (the depth is what collapses), width
+``d = 64`` with 4 heads (grouped K/V kept grouped: 2 K/V heads), MLP width ``4 d``, the
+built-in corpus's vocabulary, ``T = min(T, 64)``; the HF model is built from that config with
+its own init under the seed, the fix applied exactly as on the full model, and a linear
+readout with the unigram log frequencies as its bias (as ``sigprop train --bias-init
+unigram``). Task: masked-token prediction for an encoder, next-token prediction for a causal
+stack. Training: AdamW, lr 2e-3, batch 32, gradient norm clipped at 1, one thread per step.
+The gain is the unigram baseline's loss minus the fixed evaluation set's loss after K steps
+(nats; positive: learned something beyond token frequencies).
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+WIDTH, HEADS, MAX_T, BATCH, LR = 64, 4, 64, 32, 2e-3
+
+
+class _Readout(nn.Module):
+    """HF body + linear readout (weights N(0, 1/d^2), bias = log unigram frequencies)."""
+
+    def __init__(self, body: nn.Module, d: int, vocab: int, bias, seed: int):
+        super().__init__()
+        self.body = body
+        g = torch.Generator().manual_seed(seed + 7919)
+        self.w = nn.Parameter(torch.randn(d, vocab, generator=g) / d)
+        self.b = nn.Parameter(torch.as_tensor(bias, dtype=torch.float32).clone())
+
+    def forward(self, x):
+        h = self.body(input_ids=x).last_hidden_state
+        return h @ self.w + self.b
+
+
+def _small_config(config, vocab: int, T: int):
+    from ..models.config import load_config
+    from ..models.presets import shrink
+
+    kv = getattr(config, "num_key_value_heads", None)
+    heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", HEADS)
+    sizes = dict(hidden=WIDTH, heads=HEADS, intermediate=4 * WIDTH, vocab=vocab)
+    if kv is not None and kv < heads:
+        sizes["kv_heads"] = 2
+    small = shrink(config.to_dict(), **sizes)
+    for key in ("max_position_embeddings", "n_positions"):
+        if key in small:
+            small[key] = max(int(small[key]), T + 2)
+    small.pop("sigprop_fix", None)
+    return load_config(small)
+
+
+def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]], rows,
+                *, steps: int, seed: int = 0, device: str = "cpu"
+                ) -> tuple[dict[str, float | None], str]:
+    """``({"baseline": gain, method: gain, ...}, note)``; methods whose row carries an error
+    (or that refuse the small model) get None."""
+    from .. import models as hf
+    from ..data.batches import Batches
+    from ..data.corpus import load_corpus
+    from ..measurement._threads import cpu_settings
+    from ..models import methods as M
+    from ..training.config import TrainConfig
+
+    T = min(spec.seq_len, MAX_T)
+    task = "clm" if spec.causal else "mlm"
+    corpus = load_corpus("builtin")
+    cfg = TrainConfig(task=task, steps=steps, batch_size=BATCH, lr=LR, bias_init="unigram",
+                      measure_every=0, eval_sequences=128)
+    small = _small_config(config, corpus.vocab_size, T)
+    small_spec = hf.spec_from_config(small, T)
+    batches = Batches(small_spec, cfg, corpus=corpus)
+    base = hf.model_at_init(small, seed=seed, attn_implementation="sdpa")
+    ctx = M.context_for(base, small_spec)
+    out: dict[str, float | None] = {}
+    with cpu_settings(threads=1 if device == "cpu" else None):
+        for name in ["baseline", *names]:
+            if name != "baseline" and rows[name].error is not None:
+                out[name] = None
+                continue
+            m = copy.deepcopy(base)
+            if name != "baseline":
+                try:
+                    M.apply_methods(m, [name], given, ctx)
+                except Exception:  # noqa: BLE001 - a fix that refuses the small model
+                    out[name] = None
+                    continue
+            out[name] = _train(m, batches, small_spec.d_model, steps, seed, device)
+    note = (f"train gain: {steps} steps of {task} on the built-in corpus at the model's "
+            f"depth, d {WIDTH}, {HEADS} heads, T {T} (batch {BATCH}, lr {LR:g}); nats below "
+            f"the unigram baseline {batches.baseline:.3f}")
+    return out, note
+
+
+def _train(body: nn.Module, batches, d: int, steps: int, seed: int, device: str
+           ) -> float | None:
+    """The gain after ``steps`` steps; None when the loss stops being finite."""
+    torch.manual_seed(seed)
+    model = _Readout(body.train(), d, batches.vocab, batches.unigram_logp, seed).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR)
+    gen = torch.Generator().manual_seed(seed)
+    for _ in range(steps):
+        x, y = batches.train_batch(gen, device)
+        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100)
+        opt.zero_grad(set_to_none=True)
+        if not torch.isfinite(loss):
+            return None
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+    model.eval()
+    tot, n = 0.0, 0
+    with torch.no_grad():
+        for x, y in batches.eval_batches(device):
+            lab = y != -100
+            lp = F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100,
+                                 reduction="sum")
+            tot, n = tot + float(lp), n + int(lab.sum())
+    return float(batches.baseline - tot / max(n, 1))

@@ -1,0 +1,220 @@
+"""Every fix sigprop applies, as one registry (docs/fixes.md): a method is one module here
+holding one registered :class:`~.base.Method` (its parameters and their depth- and
+T-dependent defaults, its HF patch, its restore for a saved folder, its effect on the theory's
+per-layer spec). :func:`apply_methods` patches a model and records the methods in
+``config.sigprop_fix["methods"]``; :func:`restore_methods` re-installs the runtime parts on a
+model built from such a config (:func:`sigprop.models.model_at_init`,
+:func:`sigprop.models.from_pretrained` call it).
+
+Adding a method: one module with a ``@register``-ed subclass, imported below, and its row in
+``tests/models/test_methods.py``'s definitions (the reload and theory tests run over the
+registry).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from ...spec import ArchSpec, SpecError
+from . import (  # noqa: F401 - each module registers its method
+    admin,
+    deepnorm,
+    deepscalelm,
+    depth_mup,
+    layerscale,
+    mimetic,
+    own,
+    qk_norm,
+    rezero,
+    shaped,
+    sigma_reparam,
+    skipinit,
+    softcap,
+    tfixup,
+)
+from .base import (
+    RECORD_KEY,
+    REGISTRY,
+    Context,
+    Effect,
+    Method,
+    Param,
+    get,
+    needs_attention,
+    recorded,
+    register,
+    theory_spec,
+)
+from .parts import block_parts
+
+__all__ = ["REGISTRY", "Context", "Effect", "Method", "MethodsReport", "Param", "apply_methods",
+           "get", "names", "needs_attention", "parse_methods", "parse_params", "recorded",
+           "register", "restore_methods", "runtime_effect", "theory_spec"]
+
+
+
+#: the tables' order: score scale, residual, variances, attention matrix, structure;
+#: sigprop's own last (a method missing here follows in registration order)
+ORDER = ("sigma-reparam", "qk-norm", "softcap", "deepnorm", "admin", "rezero", "skipinit",
+         "layerscale", "depth-mup", "tfixup", "deepscalelm", "shaped", "mimetic", "beta",
+         "alpha", "centred", "length-scaling")
+
+
+def names() -> list[str]:
+    """Every registered method, in :data:`ORDER`."""
+    return [n for n in ORDER if n in REGISTRY] + [n for n in REGISTRY if n not in ORDER]
+
+
+def parse_methods(text: str) -> list[str]:
+    """``"a,b"`` -> ``["a", "b"]`` (``all``: every registered method), each checked."""
+    items = [t.strip() for t in str(text).split(",") if t.strip()]
+    if not items:
+        raise SpecError("method", f"give one or more of: {', '.join(REGISTRY)}")
+    if items == ["all"]:
+        return names()
+    for t in items:
+        get(t)
+    if len(set(items)) != len(items):
+        raise SpecError("method", f"a method is named twice in {text!r}")
+    return items
+
+
+def parse_params(items: list[str] | None, methods: list[str]) -> dict[str, dict[str, Any]]:
+    """``["sigma-reparam.init=sigma", "cap=30"]`` -> per method its given parameters. A bare
+    ``key`` goes to the one chosen method that has it (ambiguous or unknown: SpecError)."""
+    out: dict[str, dict[str, Any]] = {m: {} for m in methods}
+    for raw in items or []:
+        key, sep, val = str(raw).partition("=")
+        if not sep or not key.strip():
+            raise SpecError("param", f"must look like METHOD.NAME=VALUE (got {raw!r})")
+        key = key.strip()
+        meth, dot, pname = key.rpartition(".")
+        if dot:
+            if meth not in out:
+                raise SpecError("param", f"{meth!r} is not among the chosen methods "
+                                         f"({', '.join(methods)})")
+            out[meth][pname] = val.strip()
+            continue
+        owners = [m for m in methods if any(p.name == key for p in get(m).params)]
+        if len(owners) != 1:
+            what = "no chosen method takes" if not owners else "several methods take"
+            raise SpecError("param", f"{what} {key!r}; write METHOD.{key}=VALUE")
+        out[owners[0]][key] = val.strip()
+    return out
+
+
+@dataclass
+class MethodsReport:
+    """What :func:`apply_methods` did: per method its resolved parameters, one line per
+    change, the combined :class:`~.base.Effect` and the theory's spec after (None where a
+    method is measured only: ``effect.measured_only`` says why)."""
+
+    applied: list[dict[str, Any]]
+    changes: list[str]
+    effect: Effect
+    before: ArchSpec
+    after: ArchSpec | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"methods": self.applied, "changes": self.changes,
+                "measured_only": list(self.effect.measured_only), "notes": self.notes}
+
+
+def context_for(model, spec: ArchSpec, rho0: float | None = None) -> Context:
+    """The :class:`Context` of an HF model whose (per-layer) spec is ``spec``."""
+    cfg = getattr(model, "config", None)
+    enc = dec = 0
+    if getattr(cfg, "is_encoder_decoder", False):
+        enc = int(getattr(cfg, "encoder_layers", 0) or getattr(cfg, "num_layers", 0) or 0)
+        dec = int(getattr(cfg, "decoder_layers", 0) or getattr(cfg, "num_decoder_layers", 0)
+                  or enc)
+    return Context(spec=spec, rho0=spec.rho_init if rho0 is None else float(rho0),
+                   encoder_depth=enc, decoder_depth=dec)
+
+
+def apply_methods(model, chosen: list[str], params: dict[str, dict[str, Any]] | None,
+                  ctx: Context) -> MethodsReport:
+    """Apply ``chosen`` methods (in order) to the HF ``model`` in place and record them in
+    ``model.config.sigprop_fix["methods"]`` (appended to what is there)."""
+    from ..fixes import FIX_VERSION, set_runtime_attention
+
+    parts = block_parts(model)
+    if len(parts) != ctx.depth:
+        raise SpecError("method", f"the model has {len(parts)} block modules for {ctx.depth} "
+                                  "layers (shared layers); the methods act on distinct blocks")
+    effect = Effect(depth=ctx.depth)
+    applied, changes = [], []
+    params = params or {}
+    for name in chosen:
+        m = get(name)
+        p = m.resolve(ctx, params.get(name))
+        lines = m.apply(model, parts, p, ctx, effect)
+        changes.extend(lines or [f"{m.title}: {m.describe(p)}"])
+        applied.append({"name": name, "params": p})
+    rec = dict(getattr(model.config, "sigprop_fix", None) or {})
+    rec.setdefault("version", FIX_VERSION)
+    rec[RECORD_KEY] = list(rec.get(RECORD_KEY, [])) + [
+        {"name": a["name"], "params": a["params"]} for a in applied if get(a["name"]).runtime]
+    rec.setdefault("applied", [])
+    rec["applied"] = list(rec["applied"]) + [a["name"] for a in applied]
+    model.config.sigprop_fix = rec
+    if any(get(a["name"]).attention_ops for a in applied):
+        set_runtime_attention(model)
+    after = None if effect.measured_only else theory_spec(ctx.spec, effect)
+    return MethodsReport(applied, changes, effect, ctx.spec, after)
+
+
+def restore_methods(model) -> bool:
+    """Re-install every recorded runtime method on ``model`` (built from its config, before
+    its weights are loaded); True if any was installed."""
+    rec = recorded(getattr(model, "config", None))
+    if not rec:
+        return False
+    parts = block_parts(model)
+    for m, p in rec:
+        m.restore(model, parts, p)
+    return True
+
+
+def runtime_effect(model, depth: int) -> Effect | None:
+    """What the recorded methods change beyond the weights, read from a built model (its
+    branch gates, q/k norms, removed norms) as an :class:`~.base.Effect` on the spec read
+    from its weights; None when the config records no method. Methods the theory does not
+    reach add their line to ``measured_only``."""
+    import numpy as np
+
+    from .parts import GATE
+
+    rec = getattr(getattr(model, "config", None), "sigprop_fix", None)
+    if not isinstance(rec, dict) or not rec.get("applied"):
+        return None
+    parts = block_parts(model)
+    if len(parts) != depth:
+        return None
+    eff = Effect(depth=depth)
+    std = []
+    for i, p in enumerate(parts):
+        for at, key in ((p.gate_attn_at, "gate_attn"), (p.gate_mlp_at, "gate_mlp")):
+            g = getattr(at, GATE, None) if at is not None else None
+            if g is not None:
+                getattr(eff, key)[i] = float(g.detach().double().square().mean().sqrt())
+        gains = []
+        for role in ("q", "k"):
+            t = p.q[0][0] if role == "q" and p.q else p.k[0][0] if p.k else None
+            g = getattr(t, f"sigprop_{role}_norm", None) if t is not None else None
+            if g is not None:
+                gains.append(float(g.detach().double().square().mean().sqrt()))
+        if len(gains) == 2 and p.site is not None:
+            std.append(p.site.scale * p.head_dim ** 0.5 * gains[0] * gains[1])
+    if std and len(std) == depth:
+        eff.score_std = np.asarray(std)
+    for name in rec.get("applied", []):
+        m = REGISTRY.get(name)
+        if m is not None and m.theory == "measured only":
+            eff.measured_only.append(f"{name}: {m.acts} is outside the theory")
+    for m, p in recorded(model.config):
+        if m.name == "tfixup" or (m.name == "rezero" and p.get("norms") == "remove"):
+            eff.norm = "none"
+    return eff

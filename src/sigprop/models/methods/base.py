@@ -1,0 +1,308 @@
+"""The fix registry's types: :class:`Method` (one registered object per remedy), its
+:class:`Param` table, the :class:`Context` its defaults read (depth, T, the model's spec) and
+the :class:`Effect` it reports, which :func:`theory_spec` turns into the per-layer
+:class:`~sigprop.spec.ArchSpec` the theory runs on (docs/fixes.md).
+
+A method acts on an HF model in place (:meth:`Method.apply`) and records what it needs in
+``config.sigprop_fix["methods"]``; a method that changes the forward pass beyond the weights
+(a norm on q and k, a gate on a branch, a cap on the scores, ...) re-installs that part on a
+freshly built model in :meth:`Method.restore`, which :func:`sigprop.models.from_pretrained`
+and :func:`sigprop.models.model_at_init` call for every recorded method. Weight-only methods
+(sigma-reparam, deepnorm's beta, mimetic ...) need no restore: the weights carry them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import numpy as np
+
+from ...spec import ArchSpec, LayerSpec, SpecError
+
+
+@dataclass(frozen=True)
+class Param:
+    """One parameter of a method: ``default`` a value or a function of the :class:`Context`
+    (depth- and T-dependent defaults); numbers checked against ``[lo, hi]``, strings against
+    ``choices``."""
+
+    name: str
+    help: str
+    default: Any
+    lo: float | None = None
+    hi: float | None = None
+    choices: tuple[str, ...] | None = None
+
+    def value(self, ctx: Context) -> Any:
+        return self.default(ctx) if callable(self.default) else self.default
+
+    def check(self, method: str, value: Any) -> Any:
+        """``value`` parsed (strings from the command line) and range-checked, or a SpecError
+        naming ``method.param`` and its allowed values."""
+        where = f"{method}.{self.name}"
+        if self.choices is not None:
+            v = str(value)
+            if v not in self.choices:
+                raise SpecError(where, f"must be one of {', '.join(self.choices)} (got {v!r})")
+            return v
+        try:
+            v = float(value)
+        except (TypeError, ValueError):
+            raise SpecError(where, f"must be a number in [{self.lo:g}, {self.hi:g}] "
+                                   f"(got {value!r})") from None
+        if not math.isfinite(v) or (self.lo is not None and v < self.lo) or \
+                (self.hi is not None and v > self.hi):
+            raise SpecError(where, f"must be a number in [{self.lo:g}, {self.hi:g}] (got {v!r})")
+        return v
+
+
+@dataclass(frozen=True)
+class Context:
+    """What a method's defaults and its patch read: the model's ``spec`` before the method
+    (per-layer when read from its weights), its ``depth`` (blocks of the stack the method
+    acts on), ``seq_len``, ``norm`` placement and, for encoder-decoder formulas, the encoder
+    and decoder depths (``decoder_depth`` 0: one stack)."""
+
+    spec: ArchSpec
+    rho0: float = 0.0
+    encoder_depth: int = 0
+    decoder_depth: int = 0
+
+    @property
+    def depth(self) -> int:
+        return self.spec.depth
+
+    @property
+    def seq_len(self) -> int:
+        return self.spec.seq_len
+
+    @property
+    def norm(self) -> str:
+        return self.spec.norm
+
+    @property
+    def causal(self) -> bool:
+        return self.spec.causal
+
+
+@dataclass
+class Effect:
+    """What the methods did to each block, as the theory sees it (one entry per block; 1 =
+    unchanged): factors on the score std (``qk``) or the score std set outright
+    (``score_std``, QK-norm), factors on the standard deviations of V, O, the MLP's first and
+    second layers and on each branch's output (``gate_attn``, ``gate_mlp``: a multiplier on
+    the branch, ``lam_attn``/``lam_mlp``: a multiplier on the residual stream it is added
+    to), the attention map (``attention``: ``centred``), a length ``scaling``, ``norm``
+    removed (``"none"``), and ``measured_only``: one line per part the theory does not
+    reach."""
+
+    depth: int
+    qk: np.ndarray = None
+    score_std: np.ndarray | None = None
+    v: np.ndarray = None
+    o: np.ndarray = None
+    mlp_in: np.ndarray = None
+    mlp_out: np.ndarray = None
+    gate_attn: np.ndarray = None
+    gate_mlp: np.ndarray = None
+    lam_attn: np.ndarray = None
+    lam_mlp: np.ndarray = None
+    attention: str | None = None
+    scaling: tuple[str, float | None] | None = None
+    beta: float | None = None
+    alpha_attn: float | None = None
+    norm: str | None = None
+    zero_q: bool = False
+    measured_only: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        for name in ("qk", "v", "o", "mlp_in", "mlp_out", "gate_attn", "gate_mlp", "lam_attn",
+                     "lam_mlp"):
+            if getattr(self, name) is None:
+                setattr(self, name, np.ones(self.depth))
+
+    def scale(self, name: str, factor) -> None:
+        """Multiply the per-block factor ``name`` by ``factor`` (a number or one per block)."""
+        setattr(self, name, getattr(self, name) * np.broadcast_to(
+            np.asarray(factor, dtype=np.float64), (self.depth,)))
+
+
+class Method:
+    """One remedy. Subclasses set the class attributes and override :meth:`apply` (and
+    :meth:`restore` when the forward pass changes beyond the weights).
+
+    ``name``: the registry key (``--method``); ``title``, ``cite``: how the tables and docs
+    name it; ``acts``: where it acts; ``theory``: what sigprop predicts for it (``"beta"``,
+    ``"residual"``, ``"attention map"``, ``"variances"`` or ``"measured only"``);
+    ``params``: its :class:`Param` table; ``runtime``: True when the forward pass changes
+    beyond the weights (recorded in config.json, restored by sigprop's loader)."""
+
+    name: str = ""
+    title: str = ""
+    cite: str = ""
+    acts: str = ""
+    theory: str = "measured only"
+    runtime: bool = False
+    params: tuple[Param, ...] = ()
+    #: the attention function hooks used when the method is recorded (see :mod:`.runtime`)
+    attention_ops: bool = False
+
+    def defaults(self, ctx: Context) -> dict[str, Any]:
+        return {p.name: p.value(ctx) for p in self.params}
+
+    def resolve(self, ctx: Context, given: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Defaults for ``ctx`` overridden by ``given`` (checked; unknown names refused)."""
+        given = dict(given or {})
+        known = {p.name: p for p in self.params}
+        for k in given:
+            if k not in known:
+                allowed = ", ".join(known) or "none"
+                raise SpecError(f"{self.name}.{k}", f"unknown parameter; {self.name} takes: "
+                                                    f"{allowed}")
+        out = self.defaults(ctx)
+        out.update({k: known[k].check(self.name, v) for k, v in given.items()})
+        for k, v in list(out.items()):
+            out[k] = known[k].check(self.name, v)
+        self.validate(ctx, out)
+        return out
+
+    def validate(self, ctx: Context, params: dict[str, Any]) -> None:
+        """Refuse a model the method cannot act on (SpecError naming the method)."""
+
+    def apply(self, model, parts, params: dict[str, Any], ctx: Context, effect: Effect
+              ) -> list[str]:
+        """Patch ``model`` in place (``parts``: :func:`.parts.block_parts`), add what it did to
+        ``effect``; return one line per change."""
+        raise NotImplementedError
+
+    def restore(self, model, parts, params: dict[str, Any]) -> None:
+        """Re-install the runtime part on a model built from a config that records the method
+        (parameters at their init values; the caller then loads the saved ones)."""
+
+    # attention-function hooks (runtime methods with ``attention_ops``); tensors (B, H, T, .)
+    def scores(self, module, scores, params):
+        return scores
+
+    def weights(self, module, probs, allowed, n_keys, params):
+        return probs
+
+    def describe(self, params: dict[str, Any]) -> str:
+        return ", ".join(f"{k}={_fmt(v)}" for k, v in params.items())
+
+
+def _fmt(v) -> str:
+    return f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+REGISTRY: dict[str, Method] = {}
+#: the key of ``config.sigprop_fix`` listing the runtime methods with their parameters
+RECORD_KEY = "methods"
+
+
+def register(cls: type[Method]) -> type[Method]:
+    """Class decorator: one instance of ``cls`` under ``cls.name``."""
+    if not cls.name or cls.name in REGISTRY:
+        raise ValueError(f"method name {cls.name!r} missing or registered twice")
+    REGISTRY[cls.name] = cls()
+    return cls
+
+
+def get(name: str) -> Method:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise SpecError("method", f"unknown method {name!r}; one of: "
+                                  f"{', '.join(REGISTRY)}") from None
+
+
+def recorded(config) -> list[tuple[Method, dict[str, Any]]]:
+    """The runtime methods a config records, in order (unknown names: SpecError)."""
+    rec = getattr(config, "sigprop_fix", None)
+    if not isinstance(rec, dict):
+        return []
+    return [(get(str(e.get("name"))), dict(e.get("params") or {}))
+            for e in rec.get(RECORD_KEY, []) or []]
+
+
+def needs_attention(config) -> bool:
+    """True if a recorded method acts inside the attention function."""
+    return any(m.attention_ops for m, _ in recorded(config))
+
+
+# --------------------------------------------------------------------------------------------
+# the theory map
+# --------------------------------------------------------------------------------------------
+def theory_spec(before: ArchSpec, effect: Effect) -> ArchSpec:
+    """The per-layer spec after the methods (docs/fixes.md, "what sigprop predicts").
+
+    Per block: each head's score std times ``qk`` (or set to ``score_std``; 0 with
+    ``zero_q``), the value, output and MLP variances times the squared factors, the branch
+    gates squared onto the branch's output variance (its output projection, or the norm
+    gains of a normalised branch), and the residual multipliers by LayerNorm's scale
+    invariance: post-LN ``LN(lam x + g f) = LN(x + (g / lam) f)``, pre-LN the stream
+    rescaled by the running product ``s`` of the multipliers, ``x + (g / s) f`` (the final
+    norm and every branch's input norm do not see ``s``); no norm: one multiplier for all
+    blocks becomes ``alpha``. ``before`` without ``layers`` gets them from its own
+    parameters."""
+    spec = before if before.layers is not None else _with_layers(before)
+    L = spec.depth
+    norm = effect.norm or spec.norm
+    ga, gm = effect.gate_attn.copy(), effect.gate_mlp.copy()
+    la, lm = effect.lam_attn, effect.lam_mlp
+    alpha_a, alpha_m = spec.alpha_attn, spec.alpha_mlp
+    if np.any(la != 1) or np.any(lm != 1):
+        if norm == "post":
+            ga, gm = ga / la, gm / lm
+        elif norm == "pre":
+            s = 1.0
+            for i in range(L):
+                s *= la[i]
+                ga[i] /= s
+                s *= lm[i]
+                gm[i] /= s
+        else:
+            if np.ptp(la) > 0 or np.ptp(lm) > 0:
+                raise SpecError("method", "per-layer residual multipliers on a stack without "
+                                          "LayerNorm are outside the theory")
+            alpha_a, alpha_m = alpha_a * float(la[0]), alpha_m * float(lm[0])
+    layers = []
+    for i, lay in enumerate(spec.layers):
+        sig = np.asarray(lay.sigma_s, dtype=np.float64)
+        if effect.zero_q:
+            sig = np.zeros_like(sig)
+        elif effect.score_std is not None:
+            sig = np.broadcast_to(np.asarray(effect.score_std[i], dtype=np.float64),
+                                  sig.shape).copy()
+        else:
+            sig = sig * effect.qk[i]
+        var_v = lay.var_v * effect.v[i] ** 2
+        var_o = None if lay.var_o is None else lay.var_o * effect.o[i] ** 2
+        gain2 = lay.branch_gain2
+        if gain2 is not None:  # the gate acts after the branch's own norm
+            gain2 = (gain2[0] * ga[i] ** 2, gain2[1] * gm[i] ** 2)
+        elif var_o is not None:
+            var_o = var_o * ga[i] ** 2
+        else:
+            var_v = var_v * ga[i] ** 2
+        var_w_out = lay.var_w_out * effect.mlp_out[i] ** 2
+        if gain2 is None:
+            var_w_out = var_w_out * gm[i] ** 2
+        layers.append(replace(lay, sigma_s=tuple(sig.tolist()), var_v=var_v, var_o=var_o,
+                              var_w_in=lay.var_w_in * effect.mlp_in[i] ** 2,
+                              var_w_out=var_w_out, branch_gain2=gain2))
+    out = spec.replace(layers=tuple(layers), norm=norm, alpha_attn=alpha_a, alpha_mlp=alpha_m)
+    if effect.attention is not None:
+        out = out.replace(attention=effect.attention)
+    if effect.scaling is not None:
+        out = out.replace(scaling=effect.scaling[0], scaling_param=effect.scaling[1])
+    return out
+
+
+def _with_layers(spec: ArchSpec) -> ArchSpec:
+    """``spec`` with one explicit :class:`LayerSpec` per block from its global parameters."""
+    sig = float(spec.sigma_s) / spec.multiplier  # the layers' stds exclude the length scaling
+    lay = LayerSpec(sigma_s=(sig,) * spec.heads, var_v=spec.var_v, var_o=spec.var_o,
+                    var_w_in=spec.var_w_in, var_w_out=spec.var_w_out, var_b=spec.sigma_b2)
+    return spec.replace(beta=None, qk_std=None, layers=(lay,) * spec.depth)

@@ -1,0 +1,45 @@
+"""The fix comparison's figure (``sigprop fix --compare``, :class:`sigprop.analysis.compare.
+Comparison.plot`): one horizontal bar per method, measured final cosine with the theory's as
+a marker, and the lowest head entropy beside it; bars coloured by the measured verdict."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from .figures import REGIME_COLOURS, finish, new_figure
+
+_COLOURS = dict(zip(("trainable", "rank_collapse", "entropy_collapse"), REGIME_COLOURS,
+                    strict=True))
+
+
+def plot_compare(c, path: str | None = None, dpi: int = 150):
+    """Two panels sharing the methods axis (ranked, baseline on top): final cos (measured
+    bars, theory diamonds, the rank-collapse threshold dashed) and the lowest normalised
+    head entropy (the entropy-collapse line dashed at 0.5)."""
+    rows = [("baseline", c.baseline["measured"], c.baseline["predicted"],
+             c.baseline["verdict"])] + [(r.method, r.measured, r.predicted, r.verdict)
+                                        for r in c.rows if r.error is None]
+    n = len(rows)
+    fig = new_figure((7.5, 0.32 * n + 1.4))
+    ax1, ax2 = fig.subplots(1, 2, sharey=True, gridspec_kw={"width_ratios": [3, 2]})
+    y = np.arange(n)[::-1]
+    colours = [_COLOURS.get(v, "#888888") for *_, v in rows]
+    meas = [m.get("cos_final", np.nan) for _, m, _, _ in rows]
+    ax1.barh(y, meas, color=colours, height=0.7, label="measured")
+    th = [(p or {}).get("cos_final") for _, _, p, _ in rows]
+    ty = [yy for yy, t in zip(y, th, strict=True) if t is not None]
+    ax1.scatter([t for t in th if t is not None], ty, marker="D", s=18, color="black",
+                zorder=3, label="theory")
+    ax1.axvline(c.spec.rho_max, ls="--", lw=0.8, color="grey")
+    ax1.set_xlim(min(-0.05, np.nanmin(meas) - 0.05), 1.02)
+    ax1.set_xlabel("final cos")
+    ax1.set_yticks(y, [name for name, *_ in rows])
+    ax1.legend(loc="lower right", fontsize=7, frameon=False)
+    ent = [m.get("entropy_min", np.nan) for _, m, _, _ in rows]
+    ax2.barh(y, ent, color=colours, height=0.7)
+    ax2.axvline(0.5, ls="--", lw=0.8, color="grey")
+    ax2.set_xlim(0, 1.02)
+    ax2.set_xlabel("lowest head entropy / log T")
+    fig.suptitle(f"{c.model}: fixes at T = {c.seq_len}", fontsize=9)
+    fig.tight_layout()
+    return finish(fig, path, dpi)

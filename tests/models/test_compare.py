@@ -1,0 +1,180 @@
+"""`sigprop fix --compare / --method / --list` and the entropy floors from the weights:
+the CLI contract (exit codes, JSON shape), the comparison's ranking rule, and the bounds
+against brute force and against the measured entropy of every head."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from sigprop.measurement.bounds import entropy_floor
+from sigprop.models.presets import PRESETS, shrink
+
+
+def run(*args, timeout=900):
+    return subprocess.run([sys.executable, "-m", "sigprop", *args], capture_output=True,
+                          text=True, timeout=timeout)
+
+
+def _folder(tmp_path, name, family="bert-base-uncased", std=0.02, **sizes):
+    cfg = shrink(PRESETS[family], **{**dict(layers=3, hidden=64, heads=4, intermediate=128,
+                                            vocab=200), **sizes})
+    cfg["initializer_range"] = std
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(cfg))
+    return d
+
+
+# ---- the floor -------------------------------------------------------------------------------
+@pytest.mark.parametrize("n", [2, 5, 64])
+@pytest.mark.parametrize("s", [0.1, 1.0, 4.0])
+def test_entropy_floor_is_the_minimum_over_logits_of_that_norm(n, s):
+    """Random logit vectors of centred norm s never go below the floor, and the one-spike
+    vector reaches it (to 1e-12): an independent check of the closed form."""
+    rng = np.random.default_rng(0)
+    z = rng.standard_normal((20000, n))
+    z -= z.mean(1, keepdims=True)
+    z *= s / np.linalg.norm(z, axis=1, keepdims=True)
+
+    def ent(v):
+        p = np.exp(v - v.max(-1, keepdims=True))
+        p /= p.sum(-1, keepdims=True)
+        return -(p * np.log(np.where(p > 0, p, 1))).sum(-1)
+
+    floor = float(entropy_floor(n, s))
+    assert ent(z).min() >= floor - 1e-12
+    spike = np.full(n, -s / math.sqrt(n * (n - 1)))
+    spike[0] = s * math.sqrt((n - 1) / n)
+    assert abs(float(ent(spike)) - floor) < 1e-12
+    assert floor <= math.log(n) + 1e-15
+    assert float(entropy_floor(n, 0.0)) == pytest.approx(math.log(n), rel=1e-15)
+    assert float(entropy_floor(n, 1e9)) == 0.0
+
+
+@pytest.mark.parametrize("family", ["bert-base-uncased", "roberta-base", "gpt2"])
+@pytest.mark.parametrize("std", [0.02, 0.002, 0.5])
+def test_entropy_bounds_never_exceed_the_measured_entropy(family, std):
+    """On every head of the families whose logits are X W X^T (absolute positions: BERT,
+    RoBERTa, GPT-2; rotary families get no bound), both floors are at or below the measured
+    normalised entropy. At init std 0.002 the floors are informative (some head above 0.3),
+    so the check is not vacuous."""
+    from sigprop.analysis.diagnose import diagnose
+
+    cfg = shrink(PRESETS[family], layers=3, hidden=64, heads=4, intermediate=128, vocab=200)
+    cfg["initializer_range"] = std
+    d = diagnose(cfg, seq_len=32, seeds=2, sequences=2)
+    h = d.heads
+    ent = h[h.observable == "entropy"].groupby(["layer", "head"])["value"].mean()
+    for name in ("entropy_bound", "entropy_bound_centred"):
+        b = h[h.observable == name].set_index(["layer", "head"])["value"]
+        assert len(b) == 3 * 4
+        assert (b.to_numpy() <= ent.loc[b.index].to_numpy() + 1e-9).all(), name
+    if std == 0.002:
+        assert h[h.observable == "entropy_bound_centred"]["value"].max() > 0.3
+
+
+def test_rotary_families_get_no_bound():
+    from sigprop.analysis.diagnose import diagnose
+
+    cfg = shrink(PRESETS["llama-3.2-1b"], layers=2, hidden=64, heads=4, kv_heads=2,
+                 intermediate=128, vocab=200)
+    d = diagnose(cfg, seq_len=16, seeds=1, sequences=1)
+    assert "entropy_bound" not in set(d.heads.observable)
+
+
+# ---- the command line ------------------------------------------------------------------------
+def test_list_names_every_method_as_json():
+    r = run("fix", "--list", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(r.stdout)["methods"]
+    names = [x["method"] for x in rows]
+    assert len(names) >= 12 and "sigma-reparam" in names and "deepnorm" in names
+    assert all(x["theory"] and x["cite"] for x in rows)
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--method", "nope", "--out", "OUT"), "method: unknown method 'nope'"),
+    (("--method", "softcap", "--param", "softcap.cap=-1", "--out", "OUT"),
+     "softcap.cap: must be a number in"),
+    (("--method", "softcap"), "--out: required"),
+    (("--compare", "all", "--out", "OUT"), "--compare: measures every fix"),
+    (("--compare", "all", "--method", "softcap"), "--compare: measures every fix"),
+    (("--method", "softcap", "--train-steps", "5", "--out", "OUT"),
+     "--train-steps: only with --compare"),
+    (("--compare", "all", "--train-steps", "-1"), "--train-steps: must be an integer"),
+    (("--compare", "softcap,nope"), "method: unknown method 'nope'"),
+    ((), "fix: give at least one of --method"),
+])
+def test_fix_bad_input_is_one_line_exit_2(tmp_path, args, needle):
+    d = _folder(tmp_path, "m")
+    args = tuple(str(tmp_path / "o") if a == "OUT" else a for a in args)
+    r = run("fix", str(d), *args)
+    assert r.returncode == 2, (r.stdout, r.stderr)
+    assert needle in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_fix_method_writes_a_folder_that_reloads(tmp_path):
+    d = _folder(tmp_path, "m", family="gpt2")
+    out = tmp_path / "fixed"
+    r = run("fix", str(d), "--method", "qk-norm,depth-mup", "--param", "scope=proj",
+            "--out", str(out), "--format", "json", "--seeds", "1", "--seq-len", "16")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert [m["name"] for m in res["fix"]["methods"]] == ["qk-norm", "depth-mup"]
+    assert res["fix"]["methods"][0]["params"]["scope"] == "proj"
+    saved = json.loads((out / "config.json").read_text())["sigprop_fix"]
+    assert saved["applied"] == ["qk-norm", "depth-mup"]
+    from sigprop import models
+
+    back = models.from_pretrained(out)
+    assert [n for n, _ in back.named_parameters() if n.endswith("sigprop_q_norm")]
+    # the after-diagnosis's theory knows the q/k norm: unit score std in every layer
+    sig = [float(np.sqrt(np.mean(np.square(x["sigma_s"]))))
+           for x in res["after"]["spec"]["layers"]]
+    assert np.allclose(sig, 1.0, atol=1e-6)
+
+
+def test_compare_json_shape_and_ranking(tmp_path):
+    """A 12-layer post-LN BERT at d 64, init std 0.02: the baseline rank-collapses; every
+    registered method has a row with predicted / measured numbers (or an error), trainable
+    rows come first and the recommendation is the first row."""
+    d = _folder(tmp_path, "deep", layers=12, std=0.02)
+    r = run("fix", str(d), "--compare", "all", "--seq-len", "32", "--format", "json",
+            "--no-timing")
+    assert r.returncode == 0, r.stderr
+    res = json.loads(r.stdout)
+    assert set(res) >= {"baseline", "methods", "recommendation", "meta"}
+    assert res["baseline"]["measured"]["cos_final"] > 0.0
+    rows = res["methods"]
+    from sigprop.models import methods as M
+
+    assert {x["method"] for x in rows} == set(M.names())
+    for x in rows:
+        assert {"method", "params", "predicted", "measured", "verdict", "train_gain"} <= set(x)
+        if x["error"] is None:
+            assert {"cos_final", "entropy_min", "entropy_median", "ipr_max"} <= set(
+                x["measured"])
+            if M.get(x["method"]).theory != "measured only":
+                assert x["predicted"]["cos_final"] is not None, x["method"]
+    verdicts = [x["verdict"] for x in rows if x["error"] is None]
+    first_bad = next((i for i, v in enumerate(verdicts) if v != "trainable"), len(verdicts))
+    assert all(v != "trainable" for v in verdicts[first_bad:])
+    assert res["recommendation"]["method"] == rows[0]["method"]
+    assert "--method " + rows[0]["method"] in res["recommendation"]["command"]
+
+
+def test_compare_plot_and_table(tmp_path):
+    d = _folder(tmp_path, "m")
+    png = tmp_path / "c.png"
+    r = run("fix", str(d), "--compare", "softcap,deepnorm,rezero", "--seq-len", "16",
+            "--plot", str(png))
+    assert r.returncode == 0, r.stderr
+    assert png.stat().st_size > 1000
+    assert "recommended" in r.stdout and "deepnorm" in r.stdout

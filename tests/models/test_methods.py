@@ -1,0 +1,353 @@
+"""The fix registry (sigprop.models.methods): every method's patch checked against its
+definition by an independent computation, the written folder reloaded for every method and
+family, the theory map checked against the patched weights, and the registry's front door
+(names, parameters, errors)."""
+
+from __future__ import annotations
+
+import copy
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from sigprop import models as hf
+from sigprop.models import methods as M
+from sigprop.models.methods.parts import block_parts, spectral_norm, weight_of
+from sigprop.models.presets import PRESETS, shrink
+from sigprop.spec import SpecError
+
+SMALL = dict(layers=3, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=100)
+FAMILIES = ("bert-base-uncased", "gpt2", "llama-3.2-1b")
+#: the issue's table, every row (sigprop's own: beta window, alpha auto, centred, length)
+TABLE = ("sigma-reparam", "qk-norm", "softcap", "deepnorm", "admin", "rezero", "skipinit",
+         "layerscale", "depth-mup", "tfixup", "deepscalelm", "shaped", "mimetic", "beta",
+         "alpha", "centred", "length-scaling")
+
+
+def _model(family, seed=0, impl="sdpa", initializer_range=None, **over):
+    cfg = shrink(PRESETS[family], **{**SMALL, **over})
+    if initializer_range is not None:
+        cfg["initializer_range"] = initializer_range
+    return hf.model_at_init(hf.load_config(cfg), seed=seed, attn_implementation=impl)
+
+
+def _ids(T=16, seed=1):
+    return torch.randint(0, 100, (2, T), generator=torch.Generator().manual_seed(seed))
+
+
+def _apply(model, names, params=None, T=16):
+    spec, _ = hf.spec_and_info(model.config, T)
+    ctx = M.context_for(model, spec)
+    return M.apply_methods(model, list(names), params or {}, ctx)
+
+
+def _out(model, ids, **kw):
+    with torch.no_grad():
+        return model(input_ids=ids, **kw)
+
+
+# ---- the registry ------------------------------------------------------------------------------
+def test_registry_holds_every_method_of_the_table():
+    assert set(TABLE) <= set(M.names())
+    assert len(M.names()) >= 12
+    for name in M.names():
+        m = M.get(name)
+        assert m.title and m.cite and m.acts and m.theory, name
+        spec = hf.spec_from_config(_model("bert-base-uncased").config, 16)
+        ctx = M.Context(spec=spec)
+        try:
+            p = m.resolve(ctx)
+        except SpecError:  # alpha auto may refuse a model; the message names the field
+            continue
+        assert set(p) == {q.name for q in m.params}
+
+
+@pytest.mark.parametrize("text, params, needle", [
+    ("nope", [], "method: unknown method 'nope'"),
+    ("softcap,softcap", [], "named twice"),
+    ("softcap", ["cap=-1"], "softcap.cap: must be a number in"),
+    ("softcap", ["cap=abc"], "softcap.cap: must be a number in"),
+    ("softcap", ["nope=1"], "no chosen method takes 'nope'"),
+    ("softcap", ["admin.omega=2"], "'admin' is not among the chosen methods"),
+    ("qk-norm", ["scope=row"], "qk-norm.scope: must be one of head, proj"),
+    ("sigma-reparam", ["targets"], "param: must look like METHOD.NAME=VALUE"),
+])
+def test_bad_methods_and_parameters_name_the_field(text, params, needle):
+    m = _model("bert-base-uncased")
+    with pytest.raises(SpecError) as err:
+        names = M.parse_methods(text)
+        _apply(m, names, M.parse_params(params, names))
+    assert needle in str(err.value)
+    assert "\n" not in str(err.value)
+
+
+# ---- every method, every family: the written folder reloads to the same outputs ---------------
+@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("name", TABLE)
+def test_written_folder_reloads_the_patched_model(tmp_path, family, name):
+    """save_pretrained + sigprop's loader reproduce the patched model's outputs to 1e-6
+    (same attention implementation on both sides), through both loaders (from_pretrained,
+    and model_at_init + load_local_weights as diagnose reads a folder)."""
+    m = _model(family)
+    ids = _ids()
+    plain = _out(m, ids).last_hidden_state
+    _apply(m, [name])
+    want = _out(m, ids).last_hidden_state
+    m.save_pretrained(tmp_path, safe_serialization=True)
+    back = hf.from_pretrained(tmp_path).eval()
+    got = _out(back, ids).last_hidden_state
+    scale = max(1.0, float(want.abs().max()))
+    assert float((got - want).abs().max()) <= 1e-6 * scale, name
+    m2 = hf.model_at_init(hf.load_config(tmp_path), seed=7)
+    rep = hf.load_local_weights(m2, tmp_path)
+    assert not [k for k in rep.missing if "sigprop_" in k]
+    got2 = _out(m2, ids).last_hidden_state
+    assert float((got2 - want).abs().max()) <= 1e-6 * scale, name
+    if name not in ("alpha", "length-scaling", "softcap"):  # no-ops on this tiny model
+        assert float((want - plain).abs().max()) > 1e-4, f"{name} changed nothing"
+
+
+def test_importing_the_loader_registers_the_attention_function(tmp_path):
+    from transformers import AttentionInterface, AutoModel
+
+    assert "sigprop" in AttentionInterface._global_mapping
+    m = _model("gpt2")
+    _apply(m, ["centred", "softcap"], {"softcap": {"cap": 0.5}})
+    ids = _ids()
+    want = _out(m, ids).last_hidden_state
+    m.save_pretrained(tmp_path)
+    plain = AutoModel.from_pretrained(tmp_path, attn_implementation="sigprop").eval()
+    assert torch.allclose(_out(plain, ids).last_hidden_state, want, atol=1e-6)
+
+
+# ---- each patch against its definition --------------------------------------------------------
+@pytest.mark.parametrize("family", ["bert-base-uncased", "gpt2"])
+def test_sigma_reparam_sets_the_spectral_norms(family):
+    m = _model(family, initializer_range=0.2)
+    before = copy.deepcopy(m)
+    _apply(m, ["sigma-reparam"])
+    for p in block_parts(m):
+        for t in p.q + p.k:  # GPT-2: the Q and K blocks of the fused c_attn, each
+            w = weight_of(t).detach().double()
+            assert abs(float(torch.linalg.matrix_norm(w, 2)) - 1) < 1e-4
+        for t in p.v:
+            assert abs(spectral_norm(weight_of(t)) - 1) > 0.1  # targets=qk leaves V alone
+    _apply(m, ["sigma-reparam"], {"sigma-reparam": {"targets": "all"}})
+    for p in block_parts(m):
+        for mod in (p.o, p.mlp_out):
+            assert abs(spectral_norm(weight_of((mod, None, 0))) - 1) < 1e-4
+    _apply(before, ["sigma-reparam"], {"sigma-reparam": {"init": "sigma"}})
+    ref = _model(family, initializer_range=0.2)
+    for a, b in zip(before.parameters(), ref.parameters(), strict=True):
+        assert torch.equal(a, b)  # gamma = sigma(W_init): unchanged at init
+
+
+@pytest.mark.parametrize("depth, causal", [(6, False), (48, False), (12, True)])
+def test_deepnorm_constants_and_weights(depth, causal):
+    """alpha = (2N)^1/4, beta = (8N)^-1/4 (encoder-only N, decoder-only M alike); V, O and
+    the MLP weights times beta, and post-LN LN(alpha x + f) folded as O / alpha."""
+    fam = "gpt2" if causal else "bert-base-uncased"
+    m = _model(fam, layers=depth)
+    spec, _ = hf.spec_and_info(m.config, 16)
+    p = M.get("deepnorm").resolve(M.Context(spec=spec))
+    assert p["alpha"] == pytest.approx((2 * depth) ** 0.25, rel=1e-12)
+    assert p["beta"] == pytest.approx((8 * depth) ** -0.25, rel=1e-12)
+    if depth != 6:
+        return
+    ref = copy.deepcopy(m)
+    _apply(m, ["deepnorm"])
+    a, b = p["alpha"], p["beta"]
+    for new, old in zip(block_parts(m), block_parts(ref), strict=True):
+        assert torch.allclose(weight_of(new.v[0]), b * weight_of(old.v[0]))
+        assert torch.allclose(weight_of(new.q[0]), weight_of(old.q[0]))
+        assert torch.allclose(new.o.weight, b / a * old.o.weight)  # post-LN fold
+        assert torch.allclose(new.mlp_out.weight, b / a * old.mlp_out.weight)
+
+
+def test_deepnorm_post_ln_forward_is_ln_of_alpha_x_plus_f():
+    """The folded model equals BERT whose blocks compute LN(alpha x + f(x)) with V, O, MLP
+    scaled by beta (patched forwards). Tolerance 1e-4: float32 and LN eps."""
+    m = _model("bert-base-uncased")
+    ref = copy.deepcopy(m)
+    rep = _apply(m, ["deepnorm"])
+    a, b = rep.applied[0]["params"]["alpha"], rep.applied[0]["params"]["beta"]
+    with torch.no_grad():
+        for layer in ref.encoder.layer:
+            for lin in (layer.attention.self.value, layer.attention.output.dense,
+                        layer.intermediate.dense, layer.output.dense):
+                lin.weight.mul_(b)
+                lin.bias.mul_(b)
+            for out in (layer.attention.output, layer.output):
+                out.forward = (lambda h, x, o=out: o.LayerNorm(o.dense(h) + a * x))
+    ids = _ids()
+    assert torch.allclose(_out(m, ids).last_hidden_state, _out(ref, ids).last_hidden_state,
+                          atol=1e-4)
+
+
+@pytest.mark.parametrize("depth", [3, 6, 24])
+def test_admin_omega_closed_form(depth):
+    n = 2 * depth  # residual branches
+    spec, _ = hf.spec_and_info(_model("bert-base-uncased", layers=depth).config, 16)
+    w = M.get("admin").resolve(M.Context(spec=spec))["omega"]
+    assert w == pytest.approx(math.sqrt((n + 1) / math.log(n + 1) - 1), rel=1e-12)
+    if depth == 6:
+        assert w == pytest.approx(2.017, abs=1e-3)  # n = 12, the package's worked value
+
+
+def test_rezero_blocks_are_the_identity_at_init():
+    m = _model("bert-base-uncased")
+    _apply(m, ["rezero"])
+    out = _out(m, _ids(), output_hidden_states=True).hidden_states
+    for h in out[1:]:
+        assert torch.equal(h, out[0])
+    gates = [p for n, p in m.named_parameters() if n.endswith("sigprop_gate")]
+    assert len(gates) == 2 * 3 and all(float(g.detach()) == 0.0 and g.requires_grad
+                                       for g in gates)
+    assert not any(type(x).__name__ == "LayerNorm" for x in m.encoder.modules())
+
+
+@pytest.mark.parametrize("depth, eps", [(12, 0.1), (18, 0.1), (24, 1e-5), (36, 1e-6)])
+def test_layerscale_eps_by_depth(depth, eps):
+    spec, _ = hf.spec_and_info(_model("gpt2", layers=depth).config, 16)
+    assert M.get("layerscale").resolve(M.Context(spec=spec))["eps"] == eps
+    if depth == 12:
+        m = _model("gpt2", layers=depth)
+        _apply(m, ["layerscale"])
+        g = [p for n, p in m.named_parameters() if n.endswith("sigprop_gate")]
+        assert len(g) == 2 * depth and all(x.shape == (64,) for x in g)
+        assert all(torch.all(x == torch.tensor(0.1)) for x in g)
+
+
+def test_skipinit_and_depth_mup_multipliers():
+    m = _model("gpt2", layers=8)
+    ref = copy.deepcopy(m)
+    _apply(m, ["depth-mup"])
+    for new, old in zip(block_parts(m), block_parts(ref), strict=True):  # pre-LN: a / sqrt L
+        assert torch.allclose(new.o.weight, old.o.weight / math.sqrt(8))
+        assert torch.allclose(new.mlp_out.weight, old.mlp_out.weight / math.sqrt(8))
+    spec, _ = hf.spec_and_info(m.config, 16)
+    assert M.get("skipinit").resolve(M.Context(spec=spec))["alpha"] == pytest.approx(0.25)
+
+
+@pytest.mark.parametrize("family, want", [("bert-base-uncased", 0.67 * 6 ** -0.25),
+                                          ("gpt2", (9 * 6) ** -0.25)])
+def test_tfixup_removes_norms_and_scales_by_depth(family, want):
+    m = _model(family, layers=6)
+    ref = copy.deepcopy(m)
+    rep = _apply(m, ["tfixup"])
+    assert rep.applied[0]["params"]["factor"] == pytest.approx(want, rel=1e-12)
+    for new, old in zip(block_parts(m), block_parts(ref), strict=True):
+        assert not [n for n, x in new.block.named_modules() if "Norm" in type(x).__name__]
+        assert torch.allclose(new.mlp_out.weight, want * old.mlp_out.weight)
+    assert rep.after.norm == "none"
+
+
+def test_deepscalelm_residual_is_unit_norm():
+    m = _model("gpt2", layers=8)
+    spec, _ = hf.spec_and_info(m.config, 16)
+    rep = _apply(m, ["deepscalelm"])
+    e = rep.effect
+    assert np.allclose(e.lam_attn ** 2 + e.gate_attn ** 2, 1.0)
+    assert np.allclose(e.gate_attn ** 2, 2.0 / 8)
+
+
+@pytest.mark.parametrize("scope", ["head", "proj"])
+def test_qk_norm_gives_unit_rms_queries(scope):
+    m = _model("llama-3.2-1b")
+    _apply(m, ["qk-norm"], {"qk-norm": {"scope": scope}})
+    p = block_parts(m)[0]
+    seen = {}
+    p.site.q.register_forward_hook(lambda _m, _a, out: seen.setdefault("q", out))
+    _out(m, _ids())
+    q = seen["q"]
+    width = p.head_dim if scope == "head" else q.shape[-1]
+    rms = q.reshape(*q.shape[:-1], -1, width).square().mean(-1).sqrt()
+    assert torch.allclose(rms, torch.ones_like(rms), atol=1e-3)
+    assert [n for n, _ in m.named_parameters() if n.endswith("sigprop_q_norm")]
+
+
+def test_qk_norm_refuses_a_model_that_has_it():
+    cfg = shrink(PRESETS["qwen2-0.5b"], **SMALL)
+    cfg.update(model_type="qwen3", architectures=["Qwen3ForCausalLM"], head_dim=16)
+    m = hf.model_at_init(hf.load_config(cfg), seed=0)
+    with pytest.raises(SpecError, match="already normalises q and k"):
+        _apply(m, ["qk-norm"])
+
+
+def test_softcap_bounds_the_scores():
+    """With Q/K x 30, rows of attention differ by at most exp(2 cap) between keys."""
+    m = _model("bert-base-uncased", initializer_range=0.6)
+    cap = 1.5
+    _apply(m, ["softcap"], {"softcap": {"cap": cap}})
+    att = _out(m, _ids(), output_attentions=True).attentions
+    for a in att:
+        assert float((a.max(-1).values / a.min(-1).values).max()) <= math.exp(2 * cap) * 1.0001
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_shaped_attention_is_the_identity_at_init(causal):
+    """W_Q = 0 makes the softmax uniform over the visible keys, and with gamma = beta the
+    shaped matrix is alpha I: each token's attention output is alpha times its own value."""
+    m = _model("gpt2" if causal else "bert-base-uncased")
+    _apply(m, ["shaped"], {"shaped": {"alpha": 0.7}})
+    p = block_parts(m)[0]
+    seen = {}
+    p.o.register_forward_pre_hook(lambda _m, args: seen.setdefault("ctx", args[0]))
+    p.v[0][0].register_forward_hook(lambda _m, _a, out: seen.setdefault("v", out))
+    _out(m, _ids())
+    v, ctx = seen["v"], seen["ctx"]
+    if p.v[0][1] is not None:  # GPT-2's fused c_attn: its V block
+        lo, hi = p.v[0][1]
+        v = v[..., lo:hi]
+    assert torch.allclose(ctx, 0.7 * v, atol=1e-4)
+
+
+def test_mimetic_structure():
+    """W_V W_O close to 0.4 Z - 0.4 I at full width: its diagonal averages -0.4 (the noise
+    part has mean 0, std 0.4/sqrt(d) per entry: 0.05 at d = 64; tolerance 4 standard errors
+    of the diagonal mean, 4 x 0.05 / 8), and each head's W_Q W_K^T keeps a positive diagonal
+    (the rank-d_head cut of 0.7 Z + 0.7 I)."""
+    m = _model("bert-base-uncased", kv_heads=4)
+    _apply(m, ["mimetic"])
+    p = block_parts(m)[1]
+    wv, wo = weight_of(p.v[0]).detach().double(), weight_of((p.o, None, 0)).detach().double()
+    vo = wv.t() @ wo.t()  # x -> x W_V^T -> (.) W_O^T
+    d = vo.shape[0]
+    assert abs(float(vo.diagonal().mean()) + 0.4) < 4 * 0.4 / math.sqrt(d) / math.sqrt(d)
+    off = vo - torch.diag(vo.diagonal())
+    assert float(off.std()) == pytest.approx(0.4 / math.sqrt(d), rel=0.1)
+    wq, wk = weight_of(p.q[0]).detach().double(), weight_of(p.k[0]).detach().double()
+    dh = p.head_dim
+    qk = wq[:dh].t() @ wk[:dh]
+    assert float(qk.diagonal().mean()) > 0.1
+
+
+# ---- the theory map ----------------------------------------------------------------------------
+@pytest.mark.parametrize("name", ["sigma-reparam", "deepnorm", "admin", "depth-mup", "tfixup",
+                                  "deepscalelm", "skipinit", "layerscale", "beta", "qk-norm",
+                                  "rezero"])
+@pytest.mark.parametrize("family", ["bert-base-uncased", "gpt2"])
+def test_theory_map_matches_the_patched_weights(family, name):
+    """The method's effect applied to the spec read from the weights before equals the spec
+    diagnose reads from the patched model (its weights, and the gates and q/k norms it finds
+    on the modules, :func:`sigprop.models.methods.runtime_effect`): score stds and variances
+    within 1e-4 relative (the reader folds the norm in front of a projection, epsilon
+    included, into its variance, and T-Fixup removes the norm; float32 weights)."""
+    from sigprop.analysis.diagnose import diagnose
+
+    m = _model(family, layers=4)
+    before = diagnose(m, seq_len=16, sequences=1).spec
+    spec_ctx = M.context_for(m, before)
+    rep = M.apply_methods(m, [name], {}, spec_ctx)
+    after = diagnose(m, seq_len=16, sequences=1).spec
+    assert after.norm == rep.after.norm
+    for i, (want, got) in enumerate(zip(rep.after.layers, after.layers, strict=True)):
+        assert np.allclose(want.sigma_s, got.sigma_s, rtol=1e-4), (name, i)
+        assert want.var_v == pytest.approx(got.var_v, rel=1e-4)
+        assert want.var_o == pytest.approx(got.var_o, rel=1e-4), (name, i)
+        assert want.var_w_in == pytest.approx(got.var_w_in, rel=1e-4)
+        assert want.var_w_out == pytest.approx(got.var_w_out, rel=1e-4), (name, i)
+    if name == "tfixup":
+        assert rep.after.norm == "none"
