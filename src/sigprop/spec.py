@@ -27,7 +27,7 @@ import numpy as np
 
 NORMS = ("post", "pre", "none")
 LN_KINDS = ("rms", "layernorm")
-ATTENTIONS = ("softmax", "centred", "uniform")
+ATTENTIONS = ("softmax", "centred", "uniform", "identity")
 ACTIVATIONS = ("relu", "gelu", "tanh", "silu", "linear", "swiglu", "geglu")
 SCALINGS = ("none", "log-n", "sqrt-log-n", "qwen", "sqrt-qwen", "ssmax", "yarn", "tau")
 

@@ -320,3 +320,29 @@ def test_causal_uniform_post_ln_layer_position_average():
           f"ratio of averages {old:.4f}")
     assert abs(new - meas) < 0.03
     assert meas - old > 0.2
+
+
+# --------------------------------------------------------------------------------------------
+# identity attention (shaped attention at init, docs/theory.md §2.4, docs/fixes.md)
+# --------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("norm", ["post", "pre"])
+def test_identity_attention_keeps_tokens_apart(norm):
+    """Each token attends only to itself: the attention branch maps every token through its
+    own value, so a post-LN / pre-LN ReLU stack (depth 12, d 256, T 32, sigma_v^2 = sigma_w^2
+    = 1, rho0 0.1, 6 seeds) keeps the cosine low where softmax at beta 1 drives it to rank
+    collapse. Theory vs measured cos per layer within 0.04: without attention mixing, the
+    tokens' cosine is a sum over only d random features per layer, and the measured curve
+    wanders by ~0.03 around the theory at d 128 with 3 seeds (max gap 0.053 seen), ~0.02 at
+    d 256 with 6 seeds; the theory's ipr is 1 and so is the measured one."""
+    base = dict(depth=12, d_model=256, heads=2, seq_len=32, norm=norm, sigma_v2=1.0,
+                sigma_w2=1.0, rho0=0.1, beta=1.0)
+    spec = ArchSpec(attention="identity", **base)
+    m = measure(spec, seeds=6, sequences=1, input="rho", rho0=0.1, stable_rank=False)
+    th = depth.propagate(spec, rho0=max(m.rho0, 0.0))
+    t, s = _values(th, "cos"), _values(m.trajectory, "cos")
+    print(f"identity {norm}: theory {np.round(t, 3)}\nmeasured {np.round(s, 3)}")
+    assert np.max(np.abs(t - s)) < 0.04
+    assert np.allclose(_values(m.trajectory, "ipr"), 1.0, atol=1e-6)
+    assert np.allclose(_values(th, "ipr"), 1.0)
+    soft = depth.final_cos(ArchSpec(attention="softmax", **base), rho0=0.1)
+    assert soft - t[-1] > 0.1

@@ -112,11 +112,24 @@ def test_list_names_every_method_as_json():
     ((), "fix: give at least one of --method"),
 ])
 def test_fix_bad_input_is_one_line_exit_2(tmp_path, args, needle):
+    """In-process (typer's runner: the same app, no interpreter start per case); one case
+    runs as a real subprocess below."""
+    from typer.testing import CliRunner
+
+    from sigprop.cli import app
+
     d = _folder(tmp_path, "m")
     args = tuple(str(tmp_path / "o") if a == "OUT" else a for a in args)
-    r = run("fix", str(d), *args)
-    assert r.returncode == 2, (r.stdout, r.stderr)
+    r = CliRunner().invoke(app, ["fix", str(d), *args])
+    assert r.exit_code == 2, r.output
     assert needle in r.stderr and "Traceback" not in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_fix_bad_method_exits_2_from_the_shell(tmp_path):
+    r = run("fix", str(_folder(tmp_path, "m")), "--method", "nope", "--out",
+            str(tmp_path / "o"))
+    assert r.returncode == 2 and "method: unknown method 'nope'" in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1
 
 

@@ -187,7 +187,7 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
     stage = on_method or (lambda _s: None)
     stage("baseline")
     base = diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences, device=device,
-                    seed=seed)
+                    seed=seed, recommendations=False)
     spec, rho0 = base.spec, base.rho0
     config = hf.load_config(model)
     folder = _folder(model)
@@ -218,7 +218,7 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
                                        error=str(err))
                 continue
             d = diagnose(m, seq_len=spec.seq_len, sequences=sequences, device=device,
-                         seed=seed + s)
+                         seed=seed + s, recommendations=False)
             del m
             meas = _measured(d)
             measured[name].append(meas)

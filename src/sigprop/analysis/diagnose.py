@@ -307,8 +307,8 @@ def _module_config(module):
 
 def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, seeds: int = 2,
              sequences: int = 2, device: str = "cpu", seed: int = 0,
-             on_seed: Callable[[int], None] | None = None, stack: str = "encoder"
-             ) -> Diagnosis:
+             on_seed: Callable[[int], None] | None = None, stack: str = "encoder",
+             recommendations: bool = True) -> Diagnosis:
     """Measure ``model`` and set the theory beside it, with a verdict and recommendations.
 
     ``model``: a preset name, a local ``config.json`` or model folder (its safetensors
@@ -319,7 +319,9 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     ``stack``: for an encoder-decoder model, ``"encoder"`` (default) or ``"decoder"``: the
     decoder's self-attention stack, fed built-in text as ``decoder_input_ids`` of ``seq_len``
     tokens while the encoder reads its usual input (cross-attention reads that encoder output;
-    its contribution to the decoder's residual stream is outside the theory)."""
+    its contribution to the decoder's residual stream is outside the theory).
+    ``recommendations=False`` skips the recommendations (their alpha_crit search is the
+    slowest part of the theory on some stacks; ``sigprop fix --compare`` needs none)."""
     import pandas as pd
     import torch
     from torch import nn
@@ -501,7 +503,8 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         traj = pd.concat([theory, meas], ignore_index=True)
         layer_rows = depth.layer_table(spec, theory)
         verdict, first, bad_heads = _verdict(spec, meas, heads, layers=layer_rows)
-        derived, recs = spec.derived(rho0), recommend(spec, rho0)
+        derived = spec.derived(rho0)
+        recs = recommend(spec, rho0) if recommendations else []
         derived["beta_measured"] = _measured_beta(heads, spec.seq_len)
     else:  # measured-only: the verdict reads the measurement alone
         traj = meas.reset_index(drop=True)

@@ -182,7 +182,7 @@ _SPEC_OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "seq_len": (int, 512, "tokens per sequence T"),
     "norm": (str, "post", "LayerNorm placement: post|pre|none"),
     "ln_kind": (str, "rms", "LayerNorm kind: rms|layernorm"),
-    "attention": (str, "softmax", "attention variant: softmax|centred|uniform"),
+    "attention": (str, "softmax", "attention variant: softmax|centred|uniform|identity"),
     "beta": (float | None, None, "score scale as gg25 beta (exclusive with --qk-std)"),
     "qk_std": (float | None, None, "raw Q/K init std (default: --init-std, i.e. 0.02)"),
     "scaling": (str, "none", "context-length score scaling: none|log-n|sqrt-log-n|qwen|"

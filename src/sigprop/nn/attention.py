@@ -14,7 +14,8 @@ number of heads, which the ``spec`` initialisation sets to ``spec.sigma_s^2``.
 
 Variants (docs/theory.md §2.4): ``softmax``; ``centred`` = ``A - 1 1^T / n`` on the visible keys
 (computed as ``A v`` minus the running mean of the values, never as a matrix); ``uniform`` =
-every visible key weighted ``1 / n``.
+every visible key weighted ``1 / n``; ``identity`` = each token attends only to itself (shaped
+attention at init, docs/fixes.md): the output is the token's own value.
 """
 
 from __future__ import annotations
@@ -196,13 +197,16 @@ class BatchedAttention(nn.Module):
         stats = probs = None
         kind = self.spec.attention
 
-        if kind == "uniform":
-            out = self._running_mean(v, n_keys)
+        if kind in ("uniform", "identity"):
+            out = self._running_mean(v, n_keys) if kind == "uniform" else v
             if return_stats or return_probs:
-                a = torch.ones(T, T, dtype=x.dtype, device=x.device)
-                if causal:
-                    a = a.masked_fill(mask, 0.0)
-                a = a / n_keys.unsqueeze(-1)
+                if kind == "identity":
+                    a = torch.eye(T, dtype=x.dtype, device=x.device)
+                else:
+                    a = torch.ones(T, T, dtype=x.dtype, device=x.device)
+                    if causal:
+                        a = a.masked_fill(mask, 0.0)
+                    a = a / n_keys.unsqueeze(-1)
                 if return_stats:
                     logp = torch.log(a.clamp_min(torch.finfo(a.dtype).tiny))
                     stats = {k: val.expand(S, B, self.heads).clone()

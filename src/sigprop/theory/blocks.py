@@ -153,6 +153,15 @@ def uniform_stats(shape, T: int, *, causal: bool = False, asymptotic: bool = Fal
     return AttentionStats(arr, cross, np.ones(shape), arr, arr, cross)
 
 
+def identity_stats(shape) -> AttentionStats:
+    """Each token attends only to itself (shaped attention at init, docs/fixes.md): a one-hot
+    row on the diagonal, ``Y2 = 1``, and two rows never share their key, ``Yx = 0``; the
+    attention output is each token's own value, so ``q_att = s_v^2 q`` and ``p_att = s_v^2
+    p``."""
+    one, zero = np.ones(shape), np.zeros(shape)
+    return AttentionStats(one, zero, zero, one, zero, zero)
+
+
 def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o=None):
     """(q, p) after one attention layer (docs/theory.md §2.4), before the residual.
 
@@ -415,6 +424,8 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     if bp.attention == "uniform":
         st = rep = uniform_stats(np.shape(pa), bp.seq_len, causal=bp.causal,
                                  asymptotic=asymptotic)
+    elif bp.attention == "identity":
+        st = rep = identity_stats(np.shape(pa))
     else:
         st, rep = _head_stats(bp, qa, pa, asymptotic=asymptotic, full=full)
     q_att, p_att = attention_map(qa, pa, st, variant=bp.attention, var_v=bp.var_v,

@@ -64,7 +64,8 @@ def scale_mode(bp: BlockParams) -> str | None:
     """``"homogeneous"``, ``"pre"`` or None (see the module docstring)."""
     if bp.norm == "pre":
         return "pre"
-    if (bp.norm == "none" and bp.attention == "uniform" and bp.activation in ("relu", "linear")
+    if (bp.norm == "none" and bp.attention in ("uniform", "identity")
+            and bp.activation in ("relu", "linear")
             and np.all(np.asarray(bp.var_b) == 0)):
         return "homogeneous"
     return None
@@ -269,12 +270,12 @@ def verdict(spec: ArchSpec, traj=None, *, rho0: float | None = None,
     beta > beta_c(rho0); else ``rank_collapse`` if rho_L >= rho_max; else ``trainable``.
     rho_L is ``rho_l`` when given, else read from ``traj``, else propagated."""
     r0 = spec.rho_init if rho0 is None else float(rho0)
-    if spec.layers is not None and spec.attention != "uniform":
+    if spec.layers is not None and spec.attention not in ("uniform", "identity"):
         if traj is None:
             traj = propagate(spec, rho0=r0, asymptotic=asymptotic)
         if condensed_layers(spec, traj):
             return "entropy_collapse"
-    elif spec.attention != "uniform" and spec.beta_eff > float(rem.beta_c(r0)):
+    elif spec.attention not in ("uniform", "identity") and spec.beta_eff > float(rem.beta_c(r0)):
         return "entropy_collapse"
     if rho_l is None and traj is None:
         rho_l = float(final_cos(spec, rho0=r0, asymptotic=asymptotic))

@@ -68,7 +68,7 @@ def alpha_crit(spec: ArchSpec, betas=None, *, rho0: float | None = None,
                                      dtype=np.float64))
     r0 = spec.rho_init if rho0 is None else float(rho0)
     out_all = np.full(b_all.shape, np.nan)
-    need = (b_all <= float(rem.beta_c(r0)) if spec.attention != "uniform"
+    need = (b_all <= float(rem.beta_c(r0)) if spec.attention not in ("uniform", "identity")
             else np.ones(b_all.shape, bool))
     if need.any():
         out_all[need] = _alpha_crit_search(spec, b_all[need], rho0, depth, asymptotic, hi)
@@ -139,7 +139,7 @@ def compute(spec: ArchSpec, *, n_beta: int = 256, n_alpha: int = 256,
     if with_rho:
         rho_l = final_cos(spec, beta=betas[:, None], alpha_attn=alphas[None, :], rho0=r0,
                           asymptotic=asymptotic)
-    if spec.attention != "uniform":
+    if spec.attention not in ("uniform", "identity"):
         regime = np.where(betas[:, None] > bc, ENTROPY_COLLAPSE, regime)
     own_rho = float(final_cos(spec, rho0=r0, asymptotic=asymptotic))
     point = {"beta": spec.beta_eff, "alpha": spec.alpha_attn, "rho_L": own_rho,

@@ -217,4 +217,28 @@ def runtime_effect(model, depth: int) -> Effect | None:
     for m, p in recorded(model.config):
         if m.name == "tfixup" or (m.name == "rezero" and p.get("norms") == "remove"):
             eff.norm = "none"
+        if m.name == "shaped":
+            _shaped_effect(parts, eff)
     return eff
+
+
+def _shaped_effect(parts, eff: Effect) -> None:
+    """Shaped attention read off the modules: W_Q still zero and every head's ``beta ==
+    gamma`` make the map ``alpha I`` (``attention="identity"``, values times the RMS alpha);
+    anything else is measured only."""
+    import torch
+
+    alphas = []
+    for p in parts:
+        g = getattr(p.site.module, "sigprop_shape", None) if p.site is not None else None
+        wq = [t[0].weight if t[1] is None else t[0].weight.narrow(
+            t[2], t[1][0], t[1][1] - t[1][0]) for t in p.q]
+        if g is None or any(bool(torch.any(w != 0)) for w in wq) or \
+                not torch.allclose(g[:, 1], g[:, 2]):
+            eff.measured_only.append("shaped: W_Q or the gains moved away from init (a "
+                                     "softmax mixed into alpha I), outside the theory")
+            return
+        alphas.append(float(g[:, 0].detach().double().square().mean().sqrt()))
+    eff.attention = "identity"
+    eff.zero_q = True
+    eff.scale("v", alphas)

@@ -7,7 +7,8 @@ trainable; Noci et al. 2023; He et al., ICLR 2023 Value-SkipInit is ``gamma = 0`
 attention module, trainable, restored by sigprop's loader; the reshaping runs in sigprop's
 attention function (recorded in config.json).
 
-Theory: measured only for now (the identity term is not among the theory's attention maps).
+Theory: at init (W_Q = 0, gamma = beta) the attention map is the identity times alpha
+(``attention="identity"``, the value variance times ``alpha^2``); otherwise measured only.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ class Shaped(Method):
     title = "shaped attention"
     cite = "He & Hofmann, ICLR 2024; Noci et al. 2023"
     acts = "attention matrix: alpha I + beta A - gamma C, W_Q = 0"
-    theory = "measured only"
+    theory = "attention map"
     runtime = True
     attention_ops = True
     params = (Param("alpha", "identity gain at init", 1.0, lo=0.0, hi=100.0),
@@ -53,10 +54,14 @@ class Shaped(Method):
                 for t in need(p, "q", self.name):
                     scale(t, 0.0)
         _install(parts, params)
-        if params["zero_q"] == "yes":
+        if params["zero_q"] == "yes" and params["beta"] == params["gamma"]:
+            # the softmax is exactly C, so A = alpha I: each token's own value, times alpha
             effect.zero_q = True
-        effect.measured_only.append("shaped: the identity term of the attention matrix is "
-                                    "outside the theory's attention maps")
+            effect.attention = "identity"
+            effect.scale("v", params["alpha"])
+        else:
+            effect.measured_only.append("shaped: with W_Q kept or beta != gamma the matrix "
+                                        "mixes a softmax into alpha I, outside the theory")
         return [f"A <- {params['alpha']:.3g} I + {params['beta']:.3g} A - "
                 f"{params['gamma']:.3g} C (per-head trainable gains)"
                 + (", W_Q = 0" if params["zero_q"] == "yes" else "")]
