@@ -28,26 +28,30 @@ def _f(x) -> str:
     return "" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.3f}"
 
 
-def table(c) -> str:
+def table(c: dict) -> str:
+    """A Markdown table of one comparison (``Comparison.to_dict()``, the JSON of ``sigprop fix
+    MODEL --compare all --format json``)."""
     head = ("| fix | parameters | measured cos | theory cos | ent min | ent median | verdict |\n"
             "|---|---|---|---|---|---|---|\n")
-    b = c.baseline
+    b = c["baseline"]
     lines = [f"| *baseline* | | {_f(b['measured']['cos_final'])} | "
              f"{_f((b['predicted'] or {}).get('cos_final'))} | "
              f"{_f(b['measured']['entropy_min'])} | {_f(b['measured']['entropy_median'])} | "
              f"{b['verdict']} |"]
-    for r in c.rows:
+    for r in c["methods"]:
         ps = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                       for k, v in r.params.items())
-        if r.error:
-            lines.append(f"| {r.method} | | | | | | n/a: {r.error} |")
+                       for k, v in r["params"].items())
+        if r["error"]:
+            lines.append(f"| {r['method']} | | | | | | n/a: {r['error']} |")
             continue
-        m, p = r.measured, r.predicted or {}
-        lines.append(f"| {r.method} | {ps} | {_f(m['cos_final'])} | {_f(p.get('cos_final'))} "
-                     f"| {_f(m['entropy_min'])} | {_f(m['entropy_median'])} | {r.verdict} |")
-    rec = c.recommendation
-    return (f"**{c.model}**, T = {c.seq_len}, {c.seeds} seed x {c.sequences} sequences "
-            f"({c.seconds:.0f} s): recommended `{rec['command']}`\n\n" + head
+        m, p = r["measured"], r["predicted"] or {}
+        lines.append(f"| {r['method']} | {ps} | {_f(m['cos_final'])} | "
+                     f"{_f(p.get('cos_final'))} | {_f(m['entropy_min'])} | "
+                     f"{_f(m['entropy_median'])} | {r['verdict']} |")
+    rec = c["recommendation"]
+    secs = f", {c['seconds']:.0f} s" if c.get("seconds") else ""
+    return (f"**{c['model']}**, T = {c['seq_len']}, {c['seeds']} seed x {c['sequences']} "
+            f"sequences{secs}: recommended `{rec['command']}`\n\n" + head
             + "\n".join(lines) + "\n")
 
 
@@ -65,12 +69,13 @@ def main() -> None:
     for model, T in cases:
         t0 = time.perf_counter()
         c = compare(model, "all", seq_len=T)
-        print(f"{c.model}: {time.perf_counter() - t0:.0f} s")
+        d = {**c.to_dict(), "seconds": round(time.perf_counter() - t0, 1)}
+        print(f"{c.model}: {d['seconds']:.0f} s")
         if not args.quick:
             RESULTS.mkdir(parents=True, exist_ok=True)
-            (RESULTS / f"fixes_{model}.json").write_text(json.dumps(c.to_dict(), indent=1,
+            (RESULTS / f"fixes_{model}.json").write_text(json.dumps(d, indent=1,
                                                                     default=str) + "\n")
-        parts.append(table(c))
+        parts.append(table(d))
     block = "\n".join(parts) + f"\nRanking: {RANKING}.\n"
     if args.quick:
         print(block)

@@ -19,9 +19,10 @@ from .arch import (
 )
 from .config import load_config, shrink
 from .fixes import FixReport, apply_fix
-from .loading import LoadReport, from_pretrained, load_local_weights, model_at_init
+from .loading import LoadReport, load_local_weights, model_at_init
 from .names import qkv_names
 from .presets import PRESETS
+from .reload import from_pretrained
 
 __all__ = [
     "FAMILIES", "PRESETS", "FixReport", "HFInfo", "LoadReport", "apply_fix", "describe",

@@ -342,5 +342,5 @@ def apply_fix(model: nn.Module, *, beta: float | None = None,
 # importing the loader (``sigprop.models``) registers the attention function, so a folder
 # written by ``sigprop fix`` also loads with ``AutoModel.from_pretrained(DIR,
 # attn_implementation="sigprop")`` (methods with hooks or parameters need
-# :func:`sigprop.models.loading.from_pretrained`)
+# :func:`sigprop.models.reload.from_pretrained`)
 register_attention()

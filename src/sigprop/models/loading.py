@@ -30,7 +30,7 @@ from torch import nn
 from ..spec import SpecError
 from .config import load_config
 
-__all__ = ["LoadReport", "from_pretrained", "load_local_weights", "model_at_init"]
+__all__ = ["LoadReport", "load_local_weights", "model_at_init"]
 
 
 @dataclass
@@ -160,42 +160,3 @@ def load_local_weights(model: nn.Module, folder) -> LoadReport:
     rep.loaded = len(matched)
     rep.missing = [k for k in own if k not in matched]
     return rep
-
-
-def from_pretrained(path, **kwargs) -> nn.Module:
-    """``AutoModel.from_pretrained(path)`` (local, no remote code) with what ``sigprop fix``
-    recorded in its config restored: the sigprop attention function for a runtime fix, and
-    the recorded methods' hooks and parameters (:mod:`.methods`: q/k norms, branch gates,
-    removed norms), whose saved values are then read from the folder's safetensors."""
-    from transformers import AutoConfig, AutoModel
-
-    from . import methods
-    from .fixes import ATTN_NAME, needs_runtime, register_attention
-
-    cfg = AutoConfig.from_pretrained(path, trust_remote_code=False)
-    if needs_runtime(cfg):
-        register_attention()
-        kwargs.setdefault("attn_implementation", ATTN_NAME)
-    model = AutoModel.from_pretrained(path, config=cfg, trust_remote_code=False, **kwargs)
-    if methods.restore_methods(model):
-        _load_extra(model, path)
-    return model
-
-
-@torch.no_grad()
-def _load_extra(model: nn.Module, path) -> None:
-    """Load the tensors the restored methods added (``sigprop_*`` names) from ``path``."""
-    _files, raw = _read_weights(Path(path))
-    own = model.state_dict()
-    prefix = getattr(model, "base_model_prefix", "") or ""
-    extra = {k for k in own if "sigprop_" in k}
-    found = {}
-    for key, val in raw.items():
-        k = key[len(prefix) + 1:] if prefix and key.startswith(prefix + ".") else key
-        if k in extra:
-            found[k] = val
-    missing = sorted(extra - set(found))
-    if missing:
-        raise SpecError("weights", f"{path}: the config records sigprop methods but "
-                                   f"{missing[0]} is not in its weights")
-    model.load_state_dict(found, strict=False)
