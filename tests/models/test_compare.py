@@ -191,3 +191,19 @@ def test_compare_plot_and_table(tmp_path):
     assert r.returncode == 0, r.stderr
     assert png.stat().st_size > 1000
     assert "recommended" in r.stdout and "deepnorm" in r.stdout
+
+
+def test_training_shape_keeps_depth_and_variances():
+    """The scaled-down training model (--train-steps) has the model's depth and its sigma^2 d
+    (beta, value and MLP variances) at width 64: the collapse it trains through is the full
+    model's (a 2-block copy once trained every fix alike)."""
+    from sigprop import models as hf
+    from sigprop.analysis.compare_train import WIDTH, _small_config
+
+    full = hf.load_config("bert-deep-48")
+    small = _small_config(full, 500, 64)
+    a, b = hf.spec_from_config(full, 64), hf.spec_from_config(small, 64)
+    assert b.depth == a.depth == 48 and b.d_model == WIDTH
+    assert b.beta_eff == pytest.approx(a.beta_eff, rel=1e-9)
+    assert b.var_v == pytest.approx(a.var_v, rel=1e-9)
+    assert b.var_w_in == pytest.approx(a.var_w_in, rel=1e-9)

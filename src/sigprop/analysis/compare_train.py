@@ -48,7 +48,8 @@ def _small_config(config, vocab: int, T: int):
 
     kv = getattr(config, "num_key_value_heads", None)
     heads = getattr(config, "num_attention_heads", None) or getattr(config, "n_head", HEADS)
-    sizes = dict(hidden=WIDTH, heads=HEADS, intermediate=4 * WIDTH, vocab=vocab)
+    depth = spec_depth(config)
+    sizes = dict(layers=depth, hidden=WIDTH, heads=HEADS, intermediate=4 * WIDTH, vocab=vocab)
     if kv is not None and kv < heads:
         sizes["kv_heads"] = 2
     small = shrink(config.to_dict(), **sizes)
@@ -63,6 +64,13 @@ def _small_config(config, vocab: int, T: int):
     return load_config(small)
 
 
+def spec_depth(config) -> int:
+    """The config's number of blocks (``shrink`` would otherwise cut it to 2)."""
+    from ..models.arch import spec_from_config
+
+    return spec_from_config(config).depth
+
+
 def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]], rows,
                 *, steps: int, seed: int = 0, device: str = "cpu"
                 ) -> tuple[dict[str, float | None], str]:
@@ -73,6 +81,7 @@ def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]]
     from ..data.corpus import load_corpus
     from ..measurement._threads import cpu_settings
     from ..models import methods as M
+    from ..spec import SpecError
     from ..training.config import TrainConfig
 
     T = min(spec.seq_len, MAX_T)
@@ -82,6 +91,9 @@ def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]]
                       measure_every=0, eval_sequences=128)
     small = _small_config(config, corpus.vocab_size, T)
     small_spec = hf.spec_from_config(small, T)
+    if small_spec.depth != spec.depth:
+        raise SpecError("train_steps", f"the scaled-down model has {small_spec.depth} blocks "
+                                       f"for the model's {spec.depth}")
     batches = Batches(small_spec, cfg, corpus=corpus)
     base = hf.model_at_init(small, seed=seed, attn_implementation="sdpa")
     ctx = M.context_for(base, small_spec)
@@ -95,7 +107,7 @@ def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]]
             if name != "baseline":
                 try:
                     M.apply_methods(m, [name], given, ctx)
-                except Exception:  # noqa: BLE001 - a fix that refuses the small model
+                except SpecError:  # a fix that refuses the small model (its row says why)
                     out[name] = None
                     continue
             out[name] = _train(m, batches, small_spec.d_model, steps, seed, device)
