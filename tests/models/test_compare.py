@@ -58,7 +58,7 @@ def test_entropy_floor_is_the_minimum_over_logits_of_that_norm(n, s):
 
 
 @pytest.mark.parametrize("family", ["bert-base-uncased", "roberta-base", "gpt2"])
-@pytest.mark.parametrize("std", [0.02, 0.002, 0.5])
+@pytest.mark.parametrize("std", [pytest.param(0.02, marks=pytest.mark.slow), 0.002, 0.5])
 def test_entropy_bounds_never_exceed_the_measured_entropy(family, std):
     """On every head of the families whose logits are X W X^T (absolute positions: BERT,
     RoBERTa, GPT-2; rotary families get no bound), both floors are at or below the measured
@@ -183,6 +183,7 @@ def test_compare_json_shape_and_ranking(tmp_path):
     assert "--method " + rows[0]["method"] in res["recommendation"]["command"]
 
 
+@pytest.mark.slow
 def test_compare_plot_and_table(tmp_path):
     d = _folder(tmp_path, "m")
     png = tmp_path / "c.png"

@@ -87,8 +87,12 @@ def test_bad_methods_and_parameters_name_the_field(text, params, needle):
 #: Llama (GQA, RoPE, RMSNorm, gated MLP) in the default suite for the methods that touch Q/K/V
 #: heads or the attention function; the rest in the slow suite (BERT and GPT-2 run all)
 _LLAMA_DEFAULT = ("sigma-reparam", "qk-norm", "softcap", "shaped", "mimetic", "rezero", "beta")
-_RELOAD = [pytest.param(f, n, marks=() if f != "llama-3.2-1b" or n in _LLAMA_DEFAULT
-                        else pytest.mark.slow) for f in FAMILIES for n in TABLE]
+#: GPT-2's constant residual multipliers take the same folding path as BERT's: slow suite
+_GPT2_SLOW = ("admin", "depth-mup", "deepscalelm", "skipinit")
+_RELOAD = [pytest.param(f, n, marks=pytest.mark.slow if (f == "llama-3.2-1b" and n not in
+                                                         _LLAMA_DEFAULT)
+                        or (f == "gpt2" and n in _GPT2_SLOW) else ()) for f in FAMILIES
+           for n in TABLE]
 
 
 @pytest.mark.parametrize("family, name", _RELOAD)
