@@ -29,7 +29,7 @@ def _f(x) -> str:
 
 
 def table(c: dict) -> str:
-    """A Markdown table of one comparison (``Comparison.to_dict()``, the JSON of ``sigprop fix
+    """A Markdown table of one comparison (``FixComparison.to_dict()``, the JSON of ``sigprop fix
     MODEL --compare all --format json``)."""
     head = ("| fix | parameters | measured cos | theory cos | ent min | ent median | verdict |\n"
             "|---|---|---|---|---|---|---|\n")

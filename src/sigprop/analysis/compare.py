@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 @dataclass
 class MethodRow:
-    """One method of a :class:`Comparison`: resolved ``params``, ``predicted`` (cos_final,
+    """One method of a :class:`FixComparison`: resolved ``params``, ``predicted`` (cos_final,
     entropy_min: the lowest layer-mean normalised entropy, ipr_max, verdict; None when the
     theory does not reach the method), ``measured`` (cos_final, entropy_min / entropy_median
     over every head of every layer, normalised by log T, ipr_max: the largest layer-mean
@@ -66,8 +66,9 @@ class MethodRow:
 
 
 @dataclass
-class Comparison(Result):
-    """The baseline and one :class:`MethodRow` per method, ranked (module docstring)."""
+class FixComparison(Result):
+    """``sigprop fix --compare``: the baseline and one :class:`MethodRow` per method, ranked
+    (module docstring). Not :class:`sigprop.Comparison`, which is ``measure``'s result."""
 
     model: str
     spec: ArchSpec
@@ -104,7 +105,7 @@ class Comparison(Result):
 
     def summary(self) -> str:
         rec = self.recommendation
-        return (f"Comparison of {len(self.rows)} fixes on {self.model}: baseline "
+        return (f"FixComparison of {len(self.rows)} fixes on {self.model}: baseline "
                 f"{self.baseline['verdict']}; best {rec.get('method')} ({rec.get('verdict')})")
 
     def to_dict(self) -> dict[str, Any]:
@@ -169,7 +170,7 @@ def _rank_key(r: MethodRow):
 def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
             params: list[str] | None = None, *, seq_len: int | None = None, seeds: int = 1,
             sequences: int = 2, device: str = "cpu", seed: int = 0, train_steps: int = 0,
-            on_method: Callable[[str], None] | None = None) -> Comparison:
+            on_method: Callable[[str], None] | None = None) -> FixComparison:
     """Compare fixes on ``model`` (module docstring). ``methods``: ``"all"``, names or a
     comma-separated string; ``params``: ``METHOD.NAME=VALUE`` overrides (``sigprop fix
     --param``); ``train_steps``: with K > 0, each method also trains (:mod:`.compare_train`)."""
@@ -250,7 +251,7 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
     rec = {"method": best.method, "params": best.params, "verdict": best.verdict,
            "measured": best.measured, "predicted": best.predicted,
            "command": _command(model, best)}
-    return Comparison(model=str(model) if not isinstance(model, dict) else "config",
+    return FixComparison(model=str(model) if not isinstance(model, dict) else "config",
                       spec=spec, baseline=baseline, rows=ranked, recommendation=rec,
                       seq_len=spec.seq_len, seeds=seeds, sequences=sequences,
                       train_steps=train_steps, notes=list(base.notes),

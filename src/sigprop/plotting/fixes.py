@@ -1,6 +1,7 @@
-"""The fix comparison's figure (``sigprop fix --compare``, :class:`sigprop.analysis.compare.
-Comparison.plot`): one horizontal bar per method, measured final cosine with the theory's as
-a marker, and the lowest head entropy beside it; bars coloured by the measured verdict."""
+"""The fix comparison's figure (``sigprop fix --compare``,
+:meth:`sigprop.analysis.compare.FixComparison.plot`): one horizontal bar per method, measured
+final cosine with the theory's as a marker, and the lowest head entropy beside it; bars
+coloured by the measured verdict."""
 
 from __future__ import annotations
 
