@@ -39,4 +39,4 @@ class Admin(Method):
                 "invariance)"]
 
     def restore(self, model, parts, params):
-        residual.restore(parts, "", self.name, trainable=False)
+        residual.restore(parts, self.name, trainable=False)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from . import residual
 from .base import Method, Param, register
-from .parts import scale
+from .parts import scale_value_and_mlp
 
 
 def constants(ctx) -> tuple[float, float]:
@@ -44,17 +44,10 @@ class DeepNorm(Method):
 
     def apply(self, model, parts, params, ctx, effect):
         a, b = params["alpha"], params["beta"]
-        for p in parts:
-            for t in p.v:
-                scale(t, b)
-            for m in [p.o, *p.mlp_in, p.mlp_out]:
-                if m is not None:
-                    scale(m, b)
-        for name in ("v", "o", "mlp_in", "mlp_out"):
-            effect.scale(name, b)
+        scale_value_and_mlp(parts, b, effect)
         residual.apply(parts, ctx, effect, self.name, lam_attn=a, lam_mlp=a)
         return [f"W_V, W_O, MLP x beta = {b:.4g}", f"residual x alpha = {a:.4g} (moved onto "
                 "the branches by the norm's scale invariance)"]
 
     def restore(self, model, parts, params):
-        residual.restore(parts, "", self.name, trainable=False)
+        residual.restore(parts, self.name, trainable=False)

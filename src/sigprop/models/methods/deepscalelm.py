@@ -39,4 +39,4 @@ class DeepScaleLM(Method):
         return [f"x <- {lam:.4g} x + {b:.4g} f(x) on both branches"]
 
     def restore(self, model, parts, params):
-        residual.restore(parts, "", self.name, trainable=False)
+        residual.restore(parts, self.name, trainable=False)

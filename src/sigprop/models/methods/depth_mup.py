@@ -32,4 +32,4 @@ class DepthMuP(Method):
                 "projections"]
 
     def restore(self, model, parts, params):
-        residual.restore(parts, "", self.name, trainable=False)
+        residual.restore(parts, self.name, trainable=False)

@@ -36,4 +36,4 @@ class LayerScale(Method):
                 f"{params['eps']:.3g}"]
 
     def restore(self, model, parts, params):
-        residual.restore(parts, "", self.name, trainable=True, channels=True)
+        residual.restore(parts, self.name, trainable=True, channels=True)

@@ -129,6 +129,19 @@ def scale(t: Target | nn.Module, factor: float) -> None:
     scale_linear_(m, float(factor), out_slice=sl, out_axis=ax)
 
 
+def scale_value_and_mlp(parts: list[Part], factor: float, effect) -> None:
+    """W_V, W_O and every MLP weight of every block times ``factor`` (weights and biases),
+    recorded on ``effect`` (:class:`.base.Effect`) as the same factor on their stds."""
+    for p in parts:
+        for t in p.v:
+            scale(t, factor)
+        for m in [p.o, *p.mlp_in, p.mlp_out]:
+            if m is not None:
+                scale(m, factor)
+    for name in ("v", "o", "mlp_in", "mlp_out"):
+        effect.scale(name, factor)
+
+
 @torch.no_grad()
 def spectral_norm(w: torch.Tensor) -> float:
     """Largest singular value of a 2-D weight, in float64: Lanczos on the smaller Gram matrix

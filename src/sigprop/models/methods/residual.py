@@ -23,12 +23,9 @@ import torch
 from torch import nn
 
 from ...spec import SpecError
+from ..names import _is_linear
 from .base import Context, Effect
 from .parts import Part, install_gate, need, scale
-
-
-def _is_linear(m: nn.Module) -> bool:
-    return isinstance(m, nn.Linear) or type(m).__name__ == "Conv1D"
 
 
 def branch_factors(ctx: Context, lam_attn, lam_mlp, gate_attn, gate_mlp, method: str
@@ -82,7 +79,7 @@ def apply(parts: list[Part], ctx: Context, effect: Effect, method: str, *, lam_a
     return []
 
 
-def restore(parts: list[Part], ctx_norm: str, method: str, *, trainable: bool,
+def restore(parts: list[Part], method: str, *, trainable: bool,
             channels: bool = False) -> None:
     """Re-install the gates :func:`apply` put on modules (values come from the saved state
     dict): trainable gates everywhere, constant ones only on non-linear modules (a linear

@@ -39,4 +39,4 @@ class ReZero(Method):
     def restore(self, model, parts, params):
         if params["norms"] == "remove":
             remove_norms(parts, None)
-        residual.restore(parts, "", self.name, trainable=True)
+        residual.restore(parts, self.name, trainable=True)

@@ -32,4 +32,4 @@ class SkipInit(Method):
         return [f"branches times a trainable scalar alpha = {params['alpha']:.4g}"]
 
     def restore(self, model, parts, params):
-        residual.restore(parts, "", self.name, trainable=True)
+        residual.restore(parts, self.name, trainable=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from torch import nn
 
 from .base import Effect, Method, Param, register
-from .parts import scale
+from .parts import scale_value_and_mlp
 
 
 def remove_norms(parts, effect: Effect | None) -> str:
@@ -59,14 +59,7 @@ class TFixup(Method):
     def apply(self, model, parts, params, ctx, effect):
         f = params["factor"]
         line = remove_norms(parts, effect)
-        for p in parts:
-            for t in p.v:
-                scale(t, f)
-            for m in [p.o, *p.mlp_in, p.mlp_out]:
-                if m is not None:
-                    scale(m, f)
-        for name in ("v", "o", "mlp_in", "mlp_out"):
-            effect.scale(name, f)
+        scale_value_and_mlp(parts, f, effect)
         return [line, f"W_V, W_O and the MLP weights x{f:.4g}"]
 
     def restore(self, model, parts, params):
