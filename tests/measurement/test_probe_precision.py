@@ -159,3 +159,28 @@ def test_stable_rank_lanczos_matches_eigvalsh():
     top = obs.top_eigenvalue(common.T @ common)
     assert math.isclose(top.item(), torch.linalg.eigvalsh(common.T @ common)[-1].item(),
                         rel_tol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_chunks_on_two_workers_equal_one_thread_bit_for_bit(causal):
+    """The recomputed statistics with the chunks shared among two worker threads are the
+    same tensors, bit for bit and in the same order, as on one thread (each chunk's
+    arithmetic is the same; only who runs it changes), with probabilities kept too."""
+    cfg = shrink(PRESETS["gpt2" if causal else "bert-base-uncased"], layers=1, hidden=64,
+                 heads=4, intermediate=128, vocab=200)
+    p = Probe(model_at_init(cfg, seed=0), keep_probs=True)
+    g = torch.Generator().manual_seed(0)
+    q, k = (torch.randn(3, 4, 40, 16, generator=g) for _ in range(2))
+    allowed = torch.ones(40, 40, dtype=torch.bool).tril() if causal else None
+    import sigprop.measurement.probe_recompute as pr
+
+    old = pr.CHUNK
+    pr.CHUNK = 40 * 40  # one head per chunk: 12 chunks to share
+    try:
+        one = p._chunked(q, k, 0.25, allowed, None, (3,), False, workers=1)
+        two = p._chunked(q, k, 0.25, allowed, None, (3,), False, workers=2)
+    finally:
+        pr.CHUNK = old
+    assert one.keys() == two.keys() and "_probs" in one
+    for key in one:
+        assert torch.equal(one[key], two[key]), key

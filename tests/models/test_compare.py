@@ -57,6 +57,34 @@ def test_entropy_floor_is_the_minimum_over_logits_of_that_norm(n, s):
     assert float(entropy_floor(n, 1e9)) == 0.0
 
 
+@pytest.mark.parametrize("shape", [(2, 96, 40), (2, 30, 80)])
+@pytest.mark.parametrize("shared", [0.0, 3.0, 300.0])
+def test_input_norms_for_the_floor_are_exact_upper_sides(shape, shared):
+    """``_tops``' three inputs to the floors (top eigenvalue of [x, 1][x, 1]^T, of the centred
+    X_c X_c^T, and the row norms) against float64 eigvalsh, over tokens and over channels and
+    up to a shared direction 300x the rest (cos ~ 1 - 1e-5, where centring after a float32
+    Gram would lose the centred part): never below the exact value, at most 2e-4 above (the
+    row norms: 2e-6)."""
+    import torch
+
+    from sigprop.measurement.bounds import _tops
+
+    g = torch.Generator().manual_seed(2)
+    B, T, d = shape
+    x = (torch.randn(B, T, d, generator=g, dtype=torch.float64)
+         + shared * torch.randn(B, 1, d, generator=g, dtype=torch.float64)).float()
+    x64 = x.double()
+    xa = torch.cat([x64, torch.ones(B, T, 1, dtype=torch.float64)], -1)
+    xc = x64 - x64.mean(1, keepdim=True)
+    want = [torch.linalg.eigvalsh(xa @ xa.mT)[:, -1], torch.linalg.eigvalsh(xc @ xc.mT)[:, -1]]
+    got = _tops(x)
+    for w, gt in zip(want, got[:2], strict=True):
+        r = gt / w.numpy()
+        assert (r >= 1.0).all() and (r <= 1.0 + 2e-4).all(), r
+    r = got[2] / xa.norm(dim=-1).numpy()
+    assert (r >= 1.0).all() and (r <= 1.0 + 2e-6).all(), r
+
+
 @pytest.mark.parametrize("family", ["bert-base-uncased", "roberta-base", "gpt2"])
 @pytest.mark.parametrize("std", [pytest.param(0.02, marks=pytest.mark.slow), 0.002, 0.5])
 def test_entropy_bounds_never_exceed_the_measured_entropy(family, std):
@@ -208,3 +236,31 @@ def test_training_shape_keeps_depth_and_variances():
     assert b.beta_eff == pytest.approx(a.beta_eff, rel=1e-9)
     assert b.var_v == pytest.approx(a.var_v, rel=1e-9)
     assert b.var_w_in == pytest.approx(a.var_w_in, rel=1e-9)
+
+
+def test_head_norms_are_the_spectral_norms_of_the_logit_maps():
+    """Per head ||W_Q^h W_K^h^T||_2 with the biases folded in (and without the key bias)
+    against ``torch.linalg.matrix_norm(ord=2)`` of the (d + 1) x (d + 1) logit map built
+    explicitly, on a GPT-2 block (fused Conv1D q/k/v, biases) and a grouped-query Llama
+    block (separate maps, no biases), to 1e-8 relative."""
+    import torch
+
+    from sigprop import models as hf
+    from sigprop.measurement.bounds import _head_maps, _head_norms, _qk_targets
+    from sigprop.measurement.probe import Probe
+
+    for fam, sizes in (("gpt2", {}), ("llama-3.2-1b", {"kv_heads": 2})):
+        cfg = hf.shrink(fam, layers=1, hidden=64, heads=4, intermediate=128, **sizes)
+        model = hf.model_at_init(cfg, seed=0, vocab_size=cfg.vocab_size)
+        site = Probe(model).sites[0]
+        tq, tk = _qk_targets(site)
+        H, dh = site.n_heads, site.head_dim
+        q = _head_maps(*tq, H, dh)
+        k = _head_maps(*tk, site.n_kv_heads, dh).repeat_interleave(H // site.n_kv_heads, 0)
+        full = q.transpose(1, 2) @ k                      # (H, d + 1, d + 1) logit maps
+        nob = full.clone()
+        nob[:, :, -1] = 0                                 # the key bias's column
+        got = _head_norms(site)
+        for g, f in zip(got, (full, nob), strict=True):
+            want = torch.linalg.matrix_norm(f, ord=2).numpy() * site.scale
+            np.testing.assert_allclose(g, want, rtol=1e-8)

@@ -26,6 +26,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ._threads import cpu_settings
 from .probe_sites import AttentionSite
 
 __all__ = ["BoundRecorder", "entropy_floor", "head_bounds", "rope_free"]
@@ -42,25 +43,21 @@ def entropy_floor(n, s) -> np.ndarray:
     return head + np.exp(lb - head) * gap
 
 
-def _weight_rows(mod: nn.Module, sl, head: slice) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """(W (d, dh), b (dh,)) of one head's projection: x -> x W + b."""
-    w = mod.weight
-    conv = type(mod).__name__ == "Conv1D"  # GPT-2 stores (in, out)
-    if conv:
-        w = w if sl is None else w[:, sl[0]:sl[1]]
-        w = w[:, head]
-    else:
-        w = (w if sl is None else w[sl[0]:sl[1]])[head].t()
+def _head_maps(mod: nn.Module, sl, heads: int, dh: int) -> torch.Tensor:
+    """(heads, dh, d + 1) float64: per head the rows of the projection ``[x, 1] -> x W + b``
+    of ``mod`` restricted to output features ``sl`` (None: all), heads contiguous, the bias
+    as the last column (zero without a bias)."""
+    w = mod.weight.detach()
+    if type(mod).__name__ == "Conv1D":  # GPT-2's Conv1D stores (in, out), Linear (out, in)
+        w = w.t()
+    if sl is not None:
+        w = w[sl[0]:sl[1]]
     b = getattr(mod, "bias", None)
-    if b is not None:
-        b = (b if sl is None else b[sl[0]:sl[1]])[head]
-    return w.detach().double(), None if b is None else b.detach().double()
-
-
-def _augmented(w: torch.Tensor, b: torch.Tensor | None) -> torch.Tensor:
-    """``[W; b]`` (d + 1, dh): the projection of ``[x, 1]``."""
-    row = torch.zeros(1, w.shape[1], dtype=w.dtype) if b is None else b[None]
-    return torch.cat([w, row], dim=0)
+    b = torch.zeros(w.shape[0], dtype=w.dtype) if b is None else b.detach()
+    if sl is not None and b.shape[0] != w.shape[0]:
+        b = b[sl[0]:sl[1]]
+    wa = torch.cat([w, b[:, None]], dim=1).double()             # (heads * dh, d + 1)
+    return wa.reshape(heads, dh, wa.shape[1])
 
 
 def _qk_targets(site: AttentionSite):
@@ -73,55 +70,83 @@ def _qk_targets(site: AttentionSite):
     return (site.q, (0, nq)), (site.q, (nq, nq + nk))
 
 
-def _head_norms(site: AttentionSite, key_bias: bool = True) -> np.ndarray | None:
+def _head_norms(site: AttentionSite) -> tuple[np.ndarray, np.ndarray] | None:
     """Per head ``||W_Q^h W_K^h^T||_2`` times the score scale, biases folded in (module
-    docstring), from the two (d_head x d_head) Gram matrices of the (d + 1, d_head) maps
-    (cheaper than their QR; the 1e-9 covers the eigen-solvers' roundoff)."""
+    docstring), with and without the key bias (centred keys: the key bias adds the same logit
+    to a whole row). With ``A``, ``B`` the (d_head, d + 1) maps of a head, the logit map is
+    ``A^T B`` and ``||A^T B||_2^2`` is the top eigenvalue of ``Gb^1/2 Ga Gb^1/2`` with the
+    d_head x d_head Grams ``Ga = A A^T``, ``Gb = B B^T`` (cheaper than a QR of the maps; the
+    1e-9 covers the eigen-solvers' roundoff); dropping the key bias subtracts its outer
+    product from ``Gb``."""
     tg = _qk_targets(site)
     if tg is None:
         return None
     H, dh = site.n_heads, site.head_dim
     rep = max(H // max(site.n_kv_heads, 1), 1)
-    qa = torch.stack([_augmented(*_weight_rows(*tg[0], slice(h * dh, (h + 1) * dh)))
-                      for h in range(H)])
-    ka = torch.stack([_augmented(*_weight_rows(*tg[1], slice((h // rep) * dh,
-                                                               (h // rep + 1) * dh)))
-                      for h in range(H)])
-    if not key_bias:  # centred keys: the key bias adds the same logit to a whole row
-        ka = ka[:, :-1]
-    # ||A B^T||_2^2 = top eigenvalue of Gb^1/2 Ga Gb^1/2 (G = the d_head x d_head Grams)
-    ga, gb = qa.transpose(1, 2) @ qa, ka.transpose(1, 2) @ ka
-    w, v = torch.linalg.eigh(gb)
-    half = (v * w.clamp_min(0).sqrt().unsqueeze(-2)) @ v.transpose(1, 2)
-    top = torch.linalg.eigvalsh(half @ ga @ half)[:, -1].clamp_min(0)
-    return top.sqrt().numpy() * (1.0 + 1e-9) * site.scale
+    qa = _head_maps(*tg[0], H, dh)
+    ka = _head_maps(*tg[1], max(H // rep, 1), dh)
+    ka = ka.repeat_interleave(rep, dim=0) if rep > 1 else ka
+    ga = qa @ qa.transpose(1, 2)
+    gb = ka @ ka.transpose(1, 2)
+    kb = ka[..., -1]                                            # the key bias
+    gb = torch.cat([gb, gb - kb[:, :, None] * kb[:, None, :]])  # (2H, dh, dh)
+    with cpu_settings(threads=1):  # small LAPACK calls: threads only cost (observables._lapack)
+        w, v = torch.linalg.eigh(gb)
+        half = (v * w.clamp_min(0).sqrt().unsqueeze(-2)) @ v.transpose(1, 2)
+        top = torch.linalg.eigvalsh(half @ ga.repeat(2, 1, 1) @ half)[:, -1].clamp_min(0)
+    top = top.sqrt().numpy() * (1.0 + 1e-9) * site.scale
+    return top[:H], top[H:]
 
 
-def _top(x: torch.Tensor) -> np.ndarray:
-    """Per sequence the largest eigenvalue of the smaller Gram matrix of ``x`` (B, T, d):
-    Lanczos (:func:`.observables.top_eigenvalue`; a full ``eigvalsh`` of bert-base's 512 x
-    512 Grams made ``diagnose`` 1.5x slower), the exact solve where it does not converge."""
-    from ._threads import cpu_settings
+def _tops(x: torch.Tensor) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per sequence of ``x`` (B, T, d): the largest eigenvalue of ``[x, 1][x, 1]^T`` (Zhai et
+    al.'s ``||X X^T||_2`` with the biases folded in), that of ``X_c X_c^T`` (the keys minus
+    their mean), and the rows' norms ``||[x_i, 1]||`` (B, T).
+
+    One float32 Gram, of ``x - mu`` with the token mean ``mu`` summed in float64 (so the
+    tokens' shared direction, ``1/(1 - cos)`` times the rest, is removed before rounding;
+    what rounding leaves of it is a constant row, removed exactly by centring the Gram,
+    ``P G P``, in float64). The uncentred Gram follows exactly, ``x = X_c + 1 mu^T``: over
+    tokens (T <= d) ``G = G_c + u 1^T + 1 u^T + (|mu|^2 + 1) 1 1^T`` with ``u = X_c mu``,
+    over channels ``[[G_c + T mu mu^T, T mu], [T mu^T, T]]``. The top eigenvalues by
+    Lanczos to 1e-6 relative (:func:`.observables.top_eigenvalue`; a full ``eigvalsh`` of
+    bert-base's 512 x 512 Grams made ``diagnose`` 1.5x slower), raised by 1e-4 to stay above
+    the exact value (the float32 Gram's rounding: ~sqrt(d) x 6e-8 of ``|x_i| |x_j|`` per
+    entry, ~2e-5 of the top eigenvalue by Weyl's inequality for bert-base's isotropic
+    centred states); the exact solve where Lanczos does not converge. The row norms
+    ``||[x_i, 1]||`` summed in float32 (~1e-7 relative), raised by 1e-6."""
     from .observables import top_eigenvalue
 
-    x = x.float()  # the Gram in float32 on every thread, its top eigenvalue in float64
-    g = x.transpose(1, 2) @ x if x.shape[-1] < x.shape[-2] else x @ x.transpose(1, 2)
+    B, T, d = x.shape
+    x = x.float()
+    mu = x.sum(dim=1, dtype=torch.float64) / T                 # (B, d)
+    c32 = x - mu.float()[:, None]
+    mu2 = (mu * mu).sum(-1)                                    # (B,)
+    if T <= d + 1:
+        gc = (c32 @ c32.transpose(1, 2)).double()
+        gc = gc - gc.mean(dim=1, keepdim=True)
+        gc = gc - gc.mean(dim=2, keepdim=True)
+        u = (c32 @ mu.float()[:, :, None])[..., 0].double()   # (B, T)
+        u = u - u.mean(dim=1, keepdim=True)
+        g = gc + u[:, :, None] + u[:, None, :] + (mu2 + 1.0)[:, None, None]
+    else:
+        gc = (c32.transpose(1, 2) @ c32).double()
+        r = c32.sum(dim=1, dtype=torch.float64)                # the rounding's leftover mean
+        gc = gc - r[:, :, None] * r[:, None, :] / T
+        g = torch.zeros(B, d + 1, d + 1, dtype=torch.float64)
+        g[:, :d, :d] = gc + T * mu[:, :, None] * mu[:, None, :]
+        g[:, :d, d] = g[:, d, :d] = T * mu
+        g[:, d, d] = T
+    rows = torch.linalg.vecdot(x, x).double().add(1.0).sqrt().numpy() * (1.0 + 1e-6)
+    out = []
     with cpu_settings(threads=1):
-        top = top_eigenvalue(g.double()) * (1.0 + 1e-5)  # float32 Gram: a safe upper side
-    bad = torch.isnan(top)
-    if bool(bad.any()):
-        top[bad] = torch.linalg.eigvalsh(g[bad].double())[:, -1] * (1.0 + 1e-5)
-    return top.numpy()
-
-
-def _augment(x: torch.Tensor) -> torch.Tensor:
-    """``[x, 1]`` in float64: the input of the projections with biases folded in."""
-    B, T, _ = x.shape
-    return torch.cat([x.double(), torch.ones(B, T, 1, dtype=torch.float64)], dim=-1)
-
-
-def _centre(x: torch.Tensor) -> torch.Tensor:
-    return x.double() - x.double().mean(dim=1, keepdim=True)
+        for m in (g, gc):
+            top = top_eigenvalue(m, rtol=1e-6) * (1.0 + 1e-4)
+            bad = torch.isnan(top)
+            if bool(bad.any()):
+                top[bad] = torch.linalg.eigvalsh(m[bad])[:, -1] * (1.0 + 1e-4)
+            out.append(top.numpy())
+    return out[0], out[1], rows
 
 
 @torch.no_grad()
@@ -137,16 +162,14 @@ def head_bounds(site: AttentionSite, x: torch.Tensor, causal: bool, tops=None
     own centring can only shorten them). ``||X X^T||_2`` of Zhai et al.'s statement carries
     the tokens' shared direction, ~``rho T d``, which ``X_c`` drops."""
     H = site.n_heads
-    sw = None if site.q_post is not None else _head_norms(site)
-    if sw is None:
+    norms = None if site.q_post is not None else _head_norms(site)
+    if norms is None:
         return np.full(H, np.nan), np.full(H, np.nan)
-    sc = _head_norms(site, key_bias=False)
-    B, T, _ = x.shape
-    xa = _augment(x)
+    sw, sc = norms
+    T = x.shape[1]
     # ||X X^T||_2 and ||X_c||_2^2 per sequence (``tops``: computed for many layers at once)
-    sx, sc2 = tops if tops is not None else (_top(xa), _top(_centre(x)))
+    sx, sc2, rows = tops if tops is not None else _tops(x)
     sc_x = np.sqrt(np.maximum(sc2, 0.0))
-    rows = xa.norm(dim=-1).numpy()                                      # (B, T) ||x_i||
     n = (np.arange(1, T + 1) if causal else np.full(T, T)).astype(np.float64)
     keep = n >= 2
     n = n[keep]

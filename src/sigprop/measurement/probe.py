@@ -239,9 +239,12 @@ class Probe(_RecomputeMixin):
         xd = x.to(self.dtype)
         fns = {"cos": obs.mean_cos, "q": obs.mean_q,
                "stable_rank": lambda t: obs.stable_rank(t, lanczos=True)}
-        with cpu_settings(threads=1):
+        with cpu_settings(threads=1):  # small reductions: threads only cost
             for name in self.hidden_stat_names:
-                self._hst[layer][name].append(fns[name](xd).cpu())
+                if name != "stable_rank":
+                    self._hst[layer][name].append(fns[name](xd).cpu())
+        if "stable_rank" in self.hidden_stat_names:  # its Gram on every thread (its LAPACK
+            self._hst[layer]["stable_rank"].append(fns["stable_rank"](xd).cpu())  # on one)
 
     @torch.no_grad()
     def _attention_done(self, i, s: AttentionSite, out):

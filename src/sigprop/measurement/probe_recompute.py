@@ -18,12 +18,13 @@ T5), which is not added (``info["bias"] == "missing"``).
 
 from __future__ import annotations
 
+import threading
 from collections import defaultdict
 
 import torch
 
 from . import observables as obs
-from ._threads import cpu_settings
+from ._threads import cpu_settings, run_workers
 from .probe_sites import AttentionSite
 
 
@@ -165,10 +166,11 @@ class _RecomputeMixin:
         T, Tk, H = q.shape[-2], k.shape[-2], s.n_heads
         lead = q.shape[:-3]
         allowed, bias = self._mask(s, pend.get("mask"), T, Tk, q.device)
+        workers = max(1, torch.get_num_threads())  # the caller's threads, as workers
         with cpu_settings(threads=1):
             out = self._chunked(q.reshape(-1, H, T, s.head_dim),
                                 k.reshape(-1, H, Tk, s.head_dim), s.scale, allowed, bias,
-                                lead, scores_only)
+                                lead, scores_only, workers)
         if scores_only:
             return out
         bias_missing = bool(pend.get("bias"))
@@ -176,10 +178,13 @@ class _RecomputeMixin:
                             else None, approximate=rope == "missing" or bias_missing)
         return out
 
-    def _chunked(self, q, k, scale, allowed, bias, lead, scores_only):
+    def _chunked(self, q, k, scale, allowed, bias, lead, scores_only, workers: int = 1):
         """:meth:`_recompute` on q (N, H, T, dh), k (N, H, Tk, dh): per sequence and chunk of
         heads, the scores, ``sigma_s`` and (unless ``scores_only``) :func:`softmax_stats`;
-        results reshaped to ``(*lead, H)`` (``_probs``: ``(*lead, H, T, Tk)``)."""
+        results reshaped to ``(*lead, H)`` (``_probs``: ``(*lead, H, T, Tk)``). On CPU the
+        chunks are shared among ``workers`` threads, each running torch on one thread
+        (bert-base, 2 x 12 x 512 x 512 per layer on the 2-core machine: ~1.7x faster than
+        one thread; the order of the results does not depend on which worker ran what)."""
         N, H, T, _ = q.shape
         Tk = k.shape[-2]
         full = (N, H, T, Tk)
@@ -197,31 +202,50 @@ class _RecomputeMixin:
         step = max(1, CHUNK // max(1, T * Tk))
         want = self.spectral or self.keep_probs
         qs, kt = q * scale, k.transpose(-1, -2)
-        for n in range(N):
-            if al is None and scores_only:
-                break
-            for h0 in range(0, H, step):
-                h1 = min(H, h0 + step)
-                sc = qs[n, h0:h1] @ kt[n, h0:h1]
-                if al is not None:  # sigma_s over visible pairs of distinct tokens
-                    kp = al[n, h0:h1] if eye is None else al[n, h0:h1] & eye
-                    sq = sc.masked_fill(~kp, 0.0)
-                    cnt = kp.sum((-1, -2)).clamp_min(1).to(sc.dtype)
-                    parts["sigma_s"].append(torch.linalg.vecdot(sq, sq).sum(-1).div(cnt)
-                                            .sqrt())
-                if scores_only:
-                    continue
-                if bi is not None:
-                    sc = sc + bi[n, h0:h1]
-                if al is not None:  # finfo.min as HF eager: a fully masked row stays finite
-                    sc = sc.masked_fill(~al[n, h0:h1], torch.finfo(sc.dtype).min)
-                stats, A = softmax_stats(sc, None if keys is None else keys[n, h0:h1], want)
-                if self.spectral:
-                    stats["gap"], stats["s2_sqrtT"] = obs.gap(A)
-                if self.keep_probs:
-                    stats["_probs"] = A.float()
-                for key, v in stats.items():
-                    parts[key].append(v)
+        tasks = [] if al is None and scores_only else [
+            (n, h0, min(H, h0 + step)) for n in range(N) for h0 in range(0, H, step)]
+        done: list = [None] * len(tasks)
+
+        def chunk(n, h0, h1):
+            out = {}
+            sc = qs[n, h0:h1] @ kt[n, h0:h1]
+            if al is not None:  # sigma_s over visible pairs of distinct tokens
+                kp = al[n, h0:h1] if eye is None else al[n, h0:h1] & eye
+                sq = sc.masked_fill(~kp, 0.0)
+                cnt = kp.sum((-1, -2)).clamp_min(1).to(sc.dtype)
+                out["sigma_s"] = torch.linalg.vecdot(sq, sq).sum(-1).div(cnt).sqrt()
+            if scores_only:
+                return out
+            if bi is not None:
+                sc = sc + bi[n, h0:h1]
+            if al is not None:  # finfo.min as HF eager: a fully masked row stays finite
+                sc = sc.masked_fill(~al[n, h0:h1], torch.finfo(sc.dtype).min)
+            stats, A = softmax_stats(sc, None if keys is None else keys[n, h0:h1], want)
+            if self.spectral:
+                stats["gap"], stats["s2_sqrtT"] = obs.gap(A)
+            if self.keep_probs:
+                stats["_probs"] = A.float()
+            out.update(stats)
+            return out
+
+        workers = min(workers, len(tasks)) if q.device.type == "cpu" else 1
+        if workers > 1:  # chunks on single-threaded workers (module docstring of _threads)
+            nxt = iter(range(len(tasks)))
+            lock = threading.Lock()
+
+            def work():
+                while True:
+                    with lock:
+                        j = next(nxt, None)
+                    if j is None:
+                        return
+                    done[j] = chunk(*tasks[j])
+            run_workers(work, workers)
+        else:
+            done = [chunk(*t) for t in tasks]
+        for got in done:
+            for key, v in got.items():
+                parts[key].append(v)
         # chunks run sequence-major, heads within: concatenated they are (N * H, ...)
         return {key: torch.cat(v).reshape(*lead, H, *v[0].shape[1:])
                 for key, v in parts.items()}
