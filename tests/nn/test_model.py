@@ -236,6 +236,33 @@ def test_stats_equal_those_from_probs(causal):
 
 
 @pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("scaling", ["none", "log-n"])
+def test_chunked_no_grad_path_equals_the_full_maps(causal, scaling, monkeypatch):
+    """Without gradients and without probabilities, attention runs a few sequences at a time
+    (nn.attention.CHUNK); its output and statistics equal the full-map path's (with
+    return_probs, which never chunks) to 1e-12 in float64, with chunks of 2 maps (3 seeds x 3
+    sequences: an uneven last chunk), and the seed/sequence layout survives."""
+    import sigprop.nn.attention as att
+
+    spec = ArchSpec(depth=1, d_model=32, heads=2, seq_len=20, beta=2.0, causal=causal,
+                    scaling=scaling)
+    attn = build(spec, n_seeds=3, seed=0, dtype=torch.float64).blocks[0].attn
+    x = unit_tokens((3, 20), 32)
+    monkeypatch.setattr(att, "CHUNK", 2 * 2 * 20 * 20)
+    calls = []
+    inner = att.BatchedAttention._chunked
+    monkeypatch.setattr(att.BatchedAttention, "_chunked",
+                        lambda self, *a: calls.append(1) or inner(self, *a))
+    with torch.no_grad():
+        full = attn(x, return_stats=True, return_probs=True)
+        chunked = attn(x, return_stats=True)
+    assert calls == [1] and chunked.probs is None
+    torch.testing.assert_close(chunked.out, full.out, rtol=0, atol=1e-12)
+    for name, ref in full.stats.items():
+        torch.testing.assert_close(chunked.stats[name], ref, rtol=0, atol=1e-12)
+
+
+@pytest.mark.parametrize("causal", [False, True])
 def test_uniform_and_centred_variants(causal):
     T, d = 16, 32
     base = dict(depth=1, d_model=d, heads=2, seq_len=T, beta=1.0, causal=causal, sigma_v2=1.0,

@@ -76,6 +76,12 @@ PRESETS: dict[str, dict[str, Any]] = {
 # depth at which gg25's alpha_crit(L) passes 1 (docs/theory.md §2.7), so stock HF init collapses in
 # rank; `sigprop fix bert-deep-48 --alpha-attn auto` is the worked example of the fix.
 PRESETS["bert-deep-48"] = {**PRESETS["bert-base-uncased"], "num_hidden_layers": 48}
+# Not a released checkpoint: a tiny post-LN BERT (24 blocks of width 64, 4 heads) at init std
+# 0.1, rank-collapsed at init (cos ~0.998 after 24 blocks at T 64): small enough to train
+# every fix of `sigprop fix --compare --train-steps` on a laptop at its own size.
+PRESETS["bert-tiny-collapse"] = {**PRESETS["bert-base-uncased"], "num_hidden_layers": 24,
+                                 "hidden_size": 64, "num_attention_heads": 4,
+                                 "intermediate_size": 256, "initializer_range": 0.1}
 # Not a released checkpoint: Mistral-7B-v0.1's architecture (its config.json: sliding window
 # 4096, 8 K/V heads of 128, SwiGLU at 3.5x, RoPE theta 1e4) at LLaMA-3.2-1B's size (2048 wide,
 # 16 layers), so that it builds and runs at init on a laptop; the 7B model needs ~28 GB.

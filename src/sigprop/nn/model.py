@@ -37,6 +37,9 @@ _ACTIVATIONS = {
     "silu": F.silu,
     "linear": lambda z: z,
 }
+#: the same functions in place (the MLP's hidden layer when no gradient is taken)
+_INPLACE = {"relu": torch.relu_, "tanh": torch.tanh_, "silu": lambda z: F.silu(z, inplace=True),
+            "linear": lambda z: z}
 
 
 def normalise(x: Tensor, kind: str, eps: float = LN_EPS) -> Tensor:
@@ -86,7 +89,11 @@ class BatchedMLP(nn.Module):
             h = self.gate_act(torch.baddbmm(self.b_gate.unsqueeze(1), x2, self.w_gate))
             h = h * torch.baddbmm(self.b_up.unsqueeze(1), x2, self.w_up)
         else:
-            h = self.act(torch.baddbmm(self.b1.unsqueeze(1), x2, self.w1))
+            h = torch.baddbmm(self.b1.unsqueeze(1), x2, self.w1)
+            # in place without gradients: no second (S, B T, ff) buffer (fresh pages)
+            h = _INPLACE[self.spec.activation](h) if (
+                self.spec.activation in _INPLACE and not torch.is_grad_enabled()) \
+                else self.act(h)
         return torch.baddbmm(self.b2.unsqueeze(1), h, self.w2).view(S, B, T, d)
 
 
