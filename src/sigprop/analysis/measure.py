@@ -40,10 +40,15 @@ class Comparison(Result):
 def measure(spec: ArchSpec | None = None, *, seeds: int = 4, sequences: int = 2,
             input: str = "rho", rho0: float | None = None, seed: int = 0,
             float64: bool = False, grads: bool = False, asymptotic: bool = False,
+            methods: str | list[str] | None = None,
+            method_params: dict[str, dict[str, Any]] | None = None,
             **fields: Any) -> Comparison:
     """Measure ``spec`` (default BERT-base at HF init; keyword ``fields`` override it) on
     ``seeds`` initialisations x ``sequences`` inputs (``input``: rho | isometric | text) and
-    put the theory beside it, taken at ``rho0`` or else at the measured input cosine."""
+    put the theory beside it, taken at ``rho0`` or else at the measured input cosine.
+    ``methods``: registered fixes applied to the stack first (``sigprop fix --list``;
+    :func:`sigprop.models.methods.stack.fix_spec`), with ``method_params`` per method; the
+    result's ``spec`` is the fixed one and ``info["methods"]`` says what changed."""
     import pandas as pd
     import torch
 
@@ -52,9 +57,16 @@ def measure(spec: ArchSpec | None = None, *, seeds: int = 4, sequences: int = 2,
     from ..theory import depth, diagram
 
     spec = _spec(spec, fields)
+    fx = None
+    if methods is not None:
+        from ..models.methods.stack import fix_spec
+
+        fx = fix_spec(spec, methods, method_params, seed=seed, rho0=rho0)
+        spec = fx.spec
     m = run(spec, seeds=seeds, sequences=sequences, input=input,
             rho0=spec.rho0 if rho0 is None else rho0, seed=seed,
-            dtype=torch.float64 if float64 else torch.float32, grads=grads)
+            dtype=torch.float64 if float64 else torch.float32, grads=grads,
+            build=None if fx is None else fx.build)
     given = spec.rho0 if rho0 is None else rho0
     r0 = float(given) if given is not None else min(max(m.rho0, 0.0), 1.0)
     theory = depth.propagate(spec, rho0=r0, asymptotic=asymptotic)
@@ -63,4 +75,4 @@ def measure(spec: ArchSpec | None = None, *, seeds: int = 4, sequences: int = 2,
         verdict=depth.verdict(spec, theory, rho0=r0, asymptotic=asymptotic),
         alpha_crit=finite_or_none(diagram.alpha_crit(spec, rho0=r0, asymptotic=asymptotic)[0]),
         rho0=r0, max_abs_error=compare(theory, m.trajectory), seconds=m.seconds,
-        info=dict(m.info))
+        info={**m.info, **({"methods": fx.to_dict()} if fx is not None else {})})

@@ -49,14 +49,22 @@ def finite_or_none(x: float) -> float | None:
 
 
 def predict(spec: ArchSpec | None = None, *, rho0: float | None = None,
-            asymptotic: bool = False, **fields: Any) -> Prediction:
+            asymptotic: bool = False, methods: str | list[str] | None = None,
+            method_params: dict[str, dict[str, Any]] | None = None, seed: int = 0,
+            **fields: Any) -> Prediction:
     """Theory for ``spec`` (default: BERT-base as HuggingFace initialises it); keyword
     ``fields`` override the spec's (``predict(depth=48, beta=0.5)``). ``rho0``: the input
     cosine (default the spec's, else 0); ``asymptotic``: the T -> infinity limit instead of
-    finite T. Bad values raise :class:`~sigprop.spec.SpecError` naming the field."""
+    finite T. ``methods``: registered fixes applied to sigprop's stack of the spec first
+    (:func:`sigprop.models.methods.stack.fix_spec`; ``seed``: the draw sigma-reparam reads).
+    Bad values raise :class:`~sigprop.spec.SpecError` naming the field."""
     from ..theory import depth, diagram
 
     spec = _spec(spec, fields)
+    if methods is not None:
+        from ..models.methods.stack import fix_spec
+
+        spec = fix_spec(spec, methods, method_params, seed=seed, rho0=rho0).spec
     r0 = spec.rho_init if rho0 is None else float(rho0)
     traj = depth.propagate(spec, rho0=r0, asymptotic=asymptotic)
     return Prediction(spec=spec, trajectory=traj,

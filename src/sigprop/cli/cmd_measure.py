@@ -13,6 +13,8 @@ from .common import (
     FormatOpt,
     NoTimingOpt,
     SeedOpt,
+    StackMethodOpt,
+    StackParamOpt,
     WideOpt,
     _emit_json,
     _timing,
@@ -20,6 +22,7 @@ from .common import (
     fail,
     fail_spec,
     spec_command,
+    stack_methods,
     write_figure,
 )
 
@@ -33,17 +36,22 @@ def measure(spec: ArchSpec,
             grads: bool = typer.Option(False, "--grads", help="also Q/V gradient norms"),
             float64: bool = typer.Option(False, "--float64", help="simulate in float64"),
             asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatOpt,
-            seed: int = SeedOpt, no_timing: bool = NoTimingOpt, wide: bool = WideOpt) -> None:
+            seed: int = SeedOpt, no_timing: bool = NoTimingOpt, wide: bool = WideOpt,
+            method: str | None = StackMethodOpt, param: list[str] | None = StackParamOpt
+            ) -> None:
     """Theory and simulation side by side: S seeds x B sequences through the torch model."""
     from .. import trajectory
     from ..analysis.measure import measure as run
 
     check_figure_path("--plot", plot)
+    names, params = stack_methods(method, param)
     try:  # theory at --rho0, else at the measured input cosine
         m = run(spec, seeds=seeds, sequences=sequences, input=input, seed=seed,
-                float64=float64, grads=grads, asymptotic=asymptotic)
+                float64=float64, grads=grads, asymptotic=asymptotic, methods=names,
+                method_params=params)
     except SpecError as err:
         fail_spec(err)
+    spec = m.spec
     traj, verdict, a_crit, agreement, rho0 = (m.trajectory, m.verdict, m.alpha_crit,
                                               m.max_abs_error, m.rho0)
     if plot:

@@ -12,23 +12,35 @@ from .common import (
     Fmt,
     FormatOpt,
     SeedOpt,
+    StackMethodOpt,
+    StackParamOpt,
     WideOpt,
     _emit_json,
     check_figure_path,
     fail,
+    fail_spec,
     spec_command,
+    stack_methods,
     write_figure,
 )
 
 
 @spec_command
 def predict(spec: ArchSpec, asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatOpt,
-            seed: int = SeedOpt, wide: bool = WideOpt) -> None:
+            seed: int = SeedOpt, wide: bool = WideOpt,
+            method: str | None = StackMethodOpt, param: list[str] | None = StackParamOpt
+            ) -> None:
     """Theory trajectory (cos, q, ipr, entropy, wmax per layer), verdict and alpha_crit."""
     from .. import trajectory
     from ..analysis.predict import predict as run
+    from ..spec import SpecError
 
-    p = run(spec, asymptotic=asymptotic)
+    names, params = stack_methods(method, param)
+    try:
+        p = run(spec, asymptotic=asymptotic, methods=names, method_params=params, seed=seed)
+    except SpecError as err:
+        fail_spec(err)
+    spec = p.spec
     traj, verdict, a_crit, derived = p.trajectory, p.verdict, p.alpha_crit, p.derived
     if fmt == Fmt.json:
         _emit_json({"spec": spec.to_dict(), "derived": derived, "rows": trajectory.to_rows(traj),

@@ -229,6 +229,26 @@ def spec_command(fn):
 
 
 FormatOpt = typer.Option(Fmt.table, "--format", help="output format")
+StackMethodOpt = typer.Option(None, "--method", help="registered fix(es) applied to sigprop's "
+                              "stack of the spec first, comma-separated (sigprop fix --list)")
+StackParamOpt = typer.Option(None, "--param", help="a method parameter, METHOD.NAME=VALUE "
+                             "(repeatable; with --method)")
+
+
+def stack_methods(method: str | None, param: list[str] | None):
+    """``--method`` / ``--param`` of a spec command: (names, parameters) or (None, None);
+    bad input exits 2 with one line."""
+    if method is None:
+        if param:
+            fail("--param: needs --method")
+        return None, None
+    from ..models.methods import parse_methods, parse_params
+
+    try:
+        names = parse_methods(method)
+        return names, parse_params(param, names)
+    except SpecError as err:
+        fail_spec(err)
 AsymptoticOpt = typer.Option(False, "--asymptotic", help="T -> inf theory (docs/theory.md §2.2)")
 SeedOpt = typer.Option(0, "--seed", help="randomness seed, 0 <= seed < 2^63",
                        callback=_check_seed)

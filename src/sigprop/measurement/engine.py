@@ -77,9 +77,12 @@ def _grad_norms(model, x, seed: int) -> dict[str, torch.Tensor]:
 
 def measure(spec: ArchSpec, *, seeds: int = 4, sequences: int = 2, input: str = "rho",
             rho0: float | None = None, seed: int = 0, dtype: torch.dtype = torch.float32,
-            grads: bool = False, stable_rank: bool = True) -> Measurement:
+            grads: bool = False, stable_rank: bool = True, build=None) -> Measurement:
     """Measure cos, q, stable_rank (layers 0..L) and ipr, ipr_cross, entropy, wmax (and
-    optionally grad_qk, grad_v) of layers 1..L, as Trajectory rows with source ``measured``."""
+    optionally grad_qk, grad_v) of layers 1..L, as Trajectory rows with source ``measured``.
+    ``build``: the stack's constructor (default :class:`~sigprop.nn.SigpropTransformer`;
+    a fixed stack's :meth:`~sigprop.models.methods.stack.StackFix.model`), called as
+    ``build(spec, n_seeds=, seed=, dtype=, embeddings=)``."""
     import time
 
     from .. import trajectory
@@ -96,7 +99,8 @@ def measure(spec: ArchSpec, *, seeds: int = 4, sequences: int = 2, input: str = 
                  shrink={"seq_len": 2, "sequences": 1, "seeds": 1})
     t0 = time.perf_counter()
     x, vocab = make_inputs(spec, input, sequences, rho0=rho0, seed=seed)
-    model = SigpropTransformer(spec, n_seeds=seeds, seed=seed, dtype=dtype, embeddings=vocab)
+    model = (build or SigpropTransformer)(spec, n_seeds=seeds, seed=seed, dtype=dtype,
+                                          embeddings=vocab)
     with torch.no_grad():
         out = model(x if vocab is not None else x.to(dtype), return_hidden=True,
                     return_stats=True)
