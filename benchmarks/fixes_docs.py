@@ -5,6 +5,12 @@ benchmarks/results/fixes_<model>.json and a Markdown table written between the p
 
     python benchmarks/fixes_docs.py                 # bert-deep-48 at T 128, gpt2 at T 256
     python benchmarks/fixes_docs.py --quick         # a small BERT config (seconds)
+    python benchmarks/fixes_docs.py --train         # bert-tiny-collapse, T 64, 200 steps each
+    python benchmarks/fixes_docs.py --render        # the page's tables from the saved JSON
+
+``--train`` writes benchmarks/results/fixes_bert-tiny-collapse_train.json (the JSON of
+``sigprop fix bert-tiny-collapse --compare all --seq-len 64 --train-steps 200 --format
+json``) and its table between ``<!-- fixes-train:start -->`` / ``end``.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "fixes.md"
 RESULTS = ROOT / "benchmarks" / "results"
 CASES = (("bert-deep-48", 128), ("gpt2", 256))
+TRAIN = ("bert-tiny-collapse", 64, 200)
 
 
 def _f(x) -> str:
@@ -55,10 +62,60 @@ def table(c: dict) -> str:
             + "\n".join(lines) + "\n")
 
 
+def train_table(c: dict) -> str:
+    """The training comparison: per fix its measured verdict at init and the loss gain after
+    the steps (nats below the unigram baseline), in the comparison's rank order."""
+    b = c["baseline"]
+    lines = [f"| *baseline* | | {_f(b['measured']['cos_final'])} | {b['verdict']} | "
+             f"{_f(b.get('train_gain'))} |"]
+    for r in c["methods"]:
+        ps = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                       for k, v in r["params"].items())
+        if r["error"]:
+            lines.append(f"| {r['method']} | | | n/a: {r['error']} | |")
+            continue
+        lines.append(f"| {r['method']} | {ps} | {_f(r['measured']['cos_final'])} | "
+                     f"{r['verdict']} | {_f(r.get('train_gain'))} |")
+    ok = [r for r in c["methods"] if not r["error"] and r["verdict"] == "trainable"]
+    below = all(r["train_gain"] is not None and b.get("train_gain") is not None
+                and b["train_gain"] < r["train_gain"] for r in ok)
+    secs = f", {c['seconds'] / 60:.0f} min on 2 cores" if c.get("seconds") else ""
+    return (f"**{c['model']}**, T = {c['seq_len']}, {c.get('train_steps', TRAIN[2])} steps "
+            f"per fix{secs}: the baseline's gain is "
+            f"{'below' if below else 'NOT below'} every fix measured trainable "
+            f"({len(ok)} of them).\n\n"
+            "| fix | parameters | measured cos | verdict | loss gain (nats) |\n"
+            "|---|---|---|---|---|\n" + "\n".join(lines) + "\n")
+
+
+def _replace(text: str, marker: str, block: str) -> str:
+    return re.sub(rf"(<!-- {marker}:start -->\n).*?(<!-- {marker}:end -->)",
+                  lambda m: m.group(1) + block + m.group(2), text, flags=re.S)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--train", action="store_true")
+    ap.add_argument("--render", action="store_true")
     args = ap.parse_args()
+    if args.train or args.render:
+        path = RESULTS / f"fixes_{TRAIN[0]}_train.json"
+        if args.train:
+            t0 = time.perf_counter()
+            c = compare(TRAIN[0], "all", seq_len=TRAIN[1], train_steps=TRAIN[2])
+            d = {**c.to_dict(), "seconds": round(time.perf_counter() - t0, 1),
+                 "train_steps": TRAIN[2]}
+            path.write_text(json.dumps(d, indent=1, default=str) + "\n")
+        text = PAGE.read_text()
+        if path.exists():
+            text = _replace(text, "fixes-train", train_table(json.loads(path.read_text())))
+        if args.render:
+            parts = [table(json.loads((RESULTS / f"fixes_{m}.json").read_text()))
+                     for m, _ in CASES if (RESULTS / f"fixes_{m}.json").exists()]
+            text = _replace(text, "fixes-table", "\n".join(parts) + f"\nRanking: {RANKING}.\n")
+        PAGE.write_text(text)
+        return
     cases = CASES
     if args.quick:
         from sigprop.models.presets import PRESETS, shrink
@@ -80,10 +137,7 @@ def main() -> None:
     if args.quick:
         print(block)
         return
-    text = PAGE.read_text()
-    new = re.sub(r"(<!-- fixes-table:start -->\n).*?(<!-- fixes-table:end -->)",
-                 lambda m: m.group(1) + block + m.group(2), text, flags=re.S)
-    PAGE.write_text(new)
+    PAGE.write_text(_replace(PAGE.read_text(), "fixes-table", block))
 
 
 if __name__ == "__main__":
