@@ -6,8 +6,6 @@ simulation of each fixed stack agree."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -100,30 +98,32 @@ def test_fixed_stack_theory_matches_its_simulation(name):
     assert m.max_abs_error["entropy"] < 0.03, m.max_abs_error
 
 
-def run(*args):
-    return subprocess.run([sys.executable, "-m", "sigprop", *args], capture_output=True,
-                          text=True, timeout=300)
-
-
 def test_cli_predict_and_measure_take_methods():
+    """In process (typer's runner; the shell path of these options is common.stack_methods,
+    shared with every spec command): JSON with the fixed spec, and one-line exit-2 errors."""
+    from typer.testing import CliRunner
+
+    from sigprop.cli import app
+
+    runner = CliRunner()
     base = ["--depth", "4", "--d-model", "64", "--heads", "4", "--seq-len", "16"]
-    r = run("predict", *base, "--method", "deepnorm", "--format", "json")
-    assert r.returncode == 0, r.stderr
+    r = runner.invoke(app, ["predict", *base, "--method", "deepnorm", "--format", "json"])
+    assert r.exit_code == 0, r.output
     lay = json.loads(r.stdout)["spec"]["layers"]
     small = ArchSpec(depth=4, d_model=64, heads=4, seq_len=16)
     assert len(lay) == 4 and lay[0]["var_v"] == pytest.approx(
         small.var_v * (8 * 4) ** -0.5, rel=1e-9)   # deepnorm beta^2 = (8 L)^-1/2
-    r = run("measure", *base, "--seeds", "1", "--sequences", "1", "--method", "depth-mup",
-            "--param", "a=2", "--format", "json", "--no-timing")
-    assert r.returncode == 0, r.stderr
+    r = runner.invoke(app, ["measure", *base, "--seeds", "1", "--sequences", "1", "--method",
+                            "depth-mup", "--param", "a=2", "--format", "json", "--no-timing"])
+    assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["methods"]["methods"][0]["params"] == {"a": 2.0}
     for args, needle in ((["--method", "softcap"], "--method: softcap"),
                          (["--param", "a=1"], "--param: needs --method"),
                          (["--method", "nope"], "--method")):
-        r = run("predict", *base, *args)
-        assert r.returncode == 2 and needle in r.stderr and "Traceback" not in r.stderr, \
-            r.stderr
-        assert len(r.stderr.strip().splitlines()) == 1
+        r = runner.invoke(app, ["predict", *base, *args])
+        err = r.stderr if r.stderr_bytes is not None else r.output
+        assert r.exit_code == 2 and needle in err and "Traceback" not in err, err
+        assert len(err.strip().splitlines()) == 1
 
 
 def test_torch_is_deterministic_under_the_seed():
