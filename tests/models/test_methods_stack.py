@@ -117,6 +117,9 @@ def test_cli_predict_and_measure_take_methods():
                             "depth-mup", "--param", "a=2", "--format", "json", "--no-timing"])
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["methods"]["methods"][0]["params"] == {"a": 2.0}
+    r = runner.invoke(app, ["measure", *base, "--seeds", "1", "--sequences", "1", "--method",
+                            "deepnorm"])
+    assert r.exit_code == 0 and "fix deepnorm: W_V, W_O, MLP x beta" in r.stdout, r.output
     for args, needle in ((["--method", "softcap"], "--method: softcap"),
                          (["--param", "a=1"], "--param: needs --method"),
                          (["--method", "nope"], "--method")):

@@ -67,8 +67,12 @@ def measure(spec: ArchSpec,
         traj.drop(columns=[c for c in traj.columns if c.startswith("spec.")]).to_csv(
             sys.stdout, index=False)
     else:
-        from ..report import console
+        from ..report import console, tables
 
+        if "methods" in m.info:  # what --method changed in the stack, before its table
+            out = tables.console(wide)
+            for line in m.info["methods"]["changes"]:
+                out.print(f"fix {line}", markup=False, highlight=False)
         console.print_measurement(spec, traj, agreement, verdict, m, wide=wide)
 
 
