@@ -35,6 +35,11 @@ def _f(x) -> str:
     return "" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:.3f}"
 
 
+def _params(r: dict) -> str:
+    return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
+                     for k, v in r["params"].items())
+
+
 def table(c: dict) -> str:
     """A Markdown table of one comparison (``FixComparison.to_dict()``, the JSON of ``sigprop fix
     MODEL --compare all --format json``)."""
@@ -46,13 +51,11 @@ def table(c: dict) -> str:
              f"{_f(b['measured']['entropy_min'])} | {_f(b['measured']['entropy_median'])} | "
              f"{b['verdict']} |"]
     for r in c["methods"]:
-        ps = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                       for k, v in r["params"].items())
         if r["error"]:
             lines.append(f"| {r['method']} | | | | | | n/a: {r['error']} |")
             continue
         m, p = r["measured"], r["predicted"] or {}
-        lines.append(f"| {r['method']} | {ps} | {_f(m['cos_final'])} | "
+        lines.append(f"| {r['method']} | {_params(r)} | {_f(m['cos_final'])} | "
                      f"{_f(p.get('cos_final'))} | {_f(m['entropy_min'])} | "
                      f"{_f(m['entropy_median'])} | {r['verdict']} |")
     rec = c["recommendation"]
@@ -69,12 +72,10 @@ def train_table(c: dict) -> str:
     lines = [f"| *baseline* | | {_f(b['measured']['cos_final'])} | {b['verdict']} | "
              f"{_f(b.get('train_gain'))} |"]
     for r in c["methods"]:
-        ps = ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}"
-                       for k, v in r["params"].items())
         if r["error"]:
             lines.append(f"| {r['method']} | | | n/a: {r['error']} | |")
             continue
-        lines.append(f"| {r['method']} | {ps} | {_f(r['measured']['cos_final'])} | "
+        lines.append(f"| {r['method']} | {_params(r)} | {_f(r['measured']['cos_final'])} | "
                      f"{r['verdict']} | {_f(r.get('train_gain'))} |")
     ok = [r for r in c["methods"] if not r["error"] and r["verdict"] == "trainable"]
     below = all(r["train_gain"] is not None and b.get("train_gain") is not None
