@@ -184,3 +184,20 @@ def test_chunks_on_two_workers_equal_one_thread_bit_for_bit(causal):
     assert one.keys() == two.keys() and "_probs" in one
     for key in one:
         assert torch.equal(one[key], two[key]), key
+
+
+def test_map_tasks_keeps_order_and_reraises_a_worker_error():
+    """The worker pool behind the recompute: results in task order on two workers, and an
+    error raised in either worker reaches the caller (not a None result left behind)."""
+    from sigprop.measurement._threads import map_tasks
+
+    assert map_tasks(lambda a, b: a * b, [(i, i + 1) for i in range(9)], 2) == \
+        [i * (i + 1) for i in range(9)]
+
+    def fail_on_5(i):
+        if i == 5:
+            raise ValueError("task 5")
+        return i
+
+    with pytest.raises(ValueError, match="task 5"):
+        map_tasks(fail_on_5, [(i,) for i in range(9)], 2)

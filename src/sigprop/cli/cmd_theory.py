@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from ..spec import ArchSpec
+from ..spec import ArchSpec, SpecError
 from .common import (
     AsymptoticOpt,
     Fmt,
@@ -33,8 +33,6 @@ def predict(spec: ArchSpec, asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatO
     """Theory trajectory (cos, q, ipr, entropy, wmax per layer), verdict and alpha_crit."""
     from .. import trajectory
     from ..analysis.predict import predict as run
-    from ..spec import SpecError
-
     names, params = stack_methods(method, param)
     try:
         p = run(spec, asymptotic=asymptotic, methods=names, method_params=params, seed=seed)

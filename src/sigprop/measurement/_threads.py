@@ -4,12 +4,14 @@ Used by streaming, spectra and training: torch's own intra-op pool is set to ``t
 (restored after), and denormals can be flushed to zero meanwhile (reset to False after:
 torch has no getter for the flag). :func:`run_workers` runs ``work`` in ``n`` threads (the
 caller's included) with torch at one intra-op thread each; ``work`` collects its own errors.
+:func:`map_tasks` is the simplest use of it: independent tasks, results in task order, the
+first error re-raised.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import contextmanager
 
 import torch
@@ -38,3 +40,30 @@ def run_workers(work: Callable[[], None], n: int, flush_denormal: bool = False) 
         work()
         for th in pool:
             th.join()
+
+
+def map_tasks(fn: Callable, tasks: Sequence[tuple], n: int) -> list:
+    """``[fn(*t) for t in tasks]`` shared among ``n`` workers (:func:`run_workers`; each takes
+    the next task when done), results in task order whoever ran them; the first error in any
+    worker is re-raised here and stops the others at their next task."""
+    n = max(1, min(int(n), len(tasks)))
+    if n == 1:
+        return [fn(*t) for t in tasks]
+    out: list = [None] * len(tasks)
+    nxt, lock, errors = iter(range(len(tasks))), threading.Lock(), []
+
+    def work():
+        try:
+            while not errors:
+                with lock:
+                    j = next(nxt, None)
+                if j is None:
+                    return
+                out[j] = fn(*tasks[j])
+        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+            errors.append(err)
+
+    run_workers(work, n)
+    if errors:
+        raise errors[0]
+    return out

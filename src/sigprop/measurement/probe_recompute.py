@@ -18,13 +18,12 @@ T5), which is not added (``info["bias"] == "missing"``).
 
 from __future__ import annotations
 
-import threading
 from collections import defaultdict
 
 import torch
 
 from . import observables as obs
-from ._threads import cpu_settings, run_workers
+from ._threads import cpu_settings, map_tasks
 from .probe_sites import AttentionSite
 
 
@@ -204,7 +203,6 @@ class _RecomputeMixin:
         qs, kt = q * scale, k.transpose(-1, -2)
         tasks = [] if al is None and scores_only else [
             (n, h0, min(H, h0 + step)) for n in range(N) for h0 in range(0, H, step)]
-        done: list = [None] * len(tasks)
 
         def chunk(n, h0, h1):
             out = {}
@@ -228,21 +226,8 @@ class _RecomputeMixin:
             out.update(stats)
             return out
 
-        workers = min(workers, len(tasks)) if q.device.type == "cpu" else 1
-        if workers > 1:  # chunks on single-threaded workers (module docstring of _threads)
-            nxt = iter(range(len(tasks)))
-            lock = threading.Lock()
-
-            def work():
-                while True:
-                    with lock:
-                        j = next(nxt, None)
-                    if j is None:
-                        return
-                    done[j] = chunk(*tasks[j])
-            run_workers(work, workers)
-        else:
-            done = [chunk(*t) for t in tasks]
+        # chunks on single-threaded workers (a GPU takes them one after another)
+        done = map_tasks(chunk, tasks, workers if q.device.type == "cpu" else 1)
         for got in done:
             for key, v in got.items():
                 parts[key].append(v)

@@ -253,7 +253,7 @@ class BatchedAttention(nn.Module):
         cache, where the whole (S, B, H, T, T) maps took a fresh allocation (page faults) and
         a pass over memory per step (the engine benchmark, 8 x 4 x 4 heads x 256^2 per layer:
         the forward ~1.2x faster). Same arithmetic per map as the unchunked path: the results
-        agree to float32 roundoff (tests/nn/test_attention.py)."""
+        agree to float32 roundoff (tests/nn/test_model.py)."""
         S, H, dh = self.n_seeds, self.heads, self.d_head
         q = self._heads(x2, self.w_q, B, T).reshape(S * B, H, T, dh)
         k = self._heads(x2, self.w_k, B, T).reshape(S * B, H, T, dh)

@@ -46,7 +46,7 @@ from .base import (
     register,
     theory_spec,
 )
-from .parts import block_parts
+from .parts import block_parts, weight_of
 
 __all__ = ["REGISTRY", "Context", "Effect", "Method", "MethodsReport", "Param", "apply_methods",
            "get", "names", "needs_attention", "parse_methods", "parse_params", "recorded",
@@ -231,9 +231,7 @@ def _shaped_effect(parts, eff: Effect) -> None:
     alphas = []
     for p in parts:
         g = getattr(p.site.module, "sigprop_shape", None) if p.site is not None else None
-        wq = [t[0].weight if t[1] is None else t[0].weight.narrow(
-            t[2], t[1][0], t[1][1] - t[1][0]) for t in p.q]
-        if g is None or any(bool(torch.any(w != 0)) for w in wq) or \
+        if g is None or any(bool(torch.any(weight_of(t) != 0)) for t in p.q) or \
                 not torch.allclose(g[:, 1], g[:, 2]):
             eff.measured_only.append("shaped: W_Q or the gains moved away from init (a "
                                      "softmax mixed into alpha I), outside the theory")

@@ -36,7 +36,9 @@ def remove_norms(parts, effect: Effect | None) -> str:
             p.gate_mlp_at = p.mlp_out
     if effect is not None:
         effect.norm = "none"
-    return f"{n} norm modules removed from the blocks"
+    # no blocks: sigprop's own stack (methods.stack), whose spec alone loses its norms
+    return f"{n} norm modules removed from the blocks" if parts else \
+        "block norms removed (norm = none)"
 
 
 def _factor(ctx) -> float:
