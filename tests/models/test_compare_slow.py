@@ -5,7 +5,7 @@
 * the x10 Q/K BERT-base folder (entropy collapse read from its weights): sigma-reparam,
   qk-norm and softcap each move the measured verdict off entropy_collapse.
 * theory against measurement: every method the theory reaches within THEORY_GAP of the
-  measured final cosine on bert-deep-48 (T 128) and gpt2 (T 256).
+  measured final cosine (mean of 2 seeds) on bert-deep-48 (T 128) and gpt2 (T 256).
 """
 
 from __future__ import annotations
@@ -20,8 +20,10 @@ from sigprop.analysis.compare import compare
 
 pytestmark = pytest.mark.slow
 
-#: theory vs measured final cos (one seed x 2 sequences of built-in text at d 768: the
-#: measured cosine's spread over seeds is ~0.01, the finite-width theory error ~0.01-0.02)
+#: theory vs measured final cos, measured as the mean over 2 seeds x 2 sequences of built-in
+#: text at d 768 (diagnose's default seeds): one seed's final cosine spreads by ~0.015 about
+#: the mean (alpha on bert-deep-48: 0.770, 0.798, 0.797 on seeds 0-2 against the theory's
+#: 0.800, so a single seed can use the whole budget), the finite-width theory error ~0.01-0.02
 THEORY_GAP = 0.03
 
 
@@ -43,8 +45,9 @@ def test_bert_deep_48_compare_acceptance(deep48):
 
 
 @pytest.mark.parametrize("model, T", [("bert-deep-48", 128), ("gpt2", 256)])
-def test_theory_tracks_every_method_it_reaches(model, T, deep48):
-    c = deep48[0] if model == "bert-deep-48" else compare(model, "all", seq_len=T)
+def test_theory_tracks_every_method_it_reaches(model, T):
+    c = compare(model, "all", seq_len=T, seeds=2)
+    assert c.seeds == 2
     gaps = {r.method: abs(r.predicted["cos_final"] - r.measured["cos_final"])
             for r in c.rows if r.error is None and r.predicted is not None}
     assert len(gaps) >= 10

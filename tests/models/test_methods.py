@@ -354,11 +354,15 @@ def test_theory_map_matches_the_patched_weights(family, name):
     from sigprop.analysis.diagnose import diagnose
 
     m = _model(family, layers=4)
-    before = diagnose(m, seq_len=16, sequences=1).spec
-    spec_ctx = M.context_for(m, before)
+    d0 = diagnose(m, seq_len=16, sequences=1)
+    before = d0.spec
+    spec_ctx = M.context_for(m, before, embed_q=d0.embed_q)
     rep = M.apply_methods(m, [name], {}, spec_ctx)
     after = diagnose(m, seq_len=16, sequences=1).spec
     assert after.norm == rep.after.norm
+    assert (after.q0 is None) == (rep.after.q0 is None)
+    if after.q0 is not None:  # norms removed from a pre-LN stack: absolute units from q0
+        assert rep.after.q0 == pytest.approx(after.q0, rel=1e-6)
     for i, (want, got) in enumerate(zip(rep.after.layers, after.layers, strict=True)):
         assert np.allclose(want.sigma_s, got.sigma_s, rtol=1e-4), (name, i)
         assert want.var_v == pytest.approx(got.var_v, rel=1e-4)
@@ -367,3 +371,25 @@ def test_theory_map_matches_the_patched_weights(family, name):
         assert want.var_w_out == pytest.approx(got.var_w_out, rel=1e-4), (name, i)
     if name == "tfixup":
         assert rep.after.norm == "none"
+
+
+@pytest.mark.parametrize("name", ["tfixup", "rezero"])
+def test_norms_removed_from_a_pre_ln_stack_start_from_the_measured_embedding_norm(name):
+    """A pre-LN spec holds its branch variances in units of the embeddings' q0 (scale-free
+    under the norms). Without the norms the branches read the raw stream, here q0 ~ 4e-4
+    (Llama's embeddings, std 0.02): the theory must start there, where the branches are
+    small and near-linear, not at q = 1. Measured against the prediction at d 128, T 64,
+    6 blocks, 2 sequences: the final cos moves by < 1e-3 from the input's, so 0.005 is
+    several times the finite-d spread; the prediction from q = 1 missed by 0.05 (T-Fixup)."""
+    from sigprop.analysis.diagnose import diagnose
+    from sigprop.theory import depth
+
+    m = _model("llama-3.2-1b", layers=6, hidden=128, heads=4, intermediate=512)
+    d0 = diagnose(m, seq_len=64, sequences=2, recommendations=False)
+    assert d0.spec.norm == "pre" and 1e-4 < d0.embed_q < 1e-3
+    rep = M.apply_methods(m, [name], {}, M.context_for(m, d0.spec, d0.rho0, d0.embed_q))
+    assert rep.after.norm == "none" and rep.after.q0 == pytest.approx(d0.embed_q)
+    t = diagnose(m, seq_len=64, sequences=2, recommendations=False).trajectory
+    meas = t[(t.source == "measured") & (t.observable == "cos") & (t.layer == 6)].value.mean()
+    pred = float(depth.final_cos(rep.after, rho0=d0.rho0))
+    assert abs(pred - float(meas)) < 0.005, (pred, meas)

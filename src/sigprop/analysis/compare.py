@@ -204,7 +204,7 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
                                  vocab_size=_vocab(config, base)).to(device)
         if folder is not None:
             hf.load_local_weights(built, folder)
-        ctx = M.context_for(built, spec, rho0)
+        ctx = M.context_for(built, spec, rho0, base.embed_q)
         for name in names:
             if name in rows and rows[name].error is not None:
                 continue

@@ -83,6 +83,21 @@ class Diagnosis(Result):
     #: per layer: ipr, ipr_cross, entropy, wmax, sigma_s over the encoder positions), else None
     cross: Any = None
 
+    @property
+    def embed_q(self) -> float | None:
+        """The first block's input squared norm per dimension as measured (mean over the
+        seeds), None when not measured: the unit of a pre-LN spec's branch variances."""
+        return measured_q0(self.trajectory)
+
+
+def measured_q0(traj) -> float | None:
+    """Mean measured ``q`` at layer 0 of a trajectory table; None when absent or not > 0."""
+    q = traj[(traj.source == "measured") & (traj.observable == "q") & (traj.layer == 0)]
+    if not len(q):
+        return None
+    v = float(q["value"].mean())
+    return v if math.isfinite(v) and v > 0 else None
+
 
 def available_memory() -> float:
     """Bytes available now (:func:`sigprop.measurement.memory.available`; a module attribute so
@@ -491,7 +506,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                              f"cos={mem['memory_rho']:.3g})")
         spec = _weights_spec(spec, table, meas, notes, mem)
         if runtime is not None:  # recorded `sigprop fix` methods beyond the weights
-            spec = _with_runtime(spec, runtime, notes)
+            spec = _with_runtime(spec, runtime, notes, measured_q0(meas))
     elif mapped:
         notes.append("theory parameters from the config (initializer_range), not the weights")
     heads = _with_weight_heads(heads, table, spec)
@@ -566,14 +581,15 @@ def _runtime_effect(model, depth: int):
     return runtime_effect(model, depth)
 
 
-def _with_runtime(spec: ArchSpec, effect, notes: list[str]) -> ArchSpec:
+def _with_runtime(spec: ArchSpec, effect, notes: list[str], embed_q: float | None = None
+                  ) -> ArchSpec:
     """The weights' spec with the recorded methods' runtime parts (gates, q/k norms, removed
     norms); a note for each part the theory does not reach (its theory rows then ignore
     that part)."""
     from ..models.methods import theory_spec
 
     notes.extend(f"theory without {line}" for line in effect.measured_only)
-    return theory_spec(spec, effect)
+    return theory_spec(spec, effect, embed_q)
 
 
 def _cross_probe(probe):
@@ -810,8 +826,7 @@ def _weights_spec(spec: ArchSpec, table, meas, notes: list[str], memory: dict | 
 
     layers = table.layers
     extra = dict(memory) if memory and any(x.cross_sigma_s is not None for x in layers) else {}
-    q0 = meas[(meas.observable == "q") & (meas.layer == 0)]["value"]
-    q0 = float(q0.iloc[0]) if len(q0) and float(q0.iloc[0]) > 0 else 1.0
+    q0 = measured_q0(meas) or 1.0
     if spec.norm == "pre":
         layers = tuple(replace(x, var_o=None if x.var_o is None else x.var_o / q0,
                                var_w_out=x.var_w_out / q0,
@@ -1020,7 +1035,8 @@ def fix(model: str, out, *, beta: float | None = None, alpha_attn: float | str |
                               seq_len=before.spec.seq_len, rho0=before.rho0, spec=per_layer)
     if names:
         start = report.after if report is not None else before.spec
-        mrep = M.apply_methods(m, names, given, M.context_for(m, start, before.rho0))
+        mrep = M.apply_methods(m, names, given, M.context_for(m, start, before.rho0,
+                                                              before.embed_q))
         after_spec = mrep.after
         pred_after = ({"final_cos": float(depth.final_cos(after_spec, rho0=before.rho0)),
                        "verdict": depth.verdict(after_spec, rho0=before.rho0)}

@@ -122,8 +122,10 @@ class MethodsReport:
                 "measured_only": list(self.effect.measured_only), "notes": self.notes}
 
 
-def context_for(model, spec: ArchSpec, rho0: float | None = None) -> Context:
-    """The :class:`Context` of an HF model whose (per-layer) spec is ``spec``."""
+def context_for(model, spec: ArchSpec, rho0: float | None = None,
+                embed_q: float | None = None) -> Context:
+    """The :class:`Context` of an HF model whose (per-layer) spec is ``spec`` (``embed_q``:
+    its first block's measured input q, :attr:`Context.embed_q`)."""
     cfg = getattr(model, "config", None)
     enc = dec = 0
     if getattr(cfg, "is_encoder_decoder", False):
@@ -131,7 +133,8 @@ def context_for(model, spec: ArchSpec, rho0: float | None = None) -> Context:
         dec = int(getattr(cfg, "decoder_layers", 0) or getattr(cfg, "num_decoder_layers", 0)
                   or enc)
     return Context(spec=spec, rho0=spec.rho_init if rho0 is None else float(rho0),
-                   encoder_depth=enc, decoder_depth=dec)
+                   encoder_depth=enc, decoder_depth=dec,
+                   embed_q=None if embed_q is None else float(embed_q))
 
 
 def apply_methods(model, chosen: list[str], params: dict[str, dict[str, Any]] | None,
@@ -162,7 +165,7 @@ def apply_methods(model, chosen: list[str], params: dict[str, dict[str, Any]] | 
     model.config.sigprop_fix = rec
     if any(get(a["name"]).attention_ops for a in applied):
         set_runtime_attention(model)
-    after = None if effect.measured_only else theory_spec(ctx.spec, effect)
+    after = None if effect.measured_only else theory_spec(ctx.spec, effect, ctx.embed_q)
     return MethodsReport(applied, changes, effect, ctx.spec, after)
 
 

@@ -69,6 +69,10 @@ class Context:
     rho0: float = 0.0
     encoder_depth: int = 0
     decoder_depth: int = 0
+    #: the first block's input squared norm per dimension as measured (a pre-LN ``spec``'s
+    #: branch variances are in its units; :func:`theory_spec` needs it when a method
+    #: removes the norms); None: unknown
+    embed_q: float | None = None
 
     @property
     def depth(self) -> int:
@@ -234,7 +238,7 @@ def needs_attention(config) -> bool:
 # --------------------------------------------------------------------------------------------
 # the theory map
 # --------------------------------------------------------------------------------------------
-def theory_spec(before: ArchSpec, effect: Effect) -> ArchSpec:
+def theory_spec(before: ArchSpec, effect: Effect, embed_q: float | None = None) -> ArchSpec:
     """The per-layer spec after the methods (docs/fixes.md, "what sigprop predicts").
 
     Per block: each head's score std times ``qk`` (or set to ``score_std``; 0 with
@@ -245,10 +249,18 @@ def theory_spec(before: ArchSpec, effect: Effect) -> ArchSpec:
     rescaled by the running product ``s`` of the multipliers, ``x + (g / s) f`` (the final
     norm and every branch's input norm do not see ``s``); no norm: one multiplier for all
     blocks becomes ``alpha``. ``before`` without ``layers`` gets them from its own
-    parameters."""
+    parameters.
+
+    A pre-LN spec carries its branch output variances in units of the embeddings' squared
+    norm q0 (the stream is scale-free under pre-LN; :mod:`sigprop.models.arch`). When the
+    methods take the norms away, the branches read the stream as it is, so with
+    ``embed_q`` (the measured q0) the variances return to absolute units and the first
+    block starts from ``q0 = embed_q``; without it the stream is taken to start at 1."""
     spec = before if before.layers is not None else _with_layers(before)
     L = spec.depth
     norm = effect.norm or spec.norm
+    if spec.norm == "pre" and norm != "pre" and embed_q is not None and spec.q0 is None:
+        spec = _unabsorbed(spec, float(embed_q))
     ga, gm = effect.gate_attn.copy(), effect.gate_mlp.copy()
     la, lm = effect.lam_attn, effect.lam_mlp
     alpha_a, alpha_m = spec.alpha_attn, spec.alpha_mlp
@@ -298,6 +310,19 @@ def theory_spec(before: ArchSpec, effect: Effect) -> ArchSpec:
     if effect.scaling is not None:
         out = out.replace(scaling=effect.scaling[0], scaling_param=effect.scaling[1])
     return out
+
+
+def _unabsorbed(spec: ArchSpec, q0: float) -> ArchSpec:
+    """A pre-LN per-layer ``spec`` (variances in units of the embeddings' q0) in absolute
+    units, starting from ``q0``."""
+    if not (math.isfinite(q0) and q0 > 0):
+        raise SpecError("embed_q", f"must be a positive finite number (got {q0!r})")
+    layers = tuple(replace(
+        x, var_o=None if x.var_o is None else x.var_o * q0, var_w_out=x.var_w_out * q0,
+        cross_var_o=None if x.cross_var_o is None else x.cross_var_o * q0,
+        branch_gain2=None if x.branch_gain2 is None else tuple(g * q0 for g in x.branch_gain2))
+        for x in spec.layers)
+    return spec.replace(layers=layers, q0=q0)
 
 
 def _with_layers(spec: ArchSpec) -> ArchSpec:
