@@ -157,7 +157,9 @@ def test_sigma_reparam_sets_the_spectral_norms(family):
 @pytest.mark.parametrize("depth, causal", [(6, False), (48, False), (12, True)])
 def test_deepnorm_constants_and_weights(depth, causal):
     """alpha = (2N)^1/4, beta = (8N)^-1/4 (encoder-only N, decoder-only M alike); V, O and
-    the MLP weights times beta, and post-LN LN(alpha x + f) folded as O / alpha."""
+    the MLP weights times beta, and post-LN LN(alpha x + f) moved onto the branches as a
+    constant gate 1 / alpha on O and the MLP's output (a buffer: not trained, not in the
+    weights)."""
     fam = "gpt2" if causal else "bert-base-uncased"
     m = _model(fam, layers=depth)
     spec, _ = hf.spec_and_info(m.config, 16)
@@ -172,8 +174,11 @@ def test_deepnorm_constants_and_weights(depth, causal):
     for new, old in zip(block_parts(m), block_parts(ref), strict=True):
         assert torch.allclose(weight_of(new.v[0]), b * weight_of(old.v[0]))
         assert torch.allclose(weight_of(new.q[0]), weight_of(old.q[0]))
-        assert torch.allclose(new.o.weight, b / a * old.o.weight)  # post-LN fold
-        assert torch.allclose(new.mlp_out.weight, b / a * old.mlp_out.weight)
+        for mod, was in ((new.o, old.o), (new.mlp_out, old.mlp_out)):
+            assert torch.allclose(mod.weight, b * was.weight)
+            gate = mod.sigprop_gate
+            assert not isinstance(gate, torch.nn.Parameter)
+            assert float(gate) == pytest.approx(1 / a, rel=1e-6)
 
 
 def test_deepnorm_post_ln_forward_is_ln_of_alpha_x_plus_f():
@@ -234,9 +239,14 @@ def test_skipinit_and_depth_mup_multipliers():
     m = _model("gpt2", layers=8)
     ref = copy.deepcopy(m)
     _apply(m, ["depth-mup"])
+    g = torch.Generator().manual_seed(0)
     for new, old in zip(block_parts(m), block_parts(ref), strict=True):  # pre-LN: a / sqrt L
-        assert torch.allclose(new.o.weight, old.o.weight / math.sqrt(8))
-        assert torch.allclose(new.mlp_out.weight, old.mlp_out.weight / math.sqrt(8))
+        for mod, was in ((new.o, old.o), (new.mlp_out, old.mlp_out)):
+            assert torch.equal(mod.weight, was.weight)  # a constant gate, not in the weights
+            assert "sigprop_gate" not in dict(mod.named_parameters())
+            x = torch.randn(3, mod.weight.shape[0], generator=g)  # GPT-2's Conv1D: (in, out)
+            with torch.no_grad():
+                assert torch.allclose(mod(x), was(x) / math.sqrt(8), atol=1e-7)
     spec, _ = hf.spec_and_info(m.config, 16)
     assert M.get("skipinit").resolve(M.Context(spec=spec))["alpha"] == pytest.approx(0.25)
 

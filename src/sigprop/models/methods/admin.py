@@ -3,8 +3,9 @@ number ``n`` of residual branches (``2 x blocks``), as in the authors' package (
 default, "O(log n)" output change): ``omega = sqrt((n + 1) / ln(n + 1) - 1)`` (Liu et al.,
 EMNLP 2020; docs/fixes.md). Their original recipe profiles a per-branch omega from the
 stream's variance on one batch; the closed form is the package's. ``omega`` is moved onto the
-branches by LayerNorm's scale invariance (:mod:`.residual`), folded into the output
-projections.
+branches by LayerNorm's scale invariance (:mod:`.residual`), as a constant gate ``1/omega`` on
+the output projections (a forward-pass change: recorded and restored by sigprop's loader;
+folded into the weights it would train differently).
 
 Theory: the residual multiplier ``omega`` on both branches.
 """
@@ -29,6 +30,7 @@ class Admin(Method):
     cite = "Liu et al., EMNLP 2020"
     acts = "residual: LN(omega x + f(x))"
     theory = "residual"
+    runtime = True
     params = (Param("omega", "residual multiplier (default sqrt((n+1)/ln(n+1) - 1), n = 2L)",
                     omega, lo=1e-3, hi=1e3),)
 

@@ -5,8 +5,9 @@ the authors' code (microsoft/torchscale): encoder-only of N layers ``alpha = (2N
 encoder-decoder model the encoder ``0.81 (N^4 M)^1/16``, ``0.87 (N^4 M)^-1/16`` and the
 decoder ``(3M)^1/4``, ``(12M)^-1/4``. As in that code the model's own initialisation is
 divided (weights and biases; Q, K and the embeddings untouched). ``alpha`` multiplies the
-stream; LayerNorm's scale invariance moves it onto the branches (:mod:`.residual`), folded
-into the output projections, so a plain ``from_pretrained`` reproduces the model.
+stream; LayerNorm's scale invariance moves it onto the branches (:mod:`.residual`) as a
+constant gate on the output projections, recorded and restored by sigprop's loader (beta,
+an initialisation, is in the weights).
 
 Theory: per-layer V, O and MLP variances times ``beta^2`` and the residual multiplier
 ``alpha`` (:func:`.base.theory_spec`).
@@ -37,6 +38,7 @@ class DeepNorm(Method):
     cite = "Wang et al. 2022 (DeepNet)"
     acts = "residual: LN(alpha x + f(x)); beta on V, O, MLP"
     theory = "residual"
+    runtime = True
     params = (Param("alpha", "residual multiplier (default by depth)",
                     lambda ctx: constants(ctx)[0], lo=1e-3, hi=1e3),
               Param("beta", "scale of W_V, W_O and the MLP weights (default by depth)",

@@ -3,7 +3,7 @@ k / N`` (Kedia et al., ICML 2024; docs/fixes.md), N the number of blocks, k = 2 
 The paper also states weight variances for its own stack; they are not applied here (the
 model keeps its initialisation; only the residual scaling, the method's core, is). Both
 multipliers are constants: the stream's moves onto the branches by the norm's scale
-invariance and everything is folded into the output projections (:mod:`.residual`).
+invariance and both act as constant gates on the output projections (:mod:`.residual`).
 
 Theory: residual multiplier ``lambda`` and branch gate ``beta`` on both branches.
 """
@@ -24,6 +24,7 @@ class DeepScaleLM(Method):
     cite = "Kedia et al., ICML 2024"
     acts = "residual: lambda x + beta f(x), lambda^2 + beta^2 = 1"
     theory = "residual"
+    runtime = True
     params = (Param("k", "beta^2 = k / N", 2.0, lo=0.0, hi=1e4),)
 
     def validate(self, ctx, params):
