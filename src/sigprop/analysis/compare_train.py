@@ -10,8 +10,13 @@ trained alike: 0.31-0.40 nats against the baseline's 0.36 after 200 steps.) The 
 built from that config with its own init under the seed, the fix applied exactly as on the
 full model, and a linear readout added with the unigram log frequencies as its bias (as
 ``sigprop train --bias-init unigram``). Task: masked-token prediction for an encoder,
-next-token prediction for a causal stack. Training: AdamW, lr 2e-3, batch 32, gradient norm
-clipped at 1, torch's threads. The gain is the unigram baseline's loss minus the fixed evaluation
+next-token prediction for a causal stack. Training: AdamW, lr 5e-4, batch 32, gradient norm
+clipped at 1, torch's threads. The learning rate, measured on bert-tiny-collapse (24 post-LN
+blocks, 200 steps): at 2e-3 Admin, which keeps the post-LN blocks and only rescales the
+branches, stayed at the unigram level, its first block's gradient falling to ~1e-4 of the
+last block's within 150 steps; at 5e-4 Admin, Depth-muP and DeepScaleLM learn 0.19-0.20
+nats (at 1e-3: 0.07-0.24) and ReZero, SkipInit and DeepNorm 0.14-0.19 (at 1e-3: 0.26-0.34,
+at 2e-3: 0.24-0.48); the baseline stays at -0.002 at all three. The gain is the unigram baseline's loss minus the fixed evaluation
 set's loss after K steps (nats; positive: learned something beyond token frequencies).
 """
 
@@ -24,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-WIDTH, HEADS, MAX_T, BATCH, LR = 64, 4, 64, 32, 2e-3
+WIDTH, HEADS, MAX_T, BATCH, LR = 64, 4, 64, 32, 5e-4
 
 
 class _Readout(nn.Module):
