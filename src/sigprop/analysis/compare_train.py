@@ -16,8 +16,9 @@ blocks, 200 steps): at 2e-3 Admin, which keeps the post-LN blocks and only resca
 branches, stayed at the unigram level, its first block's gradient falling to ~1e-4 of the
 last block's within 150 steps; at 5e-4 Admin, Depth-muP and DeepScaleLM learn 0.19-0.20
 nats (at 1e-3: 0.07-0.24) and ReZero, SkipInit and DeepNorm 0.14-0.19 (at 1e-3: 0.26-0.34,
-at 2e-3: 0.24-0.48); the baseline stays at -0.002 at all three. The gain is the unigram baseline's loss minus the fixed evaluation
-set's loss after K steps (nats; positive: learned something beyond token frequencies).
+at 2e-3: 0.24-0.48); the baseline stays at -0.002 at all three. The gain is the unigram
+baseline's loss minus the fixed evaluation set's loss after K steps (nats; positive: learned
+something beyond token frequencies).
 """
 
 from __future__ import annotations
