@@ -173,13 +173,19 @@ def classify_activation(m: nn.Module) -> tuple[str | None, float]:
 
 
 def _fingerprint(args, kwargs):
-    """A cheap identity of a module's first tensor input: (shape, sum, sum of squares)."""
+    """A cheap identity of a module's first tensor input: (shape, sum, sum of squares). The
+    sums are taken per row in float32 and then over the rows in float64: a float64
+    accumulation over the whole tensor (``sum(dtype=torch.float64)``) took ~1.5 ms per
+    bert-base activation against ~0.1 ms this way, once per norm and seed. Equal inputs give
+    equal fingerprints (the same reduction of the same values); that is all the reader asks."""
     t = next((a for a in list(args) + list(kwargs.values()) if torch.is_tensor(a)), None)
     if t is None or not t.is_floating_point():
         return None
-    t = t.detach()  # float64 sums, no float64 copy of the activations
-    return tuple(t.shape), float(t.sum(dtype=torch.float64)), float(
-        t.square().sum(dtype=torch.float64))
+    t = t.detach().float()
+    if t.dim() == 0:
+        t = t.reshape(1)
+    return tuple(t.shape), float(t.sum(dim=-1).double().sum()), float(
+        torch.linalg.vecdot(t, t).double().sum())
 
 
 class _Parts(NamedTuple):
@@ -279,7 +285,7 @@ class WeightReader:
             if id(m) not in self._index:  # first call only: one forward fixes the order
                 self._index[id(m)] = len(self.order)
                 self.order.append(m)
-                if _is_norm(m) or id(m) in blocks:
+                if _is_norm(m):  # the norms' inputs tell parallel blocks (_structure)
                     self.inputs[id(m)] = _fingerprint(args, kwargs)
 
         blocks = {id(b) for _, b in self.blocks}
