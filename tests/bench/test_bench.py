@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 
 import pytest
 
@@ -56,6 +57,7 @@ def test_run_json(fake):
     assert fake == [("quick", "cpu")]
     m = res["machine"]
     assert m["matmul_gflops"] > 0 and m["memory_gbs"] > 0 and m["cpu_cores"] >= 1
+    assert m["heap_kept"] is True or not sys.platform.startswith("linux")  # import sigprop
     a, b = res["benchmarks"]
     assert [f["ratio"] for f in a["figures"]] == [0.5, 0.8]
     assert b["figures"] == [] and b["error"] == "RuntimeError: no such device"

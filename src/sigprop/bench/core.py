@@ -25,6 +25,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from .. import _heap
+
 __all__ = ["BENCHMARKS", "Bench", "Figure", "MODULES", "SIZES", "benchmarks", "best_of",
            "machine", "register", "run"]
 
@@ -134,7 +136,8 @@ def machine(device: str = "cpu", n: int = 1024) -> dict[str, Any]:
     return {"device": str(dev), "device_name": name, "cpu_cores": os.cpu_count(),
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "matmul_gflops": round(2 * n**3 / t / 1e9, 1),
-            "memory_gbs": round(2 * x.numel() * 4 / tc / 1e9, 1)}
+            "memory_gbs": round(2 * x.numel() * 4 / tc / 1e9, 1),
+            "heap_kept": _heap.applied()}  # docs/bench.md, "Memory the process keeps"
 
 
 def run(names: Sequence[str] = (), *, size: str = "default", device: str = "cpu",
