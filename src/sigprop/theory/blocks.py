@@ -31,7 +31,9 @@ class AttentionStats(NamedTuple):
     E[1/#keys of the longer row of a pair] (both 1/T without a mask, 0 in the T -> inf
     limit): what centred attention subtracts from ``y2`` and ``yx``. ``nodes`` (causal
     finite T, one score std per row): ``(v, rho, Y2_t, Yx_t)`` at the causal positions, flat,
-    which the LayerNorm average of the same block reuses (:func:`_ln_fluct_cos_causal`)."""
+    which the LayerNorm average of the same block reuses (:func:`_ln_fluct_cos_causal`); with
+    the position-averaged tables (:data:`.causal.TABULATED`) ``("tab", v, rho, Yx average,
+    indices off the tables, their Y2_t, Yx_t)``."""
 
     y2: np.ndarray
     yx: np.ndarray
@@ -112,7 +114,17 @@ def attention_stats(sigma_s, rho, T: int, *, d_head: int | None = None, causal: 
     nodes, weights, pair, _ = _causal_grid(int(T))
     acc = [0.0, 0.0, 0.0, 0.0]
     extra = None
-    if not full:  # every position's tables in one pass (:mod:`.causal`), summed in order
+    if not full and causal_nodes.TABULATED and T >= 2:  # the position averages' tables
+        vb, rb = np.broadcast_arrays(v, rho)
+        vf, rf = vb.ravel(), rb.ravel()
+        y2f, yxf, ok = causal_nodes.tabulated_attention(vf, rf, int(T), d_head)
+        off = np.flatnonzero(~ok)
+        if off.size:  # off the tables: every position's tables (kept for the LayerNorm)
+            y2f[off], yxf[off], *off_nodes = causal_nodes._att_exact(vf[off], rf[off], int(T),
+                                                                     d_head)
+        acc[0], acc[1] = y2f.reshape(vb.shape), yxf.reshape(vb.shape)
+        extra = ("tab", vf, rf, yxf, off, *(off_nodes if off.size else (None, None)))
+    elif not full:  # every position's tables in one pass (:mod:`.causal`), summed in order
         vb, rb = np.broadcast_arrays(v, rho)
         vf, rf = vb.ravel(), rb.ravel()
         y2n, yxn = causal_nodes.node_tables(vf, rf, nodes, d_head)
@@ -303,10 +315,27 @@ def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     nodes = _causal_grid(int(bp.seq_len))[0]
     vb, rb, a0b, bb = np.broadcast_arrays(v, rho, a0, b)
     vf, a0f, bf = vb.ravel(), a0b.ravel(), bb.ravel()
+    T = int(bp.seq_len)
+    if bp.attention != "uniform" and causal_nodes.TABULATED and T >= 2:
+        rf = rb.ravel()
+        att = st.nodes
+        if not (att is not None and isinstance(att[0], str) and att[1].shape == vf.shape
+                and np.array_equal(att[1], vf) and np.array_equal(att[2], rf)):
+            att = None  # not this block's attention (per-head statistics, another input)
+        yxa = (att[3] if att is not None
+               else causal_nodes.tabulated_attention(vf, rf, T, bp.d_head)[1])
+        p0, p1, ok = causal_nodes.tabulated_ln(vf, rf, a0f, bf, yxa, T, bp.d_head, bp.heads)
+        if not ok.all():  # off the tables: the per-position path
+            p0, p1 = causal_nodes.ln_off_tables(vf, rf, a0f, bf, p0, p1, ok, T, bp.d_head,
+                                                bp.heads, None if att is None else att[4:])
+        cos = c0 * p0.reshape(vb.shape) + b * p1.reshape(vb.shape)
+        cos = np.where(np.isfinite(cos), cos, _cos(p_z, q_z))  # a vanishing token norm
+        return np.minimum(cos, 1.0)
     if bp.attention == "uniform":  # weights 1/t: no spread, r = 1
         y2n = yxn = np.broadcast_to((1.0 / nodes)[:, None], (nodes.size, vf.size))
-    elif (st.nodes is not None and st.nodes[0].shape == vf.shape
-          and np.array_equal(st.nodes[0], vf) and np.array_equal(st.nodes[1], rb.ravel())):
+    elif (st.nodes is not None and not isinstance(st.nodes[0], str)
+          and st.nodes[0].shape == vf.shape and np.array_equal(st.nodes[0], vf)
+          and np.array_equal(st.nodes[1], rb.ravel())):
         y2n, yxn = st.nodes[2], st.nodes[3]  # this block's attention already has them
     else:
         y2n, yxn = causal_nodes.node_tables(vf, rb.ravel(), nodes, bp.d_head)
