@@ -1,4 +1,4 @@
-"""sigprop._heap: the heap thresholds are set on import (glibc), opt-out by environment."""
+"""sigprop.measurement._heap: heap thresholds set on import (glibc), opt-out by environment."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-CODE = ("import ctypes, resource, sigprop, sigprop._heap as h\n"
+CODE = ("import ctypes, resource, sigprop, sigprop.measurement._heap as h\n"
         "import numpy as np\n"
         "a = np.ones(2**23); del a\n"  # 64 MB: above glibc's largest dynamic mmap threshold
         "f0 = resource.getrusage(resource.RUSAGE_SELF).ru_minflt\n"

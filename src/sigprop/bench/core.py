@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from .. import _heap
+from ..measurement import _heap
 
 __all__ = ["BENCHMARKS", "Bench", "Figure", "MODULES", "SIZES", "benchmarks", "best_of",
            "machine", "register", "run"]
