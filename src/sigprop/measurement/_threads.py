@@ -10,6 +10,7 @@ first error re-raised.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from contextlib import contextmanager
@@ -30,6 +31,32 @@ def cpu_settings(threads: int | None = None, flush_denormal: bool = False):
         torch.set_num_threads(before)
         if flush_denormal:
             torch.set_flush_denormal(False)
+
+
+@functools.lru_cache(maxsize=1)
+def _openblas():
+    """NumPy's (and SciPy's) OpenBLAS pools as threadpoolctl sees them (once: finding the
+    loaded libraries takes ~10 ms; each limit after that ~10 us)."""
+    from threadpoolctl import ThreadpoolController
+
+    return ThreadpoolController().select(internal_api="openblas")
+
+
+@contextmanager
+def numpy_blas_single():
+    """NumPy's OpenBLAS on one thread for a block of small NumPy products and LAPACK calls
+    (torch's own pool is :func:`cpu_settings`'). OpenBLAS wakes its threads for every call,
+    and a thread that waits for a core another process holds stalls the call: the Lanczos of
+    :func:`.observables.top_eigenvalue` on bert-base's (2, 512, 512) Grams (tridiagonal
+    ``eigh`` of size <= 64, matrix-vector products) took 131 ms a call on the 2-core machine
+    with the other core busy, 34 ms on one thread."""
+    try:
+        ctl = _openblas()
+    except Exception:  # noqa: BLE001 - threadpoolctl cannot read this process's libraries
+        yield
+        return
+    with ctl.limit(limits=1):
+        yield
 
 
 def run_workers(work: Callable[[], None], n: int, flush_denormal: bool = False) -> None:

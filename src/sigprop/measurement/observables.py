@@ -91,8 +91,11 @@ def top_eigenvalue(G: torch.Tensor, steps: int = 64, check: int = 8,
     gen = torch.Generator().manual_seed(0)
     v0 = torch.randn(G.shape[-1], generator=gen, dtype=torch.float64)
     if G.device.type == "cpu":
+        from ._threads import numpy_blas_single
+
         g = G.detach().to(torch.float64).numpy()
-        return torch.from_numpy(_lanczos_np(g, v0.numpy(), steps, check, rtol))
+        with numpy_blas_single():
+            return torch.from_numpy(_lanczos_np(g, v0.numpy(), steps, check, rtol))
     return _lanczos_torch(G.to(torch.float64), v0.to(G.device), steps, check, rtol)
 
 
