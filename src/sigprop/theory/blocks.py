@@ -10,7 +10,6 @@ RMS-style norm of gg25 (no mean subtraction); standard LayerNorm gives the same 
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -20,9 +19,7 @@ import numpy as np
 from ..spec import ArchSpec
 from . import causal as causal_nodes
 from . import fluct, kernels, rem
-
-#: number of query positions sampled (log-spaced) for causal statistics
-CAUSAL_POSITIONS = 12
+from .causal import CAUSAL_POSITIONS, _causal_grid, _causal_pair_weights  # noqa: F401
 
 
 class AttentionStats(NamedTuple):
@@ -49,33 +46,6 @@ def _causal_nodes(T: int, k: int = CAUSAL_POSITIONS) -> tuple[np.ndarray, np.nda
     each node stands for (docs/theory.md §2.4 causal: the query at t is a REM with N = t keys)."""
     nodes, weights = _causal_grid(int(T), int(k))[:2]
     return nodes.copy(), weights.copy()
-
-
-@functools.lru_cache(maxsize=64)
-def _causal_grid(T: int, k: int = CAUSAL_POSITIONS) -> tuple:
-    """``(nodes, weights, pair bracket, E_pairs[1/b])`` of :func:`_causal_nodes` and
-    :func:`_causal_pair_weights`, read-only and cached per (T, k): a causal block asked for
-    them three times per call (geomspace, unique, a cumsum over T): 0.19 s of the causal
-    diagram's 4.2 s under cProfile (~4%)."""
-    nodes = np.unique(np.round(np.geomspace(1, T, min(k, T))).astype(int)).astype(float)
-    edges = np.concatenate([[0.5], 0.5 * (nodes[1:] + nodes[:-1]), [T + 0.5]])
-    weights = np.diff(edges) / T
-    pair, inv_cross = _causal_pair_weights(T, nodes)
-    for a in (nodes, weights, pair):
-        a.setflags(write=False)
-    return nodes, weights, pair, inv_cross
-
-
-def _causal_pair_weights(T: int, nodes: np.ndarray) -> tuple[np.ndarray, float]:
-    """Causal cross term (docs/theory.md §2.4 causal). Rows a < b share the first a keys; by key
-    exchangeability row b puts mass a/b on them in expectation, so (neglecting the correlation
-    of that mass with its shape) ``E sum_c A_ac A_bc = (a/b) Yx(N=a)``. Averaged over pairs:
-    ``Yx_causal = sum_a (1/T) [2 a S(a) / (T-1)] Yx(a)`` with ``S(a) = sum_{b>a} 1/b``.
-    Returns the bracket at the nodes (multiplying each node's position share) and
-    ``E_pairs[1/b] = 2 (T - H_T) / (T (T-1))`` (uniform attention: Yx = 1/b)."""
-    harmonic = np.cumsum(1.0 / np.arange(1, T + 1))
-    S = harmonic[-1] - harmonic[nodes.astype(int) - 1]
-    return 2.0 * nodes * S / (T - 1), float(2.0 * (T - harmonic[-1]) / (T * (T - 1)))
 
 
 def _finite_stats(v, rho, n, d_head, full):
