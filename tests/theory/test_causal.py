@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from sigprop.spec import ArchSpec
-from sigprop.theory import blocks, causal, depth, diagram, fluct, rem
+from sigprop.theory import blocks, causal, depth, diagram, fluct, rem, rem_tables
 
 
 def _old_ln_fluct_cos_causal(q_z, p_z, qa, pa, bp, st):
@@ -389,9 +389,9 @@ def test_tabulated_layernorm_average_matches_simulation(monkeypatch):
             assert meas - at(depth.propagate(spec, rho0=r0, fluctuations=False)) > 0.02
 
 
-@pytest.mark.parametrize("n", [4, 5, 21, 250])
+@pytest.mark.parametrize("n", [4, 5, 21, 250, 438])  # 438: the REM tables to 1e16
 def test_notaknot_spline_equals_scipy(n):
-    """The tables' NumPy spline fit (:func:`causal._notaknot`, so that loading them needs no
+    """The tables' NumPy spline fit (:func:`rem_tables._notaknot`, so that loading them needs no
     scipy.interpolate) against scipy's not-a-knot CubicSpline: the same coefficients to
     roundoff (measured <= 3e-14 of the largest at 250 nodes)."""
     from scipy import interpolate
@@ -400,5 +400,5 @@ def test_notaknot_spline_equals_scipy(n):
     x = np.linspace(-1.3, 2.0, n)
     y = rng.normal(size=(3, n, 5))
     ref = interpolate.CubicSpline(x, y, axis=1).c
-    np.testing.assert_allclose(causal._notaknot(x, y, 1), ref, rtol=0,
+    np.testing.assert_allclose(rem_tables._notaknot(x, y, 1), ref, rtol=0,
                                atol=1e-12 * np.abs(ref).max())

@@ -141,7 +141,7 @@ heads, beta, rho_in) points, within 0.012 of 6 seeds x 2 sequences, as the per-p
 
 Cost. Building costs 0.5 s per (T, d_head, heads) (44k G nodes, 40k P0 nodes through the
 per-position path, ~6 us each; T = 512, d_head 64, 12 heads); loading from disk 0.1-0.3 s, the
-splines refitted by :func:`_notaknot` (NumPy: scipy.interpolate alone took 0.3-0.8 s to
+splines refitted by :func:`.rem_tables._notaknot` (NumPy: scipy.interpolate alone took 0.3-0.8 s to
 import). The G coefficients take 20 MB (T 512) to 27 MB (T 4096) in memory, so at most 4 sets
 are kept. Evaluated, the causal block is one 1-D, three 2-D and one 3-D cell lookup per entry
 against the bidirectional block's 1-D and two 2-D ones. The benchmark (``sigprop bench
@@ -530,31 +530,13 @@ def _att_exact(v, rho, T, d_head):
     return acc2, accx, y2n, yxn
 
 
-def _notaknot(x, vals, axis):
-    """Not-a-knot cubic spline coefficients along ``axis`` on the uniform grid x (at least 4
-    nodes), shaped as :class:`scipy.interpolate.CubicSpline`'s ``c``: (4, n - 1, other axes).
-    NumPy only (one dense solve for the second derivatives): importing scipy.interpolate costs
-    0.3-0.8 s, more than loading the tables, which refit these splines on every load."""
-    y = np.moveaxis(np.asarray(vals, dtype=np.float64), axis, 0)
-    n, h = x.size, (x[-1] - x[0]) / (x.size - 1)
-    a = np.zeros((n, n))
-    rhs = np.zeros(y.shape)
-    i = np.arange(1, n - 1)
-    a[i, i - 1], a[i, i], a[i, i + 1] = 1.0, 4.0, 1.0
-    rhs[1:-1] = 6.0 / h**2 * (y[2:] - 2.0 * y[1:-1] + y[:-2])
-    a[0, :3] = a[-1, -3:] = (1.0, -2.0, 1.0)  # third derivative continuous at x1, x_{n-2}
-    m = np.linalg.solve(a, rhs.reshape(n, -1)).reshape(y.shape)
-    return np.stack([(m[1:] - m[:-1]) / (6.0 * h), 0.5 * m[:-1],
-                     (y[1:] - y[:-1]) / h - h * (2.0 * m[:-1] + m[1:]) / 6.0, y[:-1]])
-
-
 def _spline_axes(vals, grids):
     """Not-a-knot cubic spline coefficients of ``vals`` on the tensor grid ``grids`` as one row
     of 4^n polynomial coefficients per cell (cells in C order, powers highest first, the
     first axis's power outermost)."""
     c, n = vals, len(grids)
     for k, g in enumerate(grids):  # each pass prepends (power, cell) of axis k
-        c = _notaknot(g, c, 2 * k)
+        c = rem_tables._notaknot(g, c, 2 * k)
     # axes now (p_{n-1}, c_{n-1}, ..., p_0, c_0): cells first, then powers, axis 0 outermost
     cells = [2 * (n - 1 - k) + 1 for k in range(n)]
     powers = [2 * (n - 1 - k) for k in range(n)]

@@ -36,11 +36,29 @@ def _cell(grid, q):
     return i, q - grid[i]
 
 
-def _spline1_coef(x, vals):
-    """Not-a-knot cubic spline coefficients (4, n-1) on the grid x."""
-    from scipy import interpolate  # only when a table is built (slow import)
+def _notaknot(x, vals, axis):
+    """Not-a-knot cubic spline coefficients along ``axis`` on the uniform grid x (at least 4
+    nodes), shaped as :class:`scipy.interpolate.CubicSpline`'s ``c``: (4, n - 1, other axes).
+    NumPy only (one dense solve for the second derivatives): importing scipy.interpolate costs
+    0.3-0.8 s, more than loading :mod:`.causal`'s tables, which refit these splines on every
+    load. Equal to scipy's coefficients to ~3e-14 (tests/theory/test_causal.py)."""
+    y = np.moveaxis(np.asarray(vals, dtype=np.float64), axis, 0)
+    n, h = x.size, (x[-1] - x[0]) / (x.size - 1)
+    a = np.zeros((n, n))
+    rhs = np.zeros(y.shape)
+    i = np.arange(1, n - 1)
+    a[i, i - 1], a[i, i], a[i, i + 1] = 1.0, 4.0, 1.0
+    rhs[1:-1] = 6.0 / h**2 * (y[2:] - 2.0 * y[1:-1] + y[:-2])
+    a[0, :3] = a[-1, -3:] = (1.0, -2.0, 1.0)  # third derivative continuous at x1, x_{n-2}
+    m = np.linalg.solve(a, rhs.reshape(n, -1)).reshape(y.shape)
+    return np.stack([(m[1:] - m[:-1]) / (6.0 * h), 0.5 * m[:-1],
+                     (y[1:] - y[:-1]) / h - h * (2.0 * m[:-1] + m[1:]) / 6.0, y[:-1]])
 
-    return interpolate.CubicSpline(x, vals).c
+
+
+def _spline1_coef(x, vals):
+    """Not-a-knot cubic spline coefficients (4, n-1) on the uniform grid x."""
+    return _notaknot(x, vals, 0)
 
 
 def _spline1(x, c):
@@ -56,10 +74,8 @@ def _spline1(x, c):
 def _bicubic_coef(x, y, vals):
     """Tensor-product not-a-knot cubic spline on a uniform (x, y) grid as per-cell bicubic
     polynomials: (x-power, y-power, cell), highest power first."""
-    from scipy import interpolate
-
-    cx = interpolate.CubicSpline(x, vals, axis=0).c                # (4, nx-1, ny)
-    c = interpolate.CubicSpline(y, cx, axis=2).c                   # (4, ny-1, 4, nx-1)
+    cx = _notaknot(x, vals, 0)                                     # (4, nx-1, ny)
+    c = _notaknot(y, cx, 2)                                        # (4, ny-1, 4, nx-1)
     return c.transpose(2, 0, 3, 1).reshape(4, 4, -1)
 
 
