@@ -34,8 +34,8 @@ def main() -> None:
     from sigprop.data.batches import Batches
     from sigprop.data.corpus import load_corpus
     from sigprop.spec import ArchSpec
-    from sigprop.training.loop import clip_per_slice, make_optimizer
-    from sigprop.training.task import TaskModel, slice_losses
+    from sigprop.training.loop import make_optimizer, train_step
+    from sigprop.training.task import TaskModel
     from sigprop.training.trainability import (
         DEEP_SMALL,
         DEFAULT_ALPHAS,
@@ -56,13 +56,7 @@ def main() -> None:
     cpu = torch.device("cpu")
 
     def step():
-        x, y = batches.train_batch(gen, cpu)
-        loss = slice_losses(model, cfg.task, x, y)
-        opt.zero_grad(set_to_none=True)
-        loss.sum().backward()
-        clip_per_slice(params, cfg.max_grad_norm)
-        opt.step()
-        sched.step()
+        train_step(model, cfg, *batches.train_batch(gen, cpu), opt, sched, params)
 
     for _ in range(3):
         step()

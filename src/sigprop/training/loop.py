@@ -54,7 +54,8 @@ from ..spec import ArchSpec, SpecError
 from .config import TrainConfig
 from .task import TaskModel, slice_losses
 
-__all__ = ["TrainResult", "clip_per_slice", "make_optimizer", "save_checkpoint", "train"]
+__all__ = ["TrainResult", "clip_per_slice", "make_optimizer", "save_checkpoint", "train",
+           "train_step"]
 
 def clip_per_slice(params: Sequence[nn.Parameter], max_norm: float) -> Tensor:
     """Scale each slice's gradient (leading dim) to global norm <= ``max_norm``; returns the
@@ -89,6 +90,20 @@ def make_optimizer(model: nn.Module, config: TrainConfig):
         return max(0.0, (config.steps - step) / max(1, config.steps - warm))
 
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor), params
+
+
+def train_step(model: TaskModel, config: TrainConfig, x: Tensor, y: Tensor, opt, sched,
+               params: Sequence[nn.Parameter]) -> Tensor:
+    """One optimiser step of :func:`train` on the batch ``(x, y)``: every slice's loss, the
+    summed loss's backward pass, per-slice gradient clipping, AdamW and the schedule.
+    Returns the per-slice losses (S,)."""
+    losses = slice_losses(model, config.task, x, y)
+    opt.zero_grad(set_to_none=True)
+    losses.sum().backward()
+    clip_per_slice(params, config.max_grad_norm)
+    opt.step()
+    sched.step()
+    return losses
 
 
 # --------------------------------------------------------------------------------------------
@@ -287,12 +302,7 @@ def _train(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
         if config.tau_warmup:
             model.set_temperature(tau_at(step))
         x, y = batches.train_batch(train_gen, device)
-        losses = slice_losses(model, config.task, x, y)
-        opt.zero_grad(set_to_none=True)
-        losses.sum().backward()
-        clip_per_slice(params, config.max_grad_norm)
-        opt.step()
-        sched.step()
+        losses = train_step(model, config, x, y, opt, sched, params)
         acc += losses.detach().double().cpu()
         n_acc += 1
         if step % log_every == 0 or step == config.steps:
