@@ -264,3 +264,13 @@ def test_head_norms_are_the_spectral_norms_of_the_logit_maps():
         for g, f in zip(got, (full, nob), strict=True):
             want = torch.linalg.matrix_norm(f, ord=2).numpy() * site.scale
             np.testing.assert_allclose(g, want, rtol=1e-8)
+    # a singular key Gram (Cholesky fails: the eigendecomposition path): the last K/V head's
+    # W_K zero, and rank 1 in the one before; the other heads unchanged
+    with torch.no_grad():
+        site.k.weight[-dh:] = 0
+        row = site.k.weight[-2 * dh].clone()
+        site.k.weight[-2 * dh:-dh] = row[None] * torch.linspace(1, 2, dh)[:, None]
+    k = _head_maps(*tk, site.n_kv_heads, dh).repeat_interleave(H // site.n_kv_heads, 0)
+    want = torch.linalg.matrix_norm(q.transpose(1, 2) @ k, ord=2).numpy() * site.scale
+    assert (want[H // 2:] == 0).all() and (want[:H // 2] > 0).all()  # 2 K/V heads
+    np.testing.assert_allclose(_head_norms(site)[0], want, rtol=1e-8, atol=1e-12)

@@ -263,6 +263,43 @@ def test_chunked_no_grad_path_equals_the_full_maps(causal, scaling, monkeypatch)
 
 
 @pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("kind", ["softmax", "centred"])
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_fused_path_equals_the_explicit_maps(causal, kind, dtype, monkeypatch):
+    """When only the output is asked for (training), attention goes through torch's fused
+    kernel (BatchedAttention._fused); its output and the gradients of a loss with respect to
+    the input and every weight equal those of the explicit path (return_probs, which forms
+    the maps) to roundoff: 1e-12 in float64, 2e-5 relative in float32 (a different
+    summation order over 20 keys and 16 head dimensions, scores of std ~2)."""
+    import sigprop.nn.attention as att
+
+    spec = ArchSpec(depth=1, d_model=32, heads=2, seq_len=20, beta=2.0, causal=causal,
+                    attention=kind)
+    attn = build(spec, n_seeds=3, seed=1, dtype=dtype).blocks[0].attn
+    calls = []
+    inner = att.BatchedAttention._fused
+    monkeypatch.setattr(att.BatchedAttention, "_fused",
+                        lambda self, *a: calls.append(1) or inner(self, *a))
+    x = unit_tokens((3, 20), 32).to(dtype)
+    g = torch.Generator().manual_seed(2)
+    w_out = torch.randn(3, 3, 20, 32, generator=g, dtype=dtype)
+
+    def run(**kw):
+        xr = x.clone().requires_grad_()
+        out = attn(xr, **kw).out
+        grads = torch.autograd.grad((out * w_out).sum(), [xr, *attn.parameters()])
+        return out.detach(), grads
+
+    fused, g_fused = run()
+    explicit, g_explicit = run(return_probs=True)
+    assert calls == [1]
+    tol = dict(rtol=0, atol=1e-12) if dtype == torch.float64 else dict(rtol=2e-5, atol=2e-5)
+    torch.testing.assert_close(fused, explicit, **tol)
+    for a, b in zip(g_fused, g_explicit, strict=True):
+        torch.testing.assert_close(a, b, **tol)
+
+
+@pytest.mark.parametrize("causal", [False, True])
 def test_uniform_and_centred_variants(causal):
     T, d = 16, 32
     base = dict(depth=1, d_model=d, heads=2, seq_len=T, beta=1.0, causal=causal, sigma_v2=1.0,
@@ -422,3 +459,43 @@ def test_init_foreign_on_tiny_bert():
     init_foreign(model, "xavier", mlp_out=["encoder.layer.0.output.dense"])
     w = model.encoder.layer[0].output.dense.weight
     assert w.std().item() == pytest.approx(math.sqrt(2 / (256 + 128)), rel=0.03)
+
+
+@pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")
+def test_rms_norm_derivatives_equal_those_of_its_composite():  # (torch.func's own warning)
+    """``normalise(x, "rms")`` under autograd is a custom Function (one-expression gradient,
+    issue 19); its value, gradient, second derivatives (r is an output, so double backward
+    reaches it), forward-mode derivative and vmap equal those of the plain composite
+    ``x / sqrt(mean(x^2) + eps)`` to float64 roundoff (1e-12), on rows of very different
+    scales."""
+    from sigprop.nn.model import LN_EPS, _RMSNorm, normalise
+
+    def ref(z):
+        return z * torch.rsqrt(z.square().mean(-1, keepdim=True) + LN_EPS)
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 5, 7, generator=g, dtype=torch.float64) * torch.tensor(
+        [1e-2, 1.0, 30.0], dtype=torch.float64)[:, None, None]
+    w = torch.randn(3, 5, 7, generator=g, dtype=torch.float64)
+    tol = dict(rtol=1e-12, atol=1e-12)
+    xr = x.clone().requires_grad_()
+    y = normalise(xr, "rms")
+    assert y.grad_fn is not None and "RMSNorm" in type(y.grad_fn).__name__
+    torch.testing.assert_close(y, ref(x), **tol)
+
+    def grads(fn):
+        z = x.clone().requires_grad_()
+        (d1,) = torch.autograd.grad((fn(z).sin() * w).sum(), z, create_graph=True)
+        (d2,) = torch.autograd.grad((d1 * w).sum(), z)
+        return d1.detach(), d2
+
+    for a, b in zip(grads(lambda z: normalise(z, "rms")), grads(ref), strict=True):
+        torch.testing.assert_close(a, b, **tol)
+    hess = torch.func.hessian(lambda z: (normalise(z, "rms").sin() * w[0, 0]).sum())(x[0, 0])
+    torch.testing.assert_close(hess, torch.func.hessian(
+        lambda z: (ref(z).sin() * w[0, 0]).sum())(x[0, 0]), **tol)
+    _, t1 = torch.func.jvp(lambda z: _RMSNorm.apply(z, LN_EPS)[0], (x,), (w,))
+    _, t2 = torch.func.jvp(ref, (x,), (w,))
+    torch.testing.assert_close(t1, t2, **tol)
+    torch.testing.assert_close(torch.func.vmap(lambda z: _RMSNorm.apply(z, LN_EPS)[0])(x),
+                               ref(x), **tol)

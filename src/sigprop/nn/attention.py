@@ -24,6 +24,7 @@ import math
 from typing import NamedTuple
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from ..spec import ArchSpec, score_multiplier
@@ -220,6 +221,11 @@ class BatchedAttention(nn.Module):
         elif (return_stats and not return_probs and not torch.is_grad_enabled()
               and x.device.type == "cpu" and S * B > 1 and kind != "centred"):
             out, stats = self._chunked(x2, v, B, T, mask, n_keys)
+        elif not (return_stats or return_probs) and isinstance(
+                scale := self._scale(T, x.dtype, x.device), float):
+            out = self._fused(x2, v, B, T, scale, causal)
+            if kind == "centred":
+                out = out - self._running_mean(v, n_keys)
         else:
             q = self._heads(x2, self.w_q, B, T)
             k = self._heads(x2, self.w_k, B, T)
@@ -246,6 +252,21 @@ class BatchedAttention(nn.Module):
         if self.has_out:
             out = torch.baddbmm(self.b_o.unsqueeze(1), out, self.w_o)
         return AttentionOutput(out.view(S, B, T, d), stats, probs)
+
+    def _fused(self, x2: Tensor, v: Tensor, B: int, T: int, scale: float, causal: bool):
+        """Softmax attention through torch's fused kernel when nothing but the output is
+        asked for (training, evaluation): the scores, their scaling and the softmax never
+        reach memory as (S, B, H, T, T) tensors, nor do the contiguous copies of q, k, v that
+        the batched matmuls made, and the backward pass recomputes them the same way. Same
+        scores as :meth:`scores` (a fixed factor ``scale``; the causal mask as
+        ``is_causal``); the outputs agree with the explicit path to float32 roundoff
+        (tests/nn/test_model.py). Trainability grid step (issue 19): see docs/bench.md."""
+        S, H, dh = self.n_seeds, self.heads, self.d_head
+        q = self._heads(x2, self.w_q, B, T).reshape(S * B, H, T, dh)
+        k = self._heads(x2, self.w_k, B, T).reshape(S * B, H, T, dh)
+        out = F.scaled_dot_product_attention(q, k, v.reshape(S * B, H, T, dh),
+                                             is_causal=causal, scale=scale)
+        return out.view(S, B, H, T, dh)
 
     def _chunked(self, x2: Tensor, v: Tensor, B: int, T: int, mask, n_keys: Tensor):
         """Softmax attention and its statistics without gradients, a few sequences at a time

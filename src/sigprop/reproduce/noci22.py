@@ -1735,7 +1735,8 @@ def eq47(*, seed: int = 0, device: str = "cpu", ns: Sequence[int] = (8, 32),
 
     def f(wq, wk, wv):
         return torch.func.functional_call(attn, {"w_q": wq, "w_k": wk, "w_v": wv,
-                                                 "b_v": attn.b_v.detach()}, (x,)).out
+                                                 "b_v": attn.b_v.detach()}, (x,),
+                                         {"return_probs": True}).out  # the explicit maps
 
     jq, jk, jv = torch.func.jacrev(f, argnums=(0, 1, 2))(attn.w_q.detach(), attn.w_k.detach(),
                                                           attn.w_v.detach())
