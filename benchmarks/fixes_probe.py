@@ -11,7 +11,11 @@ final hidden state at the middle position ``i``:
 * ``spread``: the tokens' spread around their sequence mean, over ``|h_i|^2``
   (0 for rank collapse);
 * ``own``: the change of ``h_i`` when only the token at ``i`` is redrawn, over ``|h_i|^2``;
-* ``context``: the change of ``h_i`` when every other token is redrawn, over ``|h_i|^2``.
+* ``context``: the change of ``h_i`` when every other token is redrawn, over ``|h_i|^2``;
+* ``kept`` and ``cka``: how much of each token's own part of the input (the embedding minus
+  the sequence's mean embedding) the final hidden state still carries: the mean cosine
+  between the two token-centred vectors, and their linear CKA over all tokens (which a
+  rotation of the output leaves unchanged; Kornblith et al. 2019).
 
 ``--steps K --methods a,b`` trains the named fixes (and ``baseline``) exactly as the
 comparison does (AdamW, lr 5e-4, batch 32, clipping at 1) and prints the evaluation gain
@@ -73,16 +77,23 @@ def sensitivity(names: list[str]) -> None:
     other[:, i] = x[:, i]                                   # same token, new context
     own = x.clone()
     own[:, i] = torch.randint(5, V, (16,), generator=g)     # same context, new token
-    print(f"{'fix':14s} {'spread':>7s} {'own':>7s} {'context':>7s}")
+    print(f"{'fix':16s} {'spread':>7s} {'own':>7s} {'context':>7s} {'kept':>7s} {'cka':>7s}")
     for name in names:
         m = _fixed(base, name, ctx).eval()
         with torch.no_grad():
-            h, h_ctx, h_own = (m(input_ids=z).last_hidden_state for z in (x, other, own))
+            h0, h = (t for t in m(input_ids=x, output_hidden_states=True).hidden_states[::len(
+                m.encoder.layer)])
+            h_ctx, h_own = (m(input_ids=z).last_hidden_state for z in (other, own))
         tot = h[:, i].square().sum(-1).mean()
         spread = (h - h.mean(1, keepdim=True)).square().sum(-1).mean() / tot
         d_own = (h[:, i] - h_own[:, i]).square().sum(-1).mean() / tot
         d_ctx = (h[:, i] - h_ctx[:, i]).square().sum(-1).mean() / tot
-        print(f"{name:14s} {spread:7.3f} {d_own:7.3f} {d_ctx:7.3f}")
+        a, b = (t - t.mean(1, keepdim=True) for t in (h0, h))
+        kept = F.cosine_similarity(a, b, dim=-1).mean()
+        a, b = (t.reshape(-1, t.shape[-1]).double() for t in (a, b))
+        a, b = a - a.mean(0), b - b.mean(0)
+        cka = (a.T @ b).square().sum() / ((a.T @ a).norm() * (b.T @ b).norm())
+        print(f"{name:16s} {spread:7.3f} {d_own:7.3f} {d_ctx:7.3f} {kept:7.3f} {cka:7.3f}")
 
 
 def train(names: list[str], steps: int) -> None:
