@@ -200,8 +200,9 @@ def test_compare_json_shape_and_ranking(tmp_path):
     for x in rows:
         assert {"method", "params", "predicted", "measured", "verdict", "train_gain"} <= set(x)
         if x["error"] is None:
-            assert {"cos_final", "entropy_min", "entropy_median", "ipr_max"} <= set(
+            assert {"cos_final", "entropy_min", "entropy_median", "ipr_max", "kept"} <= set(
                 x["measured"])
+            assert -1.0 <= x["measured"]["kept"] <= 1.0
             if M.get(x["method"]).theory != "measured only":
                 assert x["predicted"]["cos_final"] is not None, x["method"]
     verdicts = [x["verdict"] for x in rows if x["error"] is None]
@@ -274,3 +275,44 @@ def test_head_norms_are_the_spectral_norms_of_the_logit_maps():
     want = torch.linalg.matrix_norm(q.transpose(1, 2) @ k, ord=2).numpy() * site.scale
     assert (want[H // 2:] == 0).all() and (want[:H // 2] > 0).all()  # 2 K/V heads
     np.testing.assert_allclose(_head_norms(site)[0], want, rtol=1e-8, atol=1e-12)
+
+
+def test_kept_is_one_for_an_identity_stack_and_zero_for_unrelated_or_collapsed_tokens():
+    """``kept`` (observables.kept) against cases whose value is known exactly: the same
+    states (1), any positive rescaling and any shift shared by a sequence's tokens (1: the
+    centring removes it), the negated token parts (-1), a state whose tokens all equal their
+    mean (0: complete rank collapse), and independent Gaussian states, whose cosines average
+    0 with standard deviation 1 / sqrt(d * tokens) (5 sigma: 0.02 at d 64, 4 x 64 tokens);
+    NaN for a single token."""
+    import torch
+
+    from sigprop.measurement.observables import kept
+
+    g = torch.Generator().manual_seed(0)
+    x0 = torch.randn(4, 64, 64, generator=g)
+    assert torch.allclose(kept(x0, x0), torch.ones(4, dtype=torch.float64))
+    assert torch.allclose(kept(x0, 3.0 * x0 + torch.randn(4, 1, 64, generator=g)),
+                          torch.ones(4, dtype=torch.float64))
+    assert torch.allclose(kept(x0, -x0), -torch.ones(4, dtype=torch.float64))
+    assert torch.equal(kept(x0, torch.randn(4, 1, 64, generator=g).expand(4, 64, 64)),
+                       torch.zeros(4, dtype=torch.float64))
+    assert kept(x0, torch.randn(4, 64, 64, generator=g)).mean().abs() < 5 / (8 * 16)
+    assert torch.isnan(kept(x0[:, :1], x0[:, :1])).all()
+
+
+def test_compare_reports_kept_and_it_separates_identity_from_scrambling_fixes():
+    """On bert-tiny-collapse (24 post-LN blocks, init std 0.1) at T 16: ReZero (a = 0, norms
+    removed) is the identity at init, so each token's centred output is its centred input
+    (kept 1 to float32 roundoff); centred attention fixes the rank collapse (measured cos
+    well below the baseline's) but leaves the post-LN MLP sublayers, which replace the
+    tokens' own directions (kept measured -0.02 to 0.01 at T 16, 32 and 64; bound 0.1), as
+    in the baseline. docs/fixes.md, "Training the fixes": the eight fixes that learn there
+    keep 0.52-1.00, the four that do not 0.00-0.02."""
+    from sigprop.analysis.compare import compare
+
+    c = compare("bert-tiny-collapse", "rezero,centred", seq_len=16)
+    got = {r.method: r.measured for r in c.rows}
+    assert got["rezero"]["kept"] == pytest.approx(1.0, abs=1e-5)
+    assert abs(got["centred"]["kept"]) < 0.1
+    assert abs(c.baseline["measured"]["kept"]) < 0.1
+    assert got["centred"]["cos_final"] < c.baseline["measured"]["cos_final"] - 0.2

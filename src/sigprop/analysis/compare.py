@@ -142,6 +142,56 @@ def _measured(d: Diagnosis) -> dict[str, float]:
     return out
 
 
+class _Kept:
+    """Hooks on a model's first and last block recording :func:`sigprop.measurement.
+    observables.kept` between the first block's input and the last block's output (its last
+    application: ALBERT reapplies shared blocks), mean over sequences, during one forward
+    pass: ``with _Kept(model) as k: ...``, then ``k.value`` (None if no block was found or
+    the shapes differ)."""
+
+    def __init__(self, model):
+        from ..measurement.probe import find_blocks
+
+        try:
+            blocks = find_blocks(model)
+        except (ValueError, RuntimeError):
+            blocks = []
+        self._ends = (blocks[0][1], blocks[-1][1]) if blocks else None
+        self._x0 = self._xl = None
+        self._handles: list = []
+
+    def __enter__(self):
+        from ..measurement.probe import _as_tensor
+
+        if self._ends is None:
+            return self
+
+        def pre(_m, args, kwargs):
+            if self._x0 is None:
+                self._x0 = _as_tensor(list(args) + list(kwargs.values()))
+
+        def post(_m, _a, out):
+            self._xl = _as_tensor(out)
+
+        self._handles = [self._ends[0].register_forward_pre_hook(pre, with_kwargs=True),
+                         self._ends[1].register_forward_hook(post)]
+        return self
+
+    def __exit__(self, *exc):
+        for h in self._handles:
+            h.remove()
+        return False
+
+    @property
+    def value(self) -> float | None:
+        from ..measurement.observables import kept
+
+        x0, xl = self._x0, self._xl
+        if x0 is None or xl is None or x0.shape != xl.shape or x0.ndim < 2:
+            return None
+        return float(kept(x0.detach().cpu(), xl.detach().cpu()).mean())
+
+
 def _predicted(spec: ArchSpec, rho0: float) -> dict[str, Any]:
     from ..theory import depth
 
@@ -174,9 +224,12 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
     """Compare fixes on ``model`` (module docstring). ``methods``: ``"all"``, names or a
     comma-separated string; ``params``: ``METHOD.NAME=VALUE`` overrides (``sigprop fix
     --param``); ``train_steps``: with K > 0, each method also trains (:mod:`.compare_train`)."""
+    import torch
+
     from .. import models as hf
     from ..models import methods as M
-    from .diagnose import _folder, _verdict, diagnose
+    from ..models.arch import input_kind
+    from .diagnose import _folder, _forward, _inputs, _verdict, diagnose
 
     t0 = time.perf_counter()
     names = M.parse_methods(methods if isinstance(methods, str) else ",".join(methods))
@@ -197,6 +250,7 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
                 "spec": {"depth": spec.depth, "seq_len": spec.seq_len, "norm": spec.norm,
                          "beta": spec.beta_eff, "causal": spec.causal}}
     rows: dict[str, MethodRow] = {}
+    kept_base: list[float] = []
     measured: dict[str, list] = {n: [] for n in names}
     verdicts: dict[str, list] = {n: [] for n in names}
     for s in range(seeds if base.weights == "init" else 1):
@@ -205,6 +259,12 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
         if folder is not None:
             hf.load_local_weights(built, folder)
         ctx = M.context_for(built, spec, rho0, base.embed_q)
+        with _Kept(built) as k, torch.no_grad():
+            _forward(built, _inputs(config, input_kind(config), spec.seq_len, sequences,
+                                    _vocab(config, base), seed + s, device)[0],
+                     bool(getattr(config, "is_encoder_decoder", False)))
+        if k.value is not None:
+            kept_base.append(k.value)
         for name in names:
             if name in rows and rows[name].error is not None:
                 continue
@@ -218,10 +278,13 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
                 rows[name] = MethodRow(name, meth.title, {}, meth.theory, None, {}, "n/a",
                                        error=str(err))
                 continue
-            d = diagnose(m, seq_len=spec.seq_len, sequences=sequences, device=device,
-                         seed=seed + s, recommendations=False)
+            with _Kept(m) as k:
+                d = diagnose(m, seq_len=spec.seq_len, sequences=sequences, device=device,
+                             seed=seed + s, recommendations=False)
             del m
             meas = _measured(d)
+            if k.value is not None:
+                meas["kept"] = k.value
             measured[name].append(meas)
             verdicts[name].append(_verdict(spec, d.trajectory[
                 d.trajectory.source == "measured"], d.heads, theory=False)[0])
@@ -232,6 +295,8 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
                                        pred, {}, "", changes=rep.changes, note=note)
             rows[name].seconds += time.perf_counter() - t1
         del built
+    if kept_base:
+        baseline["measured"]["kept"] = float(np.mean(kept_base))
     for name, r in rows.items():
         if r.error is None:
             r.measured = _mean(measured[name])

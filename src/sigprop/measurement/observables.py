@@ -21,7 +21,7 @@ from collections.abc import Sequence
 import torch
 
 __all__ = [
-    "mean_cos", "mean_q", "ipr", "ipr_cross", "entropy", "entropy_from_logits", "wmax",
+    "mean_cos", "mean_q", "kept", "ipr", "ipr_cross", "entropy", "entropy_from_logits", "wmax",
     "stable_rank", "top_eigenvalue", "gap", "summarise",
 ]
 
@@ -46,6 +46,21 @@ def mean_cos(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     total = u.sum(dim=-2).pow(2).sum(dim=-1)
     diag = u.pow(2).sum(dim=(-1, -2))
     return ((total - diag) / (T * (T - 1))).clamp(-1.0 / (T - 1), 1.0)
+
+
+def kept(x0: torch.Tensor, x: torch.Tensor, eps: float = 1e-30) -> torch.Tensor:
+    """How much of each token's own part of the input a later state still carries: the mean
+    over tokens of the cosine between ``x0_a - mean_b x0_b`` and ``x_a - mean_b x_b`` (each
+    token minus its sequence's mean), per sequence; ``x0``, ``x`` (..., T, d), float64 sums.
+    1 for an identity stack; ~0 when the depth has replaced the tokens' own directions by
+    others (docs/fixes.md, "Training the fixes"); 0 for a row that is exactly its
+    sequence's mean (complete rank collapse). Undefined (NaN) for ``T < 2``."""
+    if x.shape[-2] < 2:
+        return torch.full(x.shape[:-2], float("nan"), dtype=torch.float64, device=x.device)
+    a, b = (t.double() - t.double().mean(dim=-2, keepdim=True) for t in (x0, x))
+    num = torch.linalg.vecdot(a, b)
+    den = (torch.linalg.vector_norm(a, dim=-1) * torch.linalg.vector_norm(b, dim=-1))
+    return (num / den.clamp_min(eps)).clamp(-1.0, 1.0).mean(dim=-1)
 
 
 def mean_q(x: torch.Tensor) -> torch.Tensor:

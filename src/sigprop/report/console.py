@@ -298,7 +298,7 @@ def print_compare(c, console: Console | None = None, wide: bool = False) -> None
     meas = lambda k: tables.column([(m or {}).get(k) for _, m, *_ in rows])  # noqa: E731
     th = tables.column([(p or {}).get("cos_final") for _, _, p, *_ in rows])
     cols = {"cos": meas("cos_final"), "th cos": th, "ent min": meas("entropy_min"),
-            "ent med": meas("entropy_median")}
+            "ent med": meas("entropy_median"), "kept": meas("kept")}
     if c.train_steps:
         cols["gain"] = tables.column([g for *_, g, _ in rows])
     names = ["fix", *cols, "verdict"]
@@ -312,7 +312,8 @@ def print_compare(c, console: Console | None = None, wide: bool = False) -> None
     for r in errs:
         console.print(f"  {r.method}: {r.error}")
     console.print("th cos: theory (blank: measured only); ent: normalised head entropy, "
-                  "lowest and median over every head")
+                  "lowest and median over every head; kept: cosine of each token's centred "
+                  "input and centred output (~0: the depth scrambled the tokens)")
     rec = c.recommendation
     console.print(f"[bold]recommended[/]: {rec['method']} ({rec['verdict']}): "
                   f"{rec['command']}")
