@@ -41,7 +41,9 @@ class MethodRow:
     theory does not reach the method), ``measured`` (cos_final, entropy_min / entropy_median
     over every head of every layer, normalised by log T, ipr_max: the largest layer-mean
     ipr; ``entropy_bound_min`` / ``entropy_bound_centred_min``: the lowest per-head entropy
-    floor from the weights, where it applies; averaged over seeds), the measured
+    floor from the weights, where it applies; ``kept``: :func:`sigprop.measurement.
+    observables.kept` from the first block's input to the last block's output; averaged over
+    seeds), the measured
     ``verdict``, ``train_gain`` (nats, with training) and ``error`` when the method does
     not apply to this model."""
 
