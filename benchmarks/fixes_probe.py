@@ -17,9 +17,9 @@ final hidden state at the middle position ``i``:
   between the two token-centred vectors, and their linear CKA over all tokens (which a
   rotation of the output leaves unchanged; Kornblith et al. 2019).
 
-``--steps K --methods a,b`` trains the named fixes (and ``baseline``) exactly as the
-comparison does (AdamW, lr 5e-4, batch 32, clipping at 1) and prints the evaluation gain
-(nats below the unigram baseline) every 100 steps.
+``--steps K --methods a,b`` trains the named fixes (and ``baseline``) through the
+comparison's own loop (``compare_train._train``: AdamW, lr 5e-4, batch 32, clipping at 1) and
+prints the evaluation gain (nats below the unigram baseline) every 100 steps.
 
     .venv/bin/python benchmarks/fixes_probe.py --sensitivity
     .venv/bin/python benchmarks/fixes_probe.py --steps 600 --methods baseline,shaped
@@ -101,34 +101,10 @@ def train(names: list[str], steps: int) -> None:
     cfg = TrainConfig(task="mlm", steps=steps, batch_size=ct.BATCH, lr=ct.LR,
                       bias_init="unigram", measure_every=0, eval_sequences=128)
     batches = Batches(spec, cfg, corpus=corpus)
-
-    def gain(model) -> float:
-        model.eval()
-        tot, n = 0.0, 0
-        with torch.no_grad():
-            for x, y in batches.eval_batches("cpu"):
-                tot += float(F.cross_entropy(model(x).flatten(0, 1), y.flatten(),
-                                             ignore_index=-100, reduction="sum"))
-                n += int((y != -100).sum())
-        model.train()
-        return batches.baseline - tot / n
-
     for name in names:
-        torch.manual_seed(0)
-        model = ct._Readout(_fixed(base, name, ctx).train(), spec.d_model, batches.vocab,
-                            batches.unigram_logp, 0)
-        opt = torch.optim.AdamW(model.parameters(), lr=ct.LR)
-        gen = torch.Generator().manual_seed(0)
         t0, out = time.time(), []
-        for s in range(1, steps + 1):
-            x, y = batches.train_batch(gen, "cpu")
-            loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            if s % 100 == 0:
-                out.append(round(gain(model), 4))
+        ct._train(_fixed(base, name, ctx), batches, spec.d_model, steps, 0, "cpu", every=100,
+                  on_gain=lambda _s, g, out=out: out.append(round(g, 4)))
         print(name, out, f"{time.time() - t0:.0f} s", flush=True)
 
 

@@ -24,6 +24,7 @@ something beyond token frequencies).
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -123,14 +124,16 @@ def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]]
     return out, note
 
 
-def _train(body: nn.Module, batches, d: int, steps: int, seed: int, device: str
+def _train(body: nn.Module, batches, d: int, steps: int, seed: int, device: str,
+           every: int = 0, on_gain: Callable[[int, float], None] | None = None
            ) -> float | None:
-    """The gain after ``steps`` steps; None when the loss stops being finite."""
+    """The gain after ``steps`` steps; None when the loss stops being finite. ``every`` > 0:
+    also ``on_gain(step, gain)`` every ``every`` steps (benchmarks/fixes_probe.py)."""
     torch.manual_seed(seed)
     model = _Readout(body.train(), d, batches.vocab, batches.unigram_logp, seed).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     gen = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
+    for step in range(1, steps + 1):
         x, y = batches.train_batch(gen, device)
         loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100)
         opt.zero_grad(set_to_none=True)
@@ -139,6 +142,18 @@ def _train(body: nn.Module, batches, d: int, steps: int, seed: int, device: str
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
+        if every and on_gain is not None and step % every == 0 and step < steps:
+            on_gain(step, _gain(model, batches, device))
+            model.train()
+    gain = _gain(model, batches, device)
+    if every and on_gain is not None and steps % every == 0:
+        on_gain(steps, gain)
+    return gain
+
+
+def _gain(model: nn.Module, batches, device: str) -> float:
+    """The unigram baseline's loss minus the model's on the fixed evaluation set (nats),
+    pooled over the labelled positions; leaves the model in eval mode."""
     model.eval()
     tot, n = 0.0, 0
     with torch.no_grad():

@@ -57,7 +57,7 @@ def kept(x0: torch.Tensor, x: torch.Tensor, eps: float = 1e-30) -> torch.Tensor:
     sequence's mean (complete rank collapse). Undefined (NaN) for ``T < 2``."""
     if x.shape[-2] < 2:
         return torch.full(x.shape[:-2], float("nan"), dtype=torch.float64, device=x.device)
-    a, b = (t.double() - t.double().mean(dim=-2, keepdim=True) for t in (x0, x))
+    a, b = (t - t.mean(dim=-2, keepdim=True) for t in (x0.double(), x.double()))
     num = torch.linalg.vecdot(a, b)
     den = (torch.linalg.vector_norm(a, dim=-1) * torch.linalg.vector_norm(b, dim=-1))
     return (num / den.clamp_min(eps)).clamp(-1.0, 1.0).mean(dim=-1)

@@ -55,7 +55,6 @@ def _notaknot(x, vals, axis):
                      (y[1:] - y[:-1]) / h - h * (2.0 * m[:-1] + m[1:]) / 6.0, y[:-1]])
 
 
-
 def _spline1_coef(x, vals):
     """Not-a-knot cubic spline coefficients (4, n-1) on the uniform grid x."""
     return _notaknot(x, vals, 0)
