@@ -13,7 +13,14 @@ import pytest
 from sigprop.bench import core
 from sigprop.bench.core import Figure
 from sigprop.cli import run
-from sigprop.report.bench import README_END, README_START, markdown, replace_section
+from sigprop.report.bench import (
+    GPU_END,
+    GPU_START,
+    README_END,
+    README_START,
+    markdown,
+    replace_section,
+)
 
 
 @pytest.fixture
@@ -109,3 +116,36 @@ def test_every_benchmark_runs_at_quick_size(name):
     b = res["benchmarks"][0]
     assert "error" not in b, b.get("error")
     assert b["figures"] and all(f["sigprop_s"] and f["reference_s"] for f in b["figures"])
+
+
+def test_gpu_section_has_its_own_markers(fake):
+    cpu = core.run(["fake"], size="quick")
+    gpu = {**cpu, "machine": {**cpu["machine"], "device": "cuda", "device_name": "Some GPU"}}
+    sec_cpu, sec_gpu = markdown(cpu), markdown(gpu)
+    assert sec_gpu.startswith(GPU_START) and sec_gpu.endswith(GPU_END)
+    assert "Some GPU (cuda" in sec_gpu
+    both = replace_section(replace_section("# t\n", sec_cpu), sec_gpu)
+    assert both.count(README_START) == 1 and both.count(GPU_START) == 1
+    # a new GPU run replaces the GPU table only
+    again = replace_section(both, sec_gpu.replace("0.50x", "0.25x"))
+    assert again.count(GPU_START) == 1 and again.count("0.25x") == 1
+    assert again.count("0.50x") == 1  # the CPU table's row is untouched
+
+
+def test_cli_renders_a_saved_run(fake, tmp_path, capsys):
+    out, doc = tmp_path / "b.json", tmp_path / "doc.md"
+    assert run(["bench", "fake", "--size", "quick", "--format", "json", "--out", str(out)]) == 0
+    saved = json.loads(capsys.readouterr().out)
+    saved["machine"]["device"] = "cuda"
+    out.write_text(json.dumps(saved))
+    assert run(["bench", "--from", str(out), "--readme", str(doc), "--format", "json"]) == 0
+    shown = json.loads(capsys.readouterr().out)
+    assert {k: v for k, v in shown.items() if k != "meta"} == {
+        k: v for k, v in saved.items() if k != "meta"}
+    assert GPU_START in doc.read_text() and "0.50x" in doc.read_text()
+    bad = tmp_path / "bad.json"
+    bad.write_text('{"machine": 1}')
+    for args in (["bench", "--from", str(tmp_path / "none.json")], ["bench", "--from", str(bad)],
+                 ["bench", "fake", "--from", str(out)]):
+        assert run(args) == 2
+        assert "--from" in capsys.readouterr().err

@@ -98,16 +98,27 @@ def measure_engine(*, size: str = "default", device: str = "cpu") -> list[Figure
     b_fwd, _ = best_of(_bert(spec, x, S, False), reps, sync)
     flops = model_flops(L, T, spec.d_model, spec.ff) * S * B
     shape = dict(seeds=S, sequences=B, seq_len=T, depth=L, d_model=256, heads=4)
+    # targets (issue 19): on a GPU, where the loop is bound by per-call overhead, the engine
+    # is >= 5x the loop; on a CPU, where both do the same FLOPs, the engine's forward runs at
+    # >= 70% of the machine's matmul rate
+    gpu = dev.type == "cuda"
+    frac = flops / e_fwd / rate
+
+    def vs_loop(t: float, ref: float) -> dict:
+        return dict(target="<= 0.2", ok=t / ref <= 0.2) if gpu else {}
+
     return [
         Figure("measure/engine_vs_loop", f"{S} seeds x {B} sequences through the batched "
                f"engine, init included", e_tot, "per-seed, per-sequence BertModel loop, init "
-               "included", b_tot, size=shape),
+               "included", b_tot, size=shape,
+               **vs_loop(e_tot, b_tot)),
         Figure("measure/forward_vs_loop", "the same, forward and statistics only", e_fwd,
-               "BertModel loop, forward and statistics only", b_fwd, size=shape),
+               "BertModel loop, forward and statistics only", b_fwd, size=shape,
+               **vs_loop(e_fwd, b_fwd)),
         Figure("measure/engine_rate", "engine forward FLOP rate / machine matmul rate", e_fwd,
                f"{n}x{n} float32 matmul: {rate / 1e9:.1f} GFLOP/s", t_mm,
-               ratio=flops / e_fwd / rate, unit="fraction of the matmul rate", target=">= 0.70",
-               ok=flops / e_fwd / rate >= 0.70, size=shape,
+               ratio=frac, unit="fraction of the matmul rate",
+               target="" if gpu else ">= 0.70", ok=None if gpu else frac >= 0.70, size=shape,
                notes=f"engine {flops / e_fwd / 1e9:.1f} GFLOP/s, BertModel loop "
                      f"{flops / b_fwd / 1e9:.1f} GFLOP/s ({flops / b_fwd / rate:.0%} of the "
                      "rate)"),

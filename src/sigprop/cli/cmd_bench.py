@@ -21,6 +21,8 @@ def bench(
     out: str | None = typer.Option(None, "--out", help="also write the JSON to this file"),
     readme: str | None = typer.Option(None, "--readme", help="rewrite this README's speed "
                                       "section from the run"),
+    from_: str | None = typer.Option(None, "--from", help="render this saved run's JSON "
+                                     "(--out, --format json) instead of running"),
     fmt: Fmt = FormatOpt, wide: bool = WideOpt,
 ) -> None:
     """Run sigprop's benchmarks: each sigprop figure beside its reference measured in the
@@ -37,6 +39,13 @@ def bench(
             for r in rows:
                 typer.echo(f"{r['name']:<16} ~{r['default_s']:>5.0f} s  {r['title']}")
         return
+    check_output_file("--readme", readme, ("md",))
+    if from_ is not None:
+        if names or out:
+            fail("--from: renders a saved run; NAMES and --out do not apply to it")
+        res = _saved(from_)
+        _render(res, readme, fmt, wide)
+        return
     if size not in SIZES:
         fail(f"--size: must be one of {', '.join(SIZES)} (got {size!r})")
     if device != "cpu" and not (device == "cuda" or device.startswith("cuda:")):
@@ -50,7 +59,6 @@ def bench(
     if unknown:
         fail(f"NAMES: unknown benchmark {unknown[0]!r} (known: {', '.join(known)})")
     check_output_file("--out", out, ("json",))
-    check_output_file("--readme", readme, ("md",))
     from rich.console import Console
 
     console = Console(stderr=True)
@@ -61,6 +69,24 @@ def bench(
     if out:
         with open(out, "w") as fh:
             json.dump(res, fh, indent=1)
+    _render(res, readme, fmt, wide)
+
+
+def _saved(path: str) -> dict:
+    """A run's JSON read back, or a one-line error naming --from."""
+    try:
+        with open(path) as fh:
+            res = json.load(fh)
+    except (OSError, ValueError) as err:
+        fail(f"--from: cannot read a bench JSON from {path!r} ({type(err).__name__})")
+    ok = isinstance(res, dict) and isinstance(res.get("machine"), dict) and isinstance(
+        res.get("benchmarks"), list) and "device" in res["machine"]
+    if not ok:
+        fail(f"--from: {path!r} is not a `sigprop bench` JSON (needs machine and benchmarks)")
+    return res
+
+
+def _render(res: dict, readme: str | None, fmt: Fmt, wide: bool) -> None:
     if readme:
         from pathlib import Path
 

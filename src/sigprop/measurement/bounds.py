@@ -47,7 +47,7 @@ def _head_maps(mod: nn.Module, sl, heads: int, dh: int) -> torch.Tensor:
     """(heads, dh, d + 1) float64: per head the rows of the projection ``[x, 1] -> x W + b``
     of ``mod`` restricted to output features ``sl`` (None: all), heads contiguous, the bias
     as the last column (zero without a bias)."""
-    w = mod.weight.detach()
+    w = mod.weight.detach().cpu()  # small float64 solves: on the CPU wherever the model runs
     if type(mod).__name__ == "Conv1D":  # GPT-2's Conv1D stores (in, out), Linear (out, in)
         w = w.t()
     if sl is not None:
@@ -56,7 +56,7 @@ def _head_maps(mod: nn.Module, sl, heads: int, dh: int) -> torch.Tensor:
     if b is None:
         b = torch.zeros(w.shape[0], dtype=w.dtype)
     else:
-        b = b.detach() if sl is None else b.detach()[sl[0]:sl[1]]
+        b = (b.detach() if sl is None else b.detach()[sl[0]:sl[1]]).cpu()
     wa = torch.cat([w, b[:, None]], dim=1).double()             # (heads * dh, d + 1)
     return wa.reshape(heads, dh, wa.shape[1])
 
@@ -177,7 +177,7 @@ def head_bounds(site: AttentionSite, x: torch.Tensor, causal: bool
         return np.full(H, np.nan), np.full(H, np.nan)
     sw, sc = norms
     T = x.shape[1]
-    sx, sc2, rows = _tops(x)  # ||X X^T||_2, ||X_c||_2^2 and the row norms, per sequence
+    sx, sc2, rows = _tops(x.cpu())  # ||X X^T||_2, ||X_c||_2^2 and the row norms, per sequence
     sc_x = np.sqrt(np.maximum(sc2, 0.0))
     n = (np.arange(1, T + 1) if causal else np.full(T, T)).astype(np.float64)
     keep = n >= 2
