@@ -43,21 +43,21 @@ def _params(r: dict) -> str:
 def table(c: dict) -> str:
     """A Markdown table of one comparison (``FixComparison.to_dict()``, the JSON of ``sigprop fix
     MODEL --compare all --format json``)."""
-    head = ("| fix | parameters | measured cos | theory cos | ent min | ent median | verdict |\n"
-            "|---|---|---|---|---|---|---|\n")
+    head = ("| fix | parameters | measured cos | theory cos | ent min | ent median | kept | "
+            "verdict |\n|---|---|---|---|---|---|---|---|\n")
     b = c["baseline"]
     lines = [f"| *baseline* | | {_f(b['measured']['cos_final'])} | "
              f"{_f((b['predicted'] or {}).get('cos_final'))} | "
              f"{_f(b['measured']['entropy_min'])} | {_f(b['measured']['entropy_median'])} | "
-             f"{b['verdict']} |"]
+             f"{_f(b['measured'].get('kept'))} | {b['verdict']} |"]
     for r in c["methods"]:
         if r["error"]:
-            lines.append(f"| {r['method']} | | | | | | n/a: {r['error']} |")
+            lines.append(f"| {r['method']} | | | | | | | n/a: {r['error']} |")
             continue
         m, p = r["measured"], r["predicted"] or {}
         lines.append(f"| {r['method']} | {_params(r)} | {_f(m['cos_final'])} | "
                      f"{_f(p.get('cos_final'))} | {_f(m['entropy_min'])} | "
-                     f"{_f(m['entropy_median'])} | {r['verdict']} |")
+                     f"{_f(m['entropy_median'])} | {_f(m.get('kept'))} | {r['verdict']} |")
     rec = c["recommendation"]
     secs = f", {c['seconds']:.0f} s" if c.get("seconds") else ""
     return (f"**{c['model']}**, T = {c['seq_len']}, {c['seeds']} seed x {c['sequences']} "
@@ -69,14 +69,15 @@ def train_table(c: dict) -> str:
     """The training comparison: per fix its measured verdict at init and the loss gain after
     the steps (nats below the unigram baseline), in the comparison's rank order."""
     b = c["baseline"]
-    lines = [f"| *baseline* | | {_f(b['measured']['cos_final'])} | {b['verdict']} | "
-             f"{_f(b.get('train_gain'))} |"]
+    lines = [f"| *baseline* | | {_f(b['measured']['cos_final'])} | "
+             f"{_f(b['measured'].get('kept'))} | {b['verdict']} | {_f(b.get('train_gain'))} |"]
     for r in c["methods"]:
         if r["error"]:
-            lines.append(f"| {r['method']} | | | n/a: {r['error']} | |")
+            lines.append(f"| {r['method']} | | | | n/a: {r['error']} | |")
             continue
         lines.append(f"| {r['method']} | {_params(r)} | {_f(r['measured']['cos_final'])} | "
-                     f"{r['verdict']} | {_f(r.get('train_gain'))} |")
+                     f"{_f(r['measured'].get('kept'))} | {r['verdict']} | "
+                     f"{_f(r.get('train_gain'))} |")
     ok = [r for r in c["methods"] if not r["error"] and r["verdict"] == "trainable"]
     below = all(r["train_gain"] is not None and b.get("train_gain") is not None
                 and b["train_gain"] < r["train_gain"] for r in ok)
@@ -85,8 +86,8 @@ def train_table(c: dict) -> str:
             f"per fix{secs}: the baseline's gain is "
             f"{'below' if below else 'NOT below'} every fix measured trainable "
             f"({len(ok)} of them).\n\n"
-            "| fix | parameters | measured cos | verdict | loss gain (nats) |\n"
-            "|---|---|---|---|---|\n" + "\n".join(lines) + "\n")
+            "| fix | parameters | measured cos | kept | verdict | loss gain (nats) |\n"
+            "|---|---|---|---|---|---|\n" + "\n".join(lines) + "\n")
 
 
 def _replace(text: str, marker: str, block: str) -> str:

@@ -316,3 +316,39 @@ def test_compare_reports_kept_and_it_separates_identity_from_scrambling_fixes():
     assert abs(got["centred"]["kept"]) < 0.1
     assert abs(c.baseline["measured"]["kept"]) < 0.1
     assert got["centred"]["cos_final"] < c.baseline["measured"]["cos_final"] - 0.2
+    # the verdict: centred is no longer rank-collapsed, but its input is lost; the baseline
+    # keeps the worse failure (rank collapse); ReZero is trainable and ranks first
+    verdict = {r.method: r.verdict for r in c.rows}
+    assert verdict == {"rezero": "trainable", "centred": "input_lost"}
+    assert c.baseline["verdict"] == "rank_collapse"
+    assert [r.method for r in c.rows] == ["rezero", "centred"]
+
+
+def test_input_lost_only_overrides_a_trainable_verdict_with_kept_within_noise_of_zero():
+    import torch
+
+    from sigprop.analysis.compare import KEPT_Z, _with_kept, _worst, kept_floor
+    from sigprop.measurement.observables import kept
+
+    f = kept_floor(128, 128)
+    assert f == pytest.approx(KEPT_Z / 128)
+    assert _with_kept("trainable", 0.5 * f, f) == "input_lost"
+    assert _with_kept("trainable", -0.5 * f, f) == "input_lost"
+    assert _with_kept("trainable", f, f) == "trainable"
+    assert _with_kept("trainable", -0.9, f) == "trainable"     # a sign flip keeps the input
+    for v in ("rank_collapse", "entropy_collapse"):            # the collapse is the worse one
+        assert _with_kept(v, 0.0, f) == v
+    for k in (None, math.nan):                                 # not measured: diagnose's
+        assert _with_kept("trainable", k, f) == "trainable"
+    # the floor against the spread it is set from: kept of unrelated Gaussian states, 400
+    # draws of 2 sequences x 64 tokens in d 128; their standard deviation is 1/sqrt(d n)
+    # to ~4% (400 draws: 1/sqrt(2 * 400) relative), and none reaches the floor (5 sigma)
+    g = torch.Generator().manual_seed(3)
+    vals = torch.stack([kept(torch.randn(2, 64, 128, generator=g, dtype=torch.float64),
+                             torch.randn(2, 64, 128, generator=g, dtype=torch.float64)).mean()
+                        for _ in range(400)])
+    sd = 1 / math.sqrt(128 * 128)
+    assert float(vals.std()) == pytest.approx(sd, rel=0.15)
+    assert float(vals.abs().max()) < kept_floor(128, 128)
+    assert _worst(["trainable", "input_lost"]) == "input_lost"
+    assert _worst(["input_lost", "rank_collapse"]) == "rank_collapse"

@@ -9,6 +9,13 @@ of the baseline's per-layer spec (read from its weights) mapped by the method's 
 (:func:`sigprop.models.methods.theory_spec`); ``None`` for the methods the theory does not
 reach (their one-line reason in ``notes``).
 
+The measured verdict is diagnose's (entropy collapse, rank collapse, trainable), with one
+more failure the comparison measures: ``input_lost`` where the model would be called
+trainable but its last block's output keeps no measurable trace of each token's own input
+(:func:`sigprop.measurement.observables.kept` within noise of 0, :func:`kept_floor`). The
+tokens stay apart, but the depth has replaced their directions with others
+(docs/fixes.md, "Training the fixes").
+
 Ranking rule: measured verdict ``trainable`` first; then, with training, the larger loss
 gain; then the lower measured final cosine (further from rank collapse), then the higher
 median head entropy. The recommendation is the first row.
@@ -212,6 +219,34 @@ def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
     return {k: float(np.mean([r[k] for r in rows if k in r])) for k in rows[0]}
 
 
+#: ``input_lost`` where ``|kept|`` is below KEPT_Z / sqrt(d n): the output keeps no
+#: measurable trace of the tokens' own input. A token's cosine with an unrelated direction in
+#: d dimensions has standard deviation 1/sqrt(d), so the mean of n of them ~1/sqrt(d n);
+#: KEPT_Z = 5 leaves one false call in ~10^6 (tests/models/test_compare.py checks the spread).
+#: On bert-tiny-collapse at T 64 (d 128, 2 sequences: floor 0.039) the fixes that do not
+#: learn measure 0.00-0.02, those that learn 0.52-1.00 (docs/fixes.md); on GPT-2 at init
+#: (floor 0.008) the baseline keeps 0.14.
+KEPT_Z = 5.0
+
+
+def kept_floor(d: int, n: int) -> float:
+    """The ``|kept|`` below which the input counts as lost: ``KEPT_Z / sqrt(d n)`` for the
+    mean of ``n`` token cosines in ``d`` dimensions."""
+    return KEPT_Z / math.sqrt(max(d, 1) * max(n, 1))
+
+
+def _with_kept(verdict: str, kept: float | None, floor: float) -> str:
+    """``verdict`` (diagnose's), or ``input_lost`` where it is trainable and ``|kept|`` is
+    measured below ``floor`` (:func:`kept_floor`; a sign flip, kept -1, keeps the input).
+    ``kept`` reads alignment: a stack that rotated its stream would read as lost too; at
+    init a residual stack carries its stream itself, so what lowers kept is what its
+    branches add."""
+    if verdict == "trainable" and kept is not None and math.isfinite(kept) and \
+            abs(kept) < floor:
+        return "input_lost"
+    return verdict
+
+
 def _rank_key(r: MethodRow):
     m = r.measured or {}
     return (r.error is not None, r.verdict != "trainable",
@@ -288,8 +323,9 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
             if k.value is not None:
                 meas["kept"] = k.value
             measured[name].append(meas)
-            verdicts[name].append(_verdict(spec, d.trajectory[
-                d.trajectory.source == "measured"], d.heads, theory=False)[0])
+            verdicts[name].append(_with_kept(_verdict(spec, d.trajectory[
+                d.trajectory.source == "measured"], d.heads, theory=False)[0], k.value,
+                kept_floor(spec.d_model, spec.seq_len * sequences)))
             if name not in rows:
                 pred = None if rep.after is None else _predicted(rep.after, rho0)
                 note = "; ".join(rep.effect.measured_only) or None
@@ -299,6 +335,9 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
         del built
     if kept_base:
         baseline["measured"]["kept"] = float(np.mean(kept_base))
+        baseline["verdict"] = _with_kept(baseline["verdict"], baseline["measured"]["kept"],
+                                         kept_floor(spec.d_model, spec.seq_len * sequences
+                                                    * len(kept_base)))
     for name, r in rows.items():
         if r.error is None:
             r.measured = _mean(measured[name])
@@ -332,7 +371,7 @@ def _vocab(config, base) -> int:
 
 
 def _worst(verdicts: list[str]) -> str:
-    for v in ("entropy_collapse", "rank_collapse"):
+    for v in ("entropy_collapse", "rank_collapse", "input_lost"):
         if v in verdicts:
             return v
     return verdicts[0] if verdicts else "n/a"

@@ -10,7 +10,7 @@ import numpy as np
 from .figures import REGIME_COLOURS, finish, new_figure
 
 _COLOURS = dict(zip(("trainable", "rank_collapse", "entropy_collapse"), REGIME_COLOURS,
-                    strict=True))
+                    strict=True)) | {"input_lost": "#7b3294"}  # the comparison's own failure
 
 
 def plot_compare(c, path: str | None = None, dpi: int = 150):
