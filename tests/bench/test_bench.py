@@ -96,7 +96,9 @@ def test_cli(fake, tmp_path, capsys):
     assert json.loads(out.read_text())["benchmarks"] == printed["benchmarks"]
     assert README_START in readme.read_text()
     assert run(["bench", "fake", "--size", "quick"]) == 0
-    table = capsys.readouterr().out
+    shown = capsys.readouterr()
+    table = shown.out
+    assert "fake: " in shown.err  # not a terminal: progress as one line per benchmark
     assert "fake/a" in table and "0.50x" in table and "matmul" in table
     assert run(["bench", "--list"]) == 0
     assert "fake" in capsys.readouterr().out

@@ -63,9 +63,13 @@ def bench(
 
     console = Console(stderr=True)
     with console.status("benchmarks") as status:
-        res = run(names or [], size=size, device=device,
-                  on_start=lambda b: status.update(f"{b.name}: {b.title} (~{b.runtime:.0f} s "
-                                                   "at default size)"))
+        def started(b) -> None:
+            line = f"{b.name}: {b.title} (~{b.runtime:.0f} s at default size)"
+            if console.is_terminal:
+                status.update(line)
+            else:  # a log file or a pipe shows no spinner: one line per benchmark instead
+                console.print(line, markup=False, highlight=False)
+        res = run(names or [], size=size, device=device, on_start=started)
     if out:
         with open(out, "w") as fh:
             json.dump(res, fh, indent=1)
