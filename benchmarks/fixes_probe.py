@@ -32,12 +32,12 @@ import copy
 import time
 
 import torch
-import torch.nn.functional as F
 
 from sigprop import models as hf
 from sigprop.analysis import compare_train as ct
 from sigprop.data.batches import Batches
 from sigprop.data.corpus import load_corpus
+from sigprop.measurement import observables
 from sigprop.models import methods as M
 from sigprop.training.config import TrainConfig
 
@@ -88,8 +88,8 @@ def sensitivity(names: list[str]) -> None:
         spread = (h - h.mean(1, keepdim=True)).square().sum(-1).mean() / tot
         d_own = (h[:, i] - h_own[:, i]).square().sum(-1).mean() / tot
         d_ctx = (h[:, i] - h_ctx[:, i]).square().sum(-1).mean() / tot
+        kept = observables.kept(h0, h).mean()
         a, b = (t - t.mean(1, keepdim=True) for t in (h0, h))
-        kept = F.cosine_similarity(a, b, dim=-1).mean()
         a, b = (t.reshape(-1, t.shape[-1]).double() for t in (a, b))
         a, b = a - a.mean(0), b - b.mean(0)
         cka = (a.T @ b).square().sum() / ((a.T @ a).norm() * (b.T @ b).norm())

@@ -288,6 +288,7 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
                          "beta": spec.beta_eff, "causal": spec.causal}}
     rows: dict[str, MethodRow] = {}
     kept_base: list[float] = []
+    floor = kept_floor(spec.d_model, spec.seq_len * sequences)  # one seed's tokens
     measured: dict[str, list] = {n: [] for n in names}
     verdicts: dict[str, list] = {n: [] for n in names}
     for s in range(seeds if base.weights == "init" else 1):
@@ -324,8 +325,7 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
                 meas["kept"] = k.value
             measured[name].append(meas)
             verdicts[name].append(_with_kept(_verdict(spec, d.trajectory[
-                d.trajectory.source == "measured"], d.heads, theory=False)[0], k.value,
-                kept_floor(spec.d_model, spec.seq_len * sequences)))
+                d.trajectory.source == "measured"], d.heads, theory=False)[0], k.value, floor))
             if name not in rows:
                 pred = None if rep.after is None else _predicted(rep.after, rho0)
                 note = "; ".join(rep.effect.measured_only) or None
