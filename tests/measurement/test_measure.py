@@ -58,6 +58,21 @@ def test_mean_cos_exact_rho(rho):
     assert torch.allclose(c, torch.full_like(c, rho), atol=1e-6)
 
 
+def test_mean_cos_float32_against_float64_and_the_gram_matrix():
+    """In float32 on correlated rows of very different norms (d = T = 256, the engine's
+    hidden states), ``mean_cos`` (inverse norms times x, no unit rows formed) is within 1e-6
+    of the float64 mean of the off-diagonal cosine matrix: a float32 sum of T unit vectors
+    is exact to ~T 6e-8 relative, and the result is that over T (T - 1)."""
+    g = torch.Generator().manual_seed(3)
+    x = torch.randn(2, 3, 256, 256, generator=g) + 0.6 * torch.randn(2, 3, 1, 256, generator=g)
+    x = x * torch.logspace(-2, 2, 256)[:, None]
+    u = x.double() / x.double().norm(dim=-1, keepdim=True)
+    G = u @ u.transpose(-1, -2)
+    ref = (G.sum((-1, -2)) - G.diagonal(dim1=-2, dim2=-1).sum(-1)) / (256 * 255)
+    assert 0.2 < ref.min() and ref.max() < 0.4  # the correlation the test means to have
+    assert (mean_cos(x).double() - ref).abs().max() < 1e-6
+
+
 def test_mean_q_and_zero_rows():
     x = 2.0 * torch.ones(3, 5, 4, dtype=D)
     assert torch.allclose(mean_q(x), torch.full((3,), 4.0, dtype=D))

@@ -237,16 +237,24 @@ def test_stats_equal_those_from_probs(causal):
 
 @pytest.mark.parametrize("causal", [False, True])
 @pytest.mark.parametrize("scaling", ["none", "log-n"])
-def test_chunked_no_grad_path_equals_the_full_maps(causal, scaling, monkeypatch):
+@pytest.mark.parametrize("w_o", [True, False])
+def test_chunked_no_grad_path_equals_the_full_maps(causal, scaling, w_o, monkeypatch):
     """Without gradients and without probabilities, attention runs a few sequences at a time
     (nn.attention.CHUNK); its output and statistics equal the full-map path's (with
     return_probs, which never chunks) to 1e-12 in float64, with chunks of 2 maps (3 seeds x 3
-    sequences: an uneven last chunk), and the seed/sequence layout survives."""
+    sequences: an uneven last chunk), and the seed/sequence layout survives. The value and
+    output biases are drawn nonzero (the chunked path adds the value bias after the softmax,
+    or folds it into the output bias), with and without W_O."""
     import sigprop.nn.attention as att
 
     spec = ArchSpec(depth=1, d_model=32, heads=2, seq_len=20, beta=2.0, causal=causal,
-                    scaling=scaling)
+                    scaling=scaling, **({} if w_o else dict(sigma_v2=1.0, sigma_w2=2.0)))
     attn = build(spec, n_seeds=3, seed=0, dtype=torch.float64).blocks[0].attn
+    assert attn.has_out == w_o
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in (attn.b_v, attn.b_o) if w_o else (attn.b_v,):
+            p.copy_(torch.randn(p.shape, generator=g, dtype=p.dtype))
     x = unit_tokens((3, 20), 32)
     monkeypatch.setattr(att, "CHUNK", 2 * 2 * 20 * 20)
     calls = []
@@ -459,6 +467,33 @@ def test_init_foreign_on_tiny_bert():
     init_foreign(model, "xavier", mlp_out=["encoder.layer.0.output.dense"])
     w = model.encoder.layer[0].output.dense.weight
     assert w.std().item() == pytest.approx(math.sqrt(2 / (256 + 128)), rel=0.03)
+
+
+def test_skip_is_the_residual_sum_to_rounding_and_differentiable():
+    """``skip(x, branch, alpha)`` (the blocks' residual sum in one pass) equals the exact
+    ``alpha x + branch`` within float32 rounding of its two terms (``eps (|alpha x| +
+    |branch|)``, the bound of the two-pass expression) for a float alpha, alpha 1 and a
+    per-slice tensor alpha; its gradients equal those of the two-pass expression in float64
+    (1e-12)."""
+    from sigprop.nn.model import skip
+
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(3, 4, 5, 16, generator=g)
+    b = torch.randn(3, 4, 5, 16, generator=g)
+    for alpha in (0.7, 1.0, 2.0, torch.tensor([0.2, 0.5, 2.0]).view(3, 1, 1, 1)):
+        ref = (alpha * x.double() + b.double())
+        got = skip(x, b, alpha).double()
+        bound = torch.finfo(torch.float32).eps * ((alpha * x).double().abs() + b.double().abs())
+        assert ((got - ref).abs() <= bound).all()
+    xs, bs = x.double().requires_grad_(), b.double().requires_grad_()
+    a = torch.tensor([0.2, 0.5, 2.0], dtype=torch.float64).view(3, 1, 1, 1).requires_grad_()
+    w = torch.randn(3, 4, 5, 16, generator=g, dtype=torch.float64)
+    for alpha in (0.7, a):
+        inputs = (xs, bs) + ((a,) if alpha is a else ())
+        g1 = torch.autograd.grad((skip(xs, bs, alpha) * w).sum(), inputs)
+        g2 = torch.autograd.grad(((alpha * xs + bs) * w).sum(), inputs)
+        for u, v in zip(g1, g2, strict=True):
+            torch.testing.assert_close(u, v, rtol=1e-12, atol=1e-12)
 
 
 @pytest.mark.filterwarnings("ignore:`torch.jit.script` is deprecated:DeprecationWarning")

@@ -32,19 +32,23 @@ __all__ = [
 def mean_cos(x: torch.Tensor, eps: float = 1e-12) -> torch.Tensor:
     """Mean pairwise cosine over tokens ``a != a'`` (docs/theory.md §1 ``cos``; gg25's rho).
 
-    Computed from the Gram matrix ``G`` of the unit-normalised rows without forming it:
-    ``sum_{a,a'} G = |sum_a u_a|^2`` and ``sum_a G_aa = #nonzero rows``, so
-    ``cos = (|sum_a u_a|^2 - trace G) / (T (T - 1))``. Zero rows count as cosine 0 with every
-    other token. Undefined (NaN) for ``T < 2``. The exact value lies in [-1/(T-1), 1]; the
-    float32 rounding of near-parallel rows (1 + 2e-7) is clamped back into that range.
+    Computed from the Gram matrix ``G`` of the unit-normalised rows ``u_a = x_a / |x_a|``
+    without forming it: ``sum_{a,a'} G = |sum_a u_a|^2`` and ``sum_a G_aa = sum_a |u_a|^2``
+    (1 per nonzero row), so ``cos = (|sum_a u_a|^2 - trace G) / (T (T - 1))``. ``sum_a u_a``
+    is the row vector of inverse norms times ``x`` (one matrix-vector product per sequence),
+    so ``x`` is read twice (norms, product) and no (..., T, d) temporary is written: on the
+    engine's hidden states (issue 19) the unit rows cost two passes more over memory than the
+    whole statistic now does. Zero rows count as cosine 0 with every other token. Undefined
+    (NaN) for ``T < 2``. The exact value lies in [-1/(T-1), 1]; the float32 rounding of
+    near-parallel rows (1 + 2e-7) is clamped back into that range.
     """
     T = x.shape[-2]
     if T < 2:
         return torch.full(x.shape[:-2], float("nan"), dtype=x.dtype, device=x.device)
-    norms = x.norm(dim=-1, keepdim=True)
-    u = x / norms.clamp_min(eps)
-    total = u.sum(dim=-2).pow(2).sum(dim=-1)
-    diag = u.pow(2).sum(dim=(-1, -2))
+    norms = torch.linalg.vector_norm(x, dim=-1)
+    inv = 1.0 / norms.clamp_min(eps)
+    total = torch.matmul(inv.unsqueeze(-2), x).squeeze(-2).square().sum(dim=-1)
+    diag = (norms * inv).square().sum(dim=-1)
     return ((total - diag) / (T * (T - 1))).clamp(-1.0 / (T - 1), 1.0)
 
 

@@ -197,12 +197,16 @@ class BatchedAttention(nn.Module):
         x = self._prepare(x)
         S, B, T, d = x.shape
         x2 = x.reshape(S, B * T, d)
-        v = self._heads(x2, self.w_v, B, T, self.b_v)  # (S, B, H, T, dh)
         causal = self.spec.causal
+        kind = self.spec.attention
+        if (return_stats and not return_probs and not torch.is_grad_enabled()
+                and x.device.type == "cpu" and S * B > 1 and kind == "softmax"):
+            mask = causal_mask(T, x.device) if causal else None
+            return self._chunked(x2, B, T, mask, visible_keys(T, causal, x.dtype, x.device))
+        v = self._heads(x2, self.w_v, B, T, self.b_v)  # (S, B, H, T, dh)
         mask = causal_mask(T, x.device) if causal else None
         n_keys = visible_keys(T, causal, x.dtype, x.device)
         stats = probs = None
-        kind = self.spec.attention
 
         if kind in ("uniform", "identity"):
             out = self._running_mean(v, n_keys) if kind == "uniform" else v
@@ -220,9 +224,6 @@ class BatchedAttention(nn.Module):
                              for k, val in row_stats(a, logp, n_keys).items()}
                 if return_probs:
                     probs = a.expand(S, B, self.heads, T, T)
-        elif (return_stats and not return_probs and not torch.is_grad_enabled()
-              and x.device.type == "cpu" and S * B > 1 and kind != "centred"):
-            out, stats = self._chunked(x2, v, B, T, mask, n_keys)
         elif not (return_stats or return_probs) and isinstance(
                 scale := self._scale(T, x.dtype, x.device), float):
             out = self._fused(x2, v, B, T, scale, causal)
@@ -270,19 +271,28 @@ class BatchedAttention(nn.Module):
                                              is_causal=causal, scale=scale)
         return out.view(S, B, H, T, dh)
 
-    def _chunked(self, x2: Tensor, v: Tensor, B: int, T: int, mask, n_keys: Tensor):
+    def _chunked(self, x2: Tensor, B: int, T: int, mask, n_keys: Tensor) -> AttentionOutput:
         """Softmax attention and its statistics without gradients, a few sequences at a time
         (:data:`CHUNK` logits): each chunk's logits, probabilities and statistics stay in
         cache, where the whole (S, B, H, T, T) maps took a fresh allocation (page faults) and
         a pass over memory per step (the engine benchmark, 8 x 4 x 4 heads x 256^2 per layer:
-        the forward ~1.2x faster). Same arithmetic per map as the unchunked path: the results
-        agree to float32 roundoff (tests/nn/test_model.py)."""
+        the forward ~1.2x faster). Same arithmetic per map as the unchunked path up to where
+        two constants enter, so the results agree to float32 roundoff (tests/nn/test_model.py):
+        a float score factor scales ``W_Q`` (d^2 numbers) instead of q (S B T d), and the
+        value bias, which every softmax row (summing to 1) passes on unchanged, is added to
+        the output (or folded into the output bias) instead of to every value."""
         S, H, dh = self.n_seeds, self.heads, self.d_head
-        q = self._heads(x2, self.w_q, B, T).reshape(S * B, H, T, dh)
+        d = H * dh
+        scale = self._scale(T, x2.dtype, x2.device)
+        w_q = self.w_q * scale if isinstance(scale, float) else self.w_q
+        q = self._heads(x2, w_q, B, T).reshape(S * B, H, T, dh)
+        if not isinstance(scale, float):
+            q = q * scale
         k = self._heads(x2, self.w_k, B, T).reshape(S * B, H, T, dh)
-        q = q * self._scale(T, q.dtype, q.device)
-        vv = v.reshape(S * B, H, T, dh)
-        out = torch.empty(S * B, H, T, dh, dtype=v.dtype, device=v.device)
+        vv = self._heads(x2, self.w_v, B, T).reshape(S * B, H, T, dh)
+        # written head by head into the (S B, T, H, dh) layout the output projection reads
+        buf = torch.empty(S * B, T, H, dh, dtype=x2.dtype, device=x2.device)
+        out = buf.transpose(1, 2)
         step = max(1, CHUNK // (H * T * T))
         parts: list[dict[str, Tensor]] = []
         for i in range(0, S * B, step):
@@ -291,10 +301,16 @@ class BatchedAttention(nn.Module):
             if mask is not None:
                 logits = logits.masked_fill(mask, torch.finfo(logits.dtype).min)
             a, st = softmax_with_stats(logits, n_keys)
-            torch.matmul(a, vv[i:j], out=out[i:j])
+            out[i:j] = torch.matmul(a, vv[i:j])
             parts.append(st)
         stats = {key: torch.cat([p[key] for p in parts]).view(S, B, H) for key in parts[0]}
-        return out.view(S, B, H, T, dh), stats
+        o = buf.view(S, B * T, d)
+        b_v = self.b_v.unsqueeze(1)
+        if self.has_out:
+            o = torch.baddbmm(torch.baddbmm(self.b_o.unsqueeze(1), b_v, self.w_o), o, self.w_o)
+        else:
+            o = o.add_(b_v)
+        return AttentionOutput(o.view(S, B, T, d), stats, None)
 
     @staticmethod
     def _running_mean(v: Tensor, n_keys: Tensor) -> Tensor:

@@ -95,6 +95,17 @@ class _RMSNorm(torch.autograd.Function):
         return dy, -r.square() * m
 
 
+def skip(x: Tensor, branch: Tensor, alpha) -> Tensor:
+    """``alpha x + branch``, the residual sum of a block, in one pass over memory (``add``
+    with a float ``alpha``, ``addcmul`` with a tensor one) where ``alpha * x + branch`` took
+    two and a temporary. The results agree with the two-pass expression to float32
+    rounding of its terms (tests/nn/test_model.py)."""
+    if isinstance(alpha, Tensor):
+        return torch.addcmul(branch, x, alpha)
+    alpha = float(alpha)
+    return branch + x if alpha == 1.0 else torch.add(branch, x, alpha=alpha)
+
+
 def _param(*shape, dtype):
     return nn.Parameter(torch.zeros(*shape, dtype=dtype))
 
@@ -165,20 +176,20 @@ class BatchedBlock(nn.Module):
         if sp.parallel:  # one skip, both branches read the same input
             h = self._ln(x) if sp.norm == "pre" else x
             att = self.attn(h, return_stats, return_probs)
-            x = a_att * x + att.out + self.mlp(h)
+            x = skip(x, att.out, a_att) + self.mlp(h)
             return (self._ln(x) if sp.norm == "post" else x), att
         if sp.norm == "post":
             att = self.attn(x, return_stats, return_probs)
-            x = self._ln(a_att * x + att.out)
-            x = self._ln(a_mlp * x + self.mlp(x))
+            x = self._ln(skip(x, att.out, a_att))
+            x = self._ln(skip(x, self.mlp(x), a_mlp))
         elif sp.norm == "pre":
             att = self.attn(self._ln(x), return_stats, return_probs)
-            x = a_att * x + att.out
-            x = a_mlp * x + self.mlp(self._ln(x))
+            x = skip(x, att.out, a_att)
+            x = skip(x, self.mlp(self._ln(x)), a_mlp)
         else:
             att = self.attn(x, return_stats, return_probs)
-            x = a_att * x + att.out
-            x = a_mlp * x + self.mlp(x)
+            x = skip(x, att.out, a_att)
+            x = skip(x, self.mlp(x), a_mlp)
         return x, att
 
 

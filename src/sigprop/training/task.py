@@ -181,25 +181,27 @@ def _block(blk, x: Tensor, a_att, a_mlp, keep: Tensor | None = None, stats: bool
     strengths ``a_att``, ``a_mlp`` (floats or (S, 1, 1, 1) tensors). ``keep`` (B, T): after
     the attention only the kept positions go on, returned as (S, N, d). Returns ``(x, stats)``
     (the attention's row statistics when ``stats``)."""
+    from ..nn.model import skip
+
     sp, ln = blk.spec, blk._ln
     sel = (lambda z: z) if keep is None else (lambda z: z[:, keep].unsqueeze(1))
     if sp.parallel:
         h = ln(x) if sp.norm == "pre" else x
         att = blk.attn(h, return_stats=stats)
-        z = sel(a_att * x + att.out) + blk.mlp(sel(h))
+        z = sel(skip(x, att.out, a_att)) + blk.mlp(sel(h))
         z = ln(z) if sp.norm == "post" else z
     elif sp.norm == "pre":
         att = blk.attn(ln(x), return_stats=stats)
-        z = sel(a_att * x + att.out)
-        z = a_mlp * z + blk.mlp(ln(z))
+        z = sel(skip(x, att.out, a_att))
+        z = skip(z, blk.mlp(ln(z)), a_mlp)
     else:
         att = blk.attn(x, return_stats=stats)
-        z = sel(a_att * x + att.out)
+        z = sel(skip(x, att.out, a_att))
         if sp.norm == "post":
             z = ln(z)
-            z = ln(a_mlp * z + blk.mlp(z))
+            z = ln(skip(z, blk.mlp(z), a_mlp))
         else:
-            z = a_mlp * z + blk.mlp(z)
+            z = skip(z, blk.mlp(z), a_mlp)
     return (z if keep is None else z.squeeze(1)), att.stats
 
 
