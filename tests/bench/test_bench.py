@@ -148,6 +148,8 @@ def test_cli_renders_a_saved_run(fake, tmp_path, capsys):
     bad = tmp_path / "bad.json"
     bad.write_text('{"machine": 1}')
     for args in (["bench", "--from", str(tmp_path / "none.json")], ["bench", "--from", str(bad)],
-                 ["bench", "fake", "--from", str(out)]):
+                 ["bench", "fake", "--from", str(out)],
+                 ["bench", "--from", str(out), "--size", "quick"],
+                 ["bench", "--from", str(out), "--device", "cuda"]):
         assert run(args) == 2
         assert "--from" in capsys.readouterr().err

@@ -210,6 +210,10 @@ def test_compare_json_shape_and_ranking(tmp_path):
     assert all(v != "trainable" for v in verdicts[first_bad:])
     assert res["recommendation"]["method"] == rows[0]["method"]
     assert "--method " + rows[0]["method"] in res["recommendation"]["command"]
+    # stdout is the JSON alone; a pipe's stderr gets one progress line per stage
+    progress = [x for x in r.stderr.splitlines() if x.startswith("comparing fixes: ")]
+    assert progress[0] == "comparing fixes: baseline"
+    assert {x.removeprefix("comparing fixes: ") for x in progress[1:]} == set(M.names())
 
 
 @pytest.mark.slow

@@ -112,9 +112,10 @@ def best_of(fn: Callable[[], Any], repeat: int = 3, sync: Callable[[], None] | N
     return best, out
 
 
-def machine(device: str = "cpu", n: int = 1024) -> dict[str, Any]:
+def machine(device: str = "cpu", n: int = 2048) -> dict[str, Any]:
     """This machine as the benchmarks see it: float32 matmul rate (GFLOP/s, best of 5
-    ``n x n`` products on ``device``), memory bandwidth (GB/s, best of 5 copies of a 256 MiB
+    ``n x n`` products on ``device``; ``sigprop bench`` uses the product size that
+    ``measure`` rates the engine against, so the two rates are of the same product), memory bandwidth (GB/s, best of 5 copies of a 256 MiB
     tensor: read + write), CPU cores, torch threads, torch version and the device name."""
     import os
     import platform
@@ -150,7 +151,8 @@ def run(names: Sequence[str] = (), *, size: str = "default", device: str = "cpu"
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(known)}")
-    out: dict[str, Any] = {"machine": machine(device), "size": size, "benchmarks": []}
+    out: dict[str, Any] = {"machine": machine(device, 2048 if size == "default" else 512),
+                           "size": size, "benchmarks": []}
     for name in names or list(known):
         b = known[name]
         if on_start is not None:

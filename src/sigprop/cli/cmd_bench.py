@@ -41,8 +41,9 @@ def bench(
         return
     check_output_file("--readme", readme, ("md",))
     if from_ is not None:
-        if names or out:
-            fail("--from: renders a saved run; NAMES and --out do not apply to it")
+        if names or out or size != "default" or device != "cpu":
+            fail("--from: renders a saved run; NAMES, --out, --size and --device do not apply "
+                 "to it (its size and device are those in its JSON)")
         res = _saved(from_)
         _render(res, readme, fmt, wide)
         return

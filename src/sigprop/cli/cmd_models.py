@@ -215,9 +215,25 @@ def _compare(model, which, param, seq_len, seeds, sequences, device, seed, train
                             sequences=sequences, device=device, seed=seed,
                             train_steps=train_steps,
                             on_method=lambda s: bar.update(task, description=s))
-        else:
-            c = compare(model, which, param, seq_len=seq_len, seeds=seeds, sequences=sequences,
-                        device=device, seed=seed, train_steps=train_steps)
+        else:  # stdout holds the JSON / CSV: progress goes to stderr
+            from rich.console import Console
+
+            err = Console(stderr=True)
+            if err.is_terminal:
+                from rich.progress import Progress
+
+                with Progress(console=err, transient=True) as bar:
+                    task = bar.add_task("comparing fixes", total=None)
+                    c = compare(model, which, param, seq_len=seq_len, seeds=seeds,
+                                sequences=sequences, device=device, seed=seed,
+                                train_steps=train_steps,
+                                on_method=lambda s: bar.update(task, description=s))
+            else:  # a log file or a pipe: one line per stage (a bar would show nothing)
+                c = compare(model, which, param, seq_len=seq_len, seeds=seeds,
+                            sequences=sequences, device=device, seed=seed,
+                            train_steps=train_steps,
+                            on_method=lambda s: err.print(f"comparing fixes: {s}",
+                                                          markup=False, highlight=False))
     except SpecError as err:
         fail_spec(err)
     if plot is not None:
