@@ -30,8 +30,8 @@ DataOpt = typer.Option("builtin", "--data", help="builtin|tinystories|PATH (text
 DeviceOpt = typer.Option("cpu", "--device", help="cpu or cuda")
 ThreadsOpt = typer.Option(1, "--threads", help="CPU threads while training (0 = torch's)")
 #: the trainability grid trains as shards side by side, one thread each: bit-equal results,
-#: and on the 2-core machine 0.44 s a grid step with 2 shards against 1.03 s with one
-#: (`sigprop bench training`, idle machine)
+#: and on the earlier 2-core Intel machine 0.44 s a grid step with 2 shards against 1.03 s
+#: with one (`sigprop bench training`, idle machine; on the 2-core AMD EPYC VM ~0.85 and ~1.3 s)
 GridThreadsOpt = typer.Option(min(2, os.cpu_count() or 1), "--threads",
                               help="shards of the grid trained side by side, one CPU thread "
                                    "each (default: 2, or 1 on a 1-core machine)")
@@ -245,8 +245,8 @@ def trainability(spec: ArchSpec,
     model, d=32, 2 heads, T=32, gg25 variances; training defaults are
     sigprop.training.trainability.TRAINABILITY_CONFIG (500 steps, batch 64, lr 2e-3, unigram
     readout bias). The 9 points train as slices of one model, split into --threads shards
-    side by side (a grid step: 0.44 s with 2 shards, 1.03 s with one, on the 2-core
-    development machine: ~4 and ~9 min for 500 steps, plus evaluations)."""
+    side by side (the default grid: ~7 min with 2 shards on a 2-core AMD EPYC VM, about
+    twice that with one; docs/bench.md)."""
     from dataclasses import asdict, replace
 
     from .. import trajectory
