@@ -115,8 +115,9 @@ def best_of(fn: Callable[[], Any], repeat: int = 3, sync: Callable[[], None] | N
 def machine(device: str = "cpu", n: int = 2048) -> dict[str, Any]:
     """This machine as the benchmarks see it: float32 matmul rate (GFLOP/s, best of 5
     ``n x n`` products on ``device``; ``sigprop bench`` uses the product size that
-    ``measure`` rates the engine against, so the two rates are of the same product), memory bandwidth (GB/s, best of 5 copies of a 256 MiB
-    tensor: read + write), CPU cores, torch threads, torch version and the device name."""
+    ``measure`` rates the engine against, so the two rates are of the same product), memory
+    bandwidth (GB/s, best of 5 copies of a 256 MiB tensor: read + write), CPU cores, torch
+    threads, torch version and the device name."""
     import os
     import platform
 
