@@ -306,6 +306,7 @@ def test_tables_against_per_position_values(T, d, h):
     np.testing.assert_allclose(p1, q1, rtol=3e-4, atol=0)
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")  # a NaN entry: no cast warning either
 def test_entries_off_the_tables_take_the_per_position_path(monkeypatch):
     """v above :data:`causal.VMAX`, NaN, a negative a0: the LayerNorm average and the
     attention averages equal the per-position path's (1e-13; they run it on those entries),

@@ -30,9 +30,11 @@ def _expit(x: np.ndarray) -> np.ndarray:
 
 # ------------------------------------------------------------------ splines and the disk cache
 def _cell(grid, q):
-    """Cell index of q on a uniform grid (clipped to the end cells) and the offset in it."""
-    i = np.clip(((q - grid[0]) * ((grid.size - 1) / (grid[-1] - grid[0]))).astype(np.intp),
-                0, grid.size - 2)
+    """Cell index of q on a uniform grid (clipped to the end cells) and the offset in it (NaN
+    for a NaN q: its index is the first cell's, so that no NaN is cast to an integer)."""
+    pos = (q - grid[0]) * ((grid.size - 1) / (grid[-1] - grid[0]))
+    pos = np.where(np.isnan(pos), 0.0, np.clip(pos, 0, grid.size - 2))
+    i = pos.astype(np.intp)
     return i, q - grid[i]
 
 
