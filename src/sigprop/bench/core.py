@@ -31,6 +31,8 @@ __all__ = ["BENCHMARKS", "Bench", "Figure", "MODULES", "SIZES", "benchmarks", "b
            "machine", "register", "run"]
 
 SIZES = ("quick", "default")
+#: the n of the n x n float32 product that rates the machine and the engine, per size
+MATMUL_N = {"quick": 512, "default": 2048}
 #: modules holding registered benchmarks (imported by :func:`benchmarks`)
 MODULES: list[str] = ["diagnose", "measure", "sweep", "theory", "training"]
 
@@ -152,8 +154,8 @@ def run(names: Sequence[str] = (), *, size: str = "default", device: str = "cpu"
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(known)}")
-    out: dict[str, Any] = {"machine": machine(device, 2048 if size == "default" else 512),
-                           "size": size, "benchmarks": []}
+    out: dict[str, Any] = {"machine": machine(device, MATMUL_N[size]), "size": size,
+                           "benchmarks": []}
     for name in names or list(known):
         b = known[name]
         if on_start is not None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import torch
 
-from .core import Figure, best_of, register
+from .core import MATMUL_N, Figure, best_of, register
 
 SIZES = {"quick": dict(seeds=2, sequences=2, seq_len=64, depth=2),
          "default": dict(seeds=8, sequences=4, seq_len=256, depth=12)}
@@ -86,7 +86,7 @@ def measure_engine(*, size: str = "default", device: str = "cpu") -> list[Figure
     sync = _sync(dev)
     spec = ArchSpec(depth=L, d_model=256, heads=4, seq_len=T, init_std=0.02)
     x = rho_tokens(B, T, spec.d_model, 0.05, seed=0).to(dev)
-    n = 2048 if size == "default" else 512
+    n = MATMUL_N[size]
     a, b = torch.randn(n, n, device=dev), torch.randn(n, n, device=dev)
     a @ b
     t_mm, _ = best_of(lambda: a @ b, 5, sync)

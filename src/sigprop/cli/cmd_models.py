@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 
 import typer
 
@@ -201,39 +202,33 @@ def fix_cmd(model: str | None = typer.Argument(None, help="preset name or local 
         console.print_fix(before, rep, after, out, wide=wide)
 
 
+@contextmanager
+def _stages(console, label: str):
+    """A callback that shows a job's current stage: a transient bar on ``console`` (None:
+    stdout) when it is a terminal, else one ``label: stage`` line per stage."""
+    from rich.progress import Progress
+
+    if console is None or console.is_terminal:
+        with Progress(console=console, transient=True) as bar:
+            task = bar.add_task(label, total=None)
+            yield lambda s: bar.update(task, description=s)
+    else:
+        yield lambda s: console.print(f"{label}: {s}", markup=False, highlight=False)
+
+
 def _compare(model, which, param, seq_len, seeds, sequences, device, seed, train_steps, fmt,
              no_timing, wide, plot) -> None:
+    from rich.console import Console
+
     from ..analysis.compare import compare
 
+    # table: a bar on stdout, before the table; JSON / CSV: stdout holds the result, so a bar
+    # on stderr, or one line per stage where stderr is a log file or a pipe
+    progress = None if fmt == Fmt.table else Console(stderr=True)
     try:
-        if fmt == Fmt.table:
-            from rich.progress import Progress
-
-            with Progress(transient=True) as bar:
-                task = bar.add_task("comparing fixes", total=None)
-                c = compare(model, which, param, seq_len=seq_len, seeds=seeds,
-                            sequences=sequences, device=device, seed=seed,
-                            train_steps=train_steps,
-                            on_method=lambda s: bar.update(task, description=s))
-        else:  # stdout holds the JSON / CSV: progress goes to stderr
-            from rich.console import Console
-
-            err = Console(stderr=True)
-            if err.is_terminal:
-                from rich.progress import Progress
-
-                with Progress(console=err, transient=True) as bar:
-                    task = bar.add_task("comparing fixes", total=None)
-                    c = compare(model, which, param, seq_len=seq_len, seeds=seeds,
-                                sequences=sequences, device=device, seed=seed,
-                                train_steps=train_steps,
-                                on_method=lambda s: bar.update(task, description=s))
-            else:  # a log file or a pipe: one line per stage (a bar would show nothing)
-                c = compare(model, which, param, seq_len=seq_len, seeds=seeds,
-                            sequences=sequences, device=device, seed=seed,
-                            train_steps=train_steps,
-                            on_method=lambda s: err.print(f"comparing fixes: {s}",
-                                                          markup=False, highlight=False))
+        with _stages(progress, "comparing fixes") as stage:
+            c = compare(model, which, param, seq_len=seq_len, seeds=seeds, sequences=sequences,
+                        device=device, seed=seed, train_steps=train_steps, on_method=stage)
     except SpecError as err:
         fail_spec(err)
     if plot is not None:
