@@ -190,6 +190,68 @@ def _forward(model, inputs: dict, enc_dec: bool, returned: bool = False,
     model(**inputs)
 
 
+def _main_inputs(model, kind: str, decoder: bool) -> list[str]:
+    """The inputs a model of this kind is fed first: its class's ``main_input_name`` (token
+    ids with their mask for text), plus ``decoder_input_ids`` for the decoder stack."""
+    main = getattr(model, "main_input_name", None)
+    main = main if isinstance(main, str) else {"image": "pixel_values",
+                                               "audio": "input_features"}.get(kind, "input_ids")
+    names = [main] + (["attention_mask"] if main == "input_ids" else [])
+    return names + (["decoder_input_ids"] if decoder else [])
+
+
+def _settle(m, config, kind: str, enc_dec: bool, decoder: bool, prefer: str | None,
+            vocab: int, seed: int, device: str):
+    """``(input names, block list to measure, note)`` for model ``m``: refuses a model
+    without attention and one whose forward needs inputs sigprop cannot make, in one line;
+    a composite model is measured on the best-ranked block list its inputs reach."""
+    from ..measurement.probe_sites import candidate_stacks, stack_has_attention
+    from ..models.inputs import settle
+    from ..models.zoo import has_self_attention
+
+    cands = candidate_stacks(m, prefer)
+    if prefer not in (None, "decoder") and not any(
+            prefer == c or prefer in c.split(".") for c in cands):
+        raise SpecError("stack", f"no block list named {prefer[:60]!r} (block lists: "
+                                 f"{', '.join(cands[:6]) or 'none'}; or encoder, decoder)")
+    if not any(stack_has_attention(m, c) for c in cands) and not has_self_attention(m):
+        raise SpecError("model", f"{type(m).__name__} has no attention layer: sigprop "
+                                 "diagnoses attention (rank and entropy collapse), so there "
+                                 "is nothing to diagnose (docs/cli.md: models without "
+                                 "attention)")
+    if not cands:
+        raise SpecError("model", f"{type(m).__name__}: no list of transformer blocks found "
+                                 "(a ModuleList of one block class)")
+    st = settle(m, config, _main_inputs(m, kind, decoder), cands,
+                lambda inp: _forward(m, inp, enc_dec, decoder=decoder), B=1, T=8,
+                vocab=vocab, seed=seed, device=device)
+    ran = [c for c in cands if c in st.ran]
+    if not ran:
+        raise SpecError("model", f"{type(m).__name__}: none of its block lists ran on the "
+                                 f"inputs {', '.join(st.names)}")
+    best = next((c for c in ran if stack_has_attention(m, c)), ran[0])
+    notes = [st.note] if st.note else []
+    if len(ran) > 1 or best != cands[0]:
+        notes.append(f"stack measured: {best} (block lists that ran: {', '.join(ran)}; "
+                     "--stack NAME picks another)")
+    return st.names, best, notes
+
+
+def _stack_inputs(names: list[str], config, m, sequences: int, T: int, vocab: int, seed: int,
+                  device, first: dict, decoder: bool) -> dict:
+    """The full-size inputs named by :func:`_settle`: the kind's own (``first``, built by
+    :func:`_inputs`) where it made them, the others from :mod:`sigprop.models.inputs`."""
+    from ..models.inputs import make_input
+
+    own = ("input_ids", "attention_mask")
+    out = {n: first[n] if n in first and n in own else
+           make_input(n, config, m, sequences, T, vocab, seed)
+           for n in names if n != "decoder_input_ids"}
+    if decoder:
+        out["decoder_input_ids"] = first["decoder_input_ids"]
+    return {k: v.to(device) for k, v in out.items() if v is not None}
+
+
 def _probe_notes(probe, meas) -> list[str]:
     """Notes on layers whose attention statistics are missing or approximate."""
     n = len(probe.info)
@@ -203,6 +265,11 @@ def _probe_notes(probe, meas) -> list[str]:
         out.append(f"attention statistics could not be read for layer(s) "
                    f"{', '.join(map(str, missing))} ({why}); their cos / q / stable rank are "
                    "measured")
+    odd = [(i + 1, d["unreadable"]) for i, d in enumerate(probe.info) if d.get("unreadable")]
+    if odd:
+        out.append(f"attention statistics of layer(s) {', '.join(str(i) for i, _ in odd)} not "
+                   f"read: the module's q / k or output are not in the layout read from it "
+                   f"({odd[0][1]})")
     rope = [i + 1 for i, d in enumerate(probe.info) if d.get("rope") == "missing"]
     bias = [i + 1 for i, d in enumerate(probe.info) if d.get("bias") == "missing"]
     if rope:
@@ -342,7 +409,8 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     from torch import nn
 
     from .. import models as hf
-    from ..measurement.probe import Probe, find_blocks, to_trajectory
+    from ..measurement.probe import Probe, to_trajectory
+    from ..measurement.probe_sites import blocks_of
     from ..measurement.weights import WeightReader, WeightTable
     from ..models.arch import FAMILIES, generic_spec_and_info, input_kind, structure_spec
     from ..theory import depth
@@ -350,8 +418,10 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     for name, v, hi in (("seeds", seeds, 64), ("sequences", sequences, 256)):
         if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= hi:
             raise SpecError(name, f"must be an integer in [1, {hi}] (got {v!r})")
-    if stack not in ("encoder", "decoder"):
-        raise SpecError("stack", f"must be encoder or decoder (got {stack!r})")
+    if not isinstance(stack, str) or not stack or len(stack) > 200 or any(
+            c.isspace() for c in stack):
+        raise SpecError("stack", f"must be encoder, decoder or the name of a block list "
+                                 f"(got {stack!r})")
     if device not in ("cpu", "cuda"):
         raise SpecError("device", f"must be cpu or cuda (got {device!r})")
     if device == "cuda" and not torch.cuda.is_available():
@@ -379,7 +449,8 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     if decoder and not enc_dec:
         raise SpecError("stack", f"decoder needs an encoder-decoder model ({config.model_type} "
                                  "has one stack: use encoder)")
-    prefer = "decoder" if decoder else None
+    prefer = "decoder" if decoder else None if stack == "encoder" else stack
+    T_in = spec.seq_len
     if decoder:
         spec, dec_note = _decoder_spec(config, spec, seq_len)
         inputs["decoder_input_ids"] = _text_ids(sequences, spec.seq_len, vocab, seed + 7919
@@ -406,10 +477,15 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         was_training = module.training
         module.eval()
         try:
-            p = Probe(module, layers=find_blocks(module, prefer), keep_hidden=False,
+            dev = next(module.parameters()).device
+            names, stack_name, snotes = _settle(module, config, kind, enc_dec, decoder,
+                                                prefer, vocab, seed, str(dev))
+            notes += snotes
+            inputs = _stack_inputs(names, config, module, sequences, T_in, vocab, seed, dev,
+                                   inputs, decoder)
+            p = Probe(module, layers=blocks_of(module, stack_name), keep_hidden=False,
                       repeats=repeats, dtype=getattr(torch, STATS_DTYPE))
             w = WeightReader(module, blocks=p.blocks, sites=p.sites, repeats=repeats)
-            dev = next(module.parameters()).device
             if decoder:
                 memories.append(_Memory(module))
             grams.append(_InputGram(p.blocks[0][1]))
@@ -443,7 +519,13 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                              else "eager", vocab_size=vocab).to(device)
         if folder is not None:
             trained = hf.load_local_weights(m, folder).trained or trained
-        p = Probe(m, layers=find_blocks(m, prefer), keep_hidden=False, repeats=repeats,
+        if s == 0:  # the inputs the forward needs and the block list they reach
+            names, stack_name, snotes = _settle(m, config, kind, enc_dec, decoder, prefer,
+                                                vocab, seed, device)
+            notes += snotes
+            inputs = _stack_inputs(names, config, m, sequences, T_in, vocab, seed, device,
+                                   inputs, decoder)
+        p = Probe(m, layers=blocks_of(m, stack_name), keep_hidden=False, repeats=repeats,
                   dtype=getattr(torch, STATS_DTYPE))
         w = WeightReader(m, blocks=p.blocks, sites=p.sites, repeats=repeats)
         if decoder:
@@ -473,6 +555,13 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             on_seed(s)
         if trained:  # the folder's weights replace every draw: one realisation to measure
             break
+    if not probes[0].hidden_stats[0]:
+        raise SpecError("model", f"{name}: the measured block list did not run")
+    t_seen = grams[0].xs[0].shape[-2] if grams and grams[0].xs else None
+    if t_seen and t_seen >= 2 and t_seen != spec.seq_len and not decoder and kind != "text":
+        notes.append(f"T = {t_seen} tokens reach the blocks ({kind} input); the theory "
+                     f"runs at that length")
+        spec = spec.replace(seq_len=int(t_seen))
     meas_all = to_trajectory(probes, spec=spec, per_head=True)
     has_head = "head" in meas_all.columns
     heads = meas_all[meas_all["head"].notna()] if has_head else meas_all.iloc[:0]

@@ -199,7 +199,10 @@ class Probe(_RecomputeMixin):
         pends = self._pending
 
         def pre(m, args, kwargs):
-            b = _bound(m, args, kwargs)
+            try:
+                b = _bound(m, args, kwargs)
+            except (TypeError, ValueError):  # a signature we cannot bind: no mask, no RoPE
+                b = {}
             pend = pends[self._layer(i)]
             pend.clear()
             pend["mask"] = b.get("attention_mask")
@@ -213,6 +216,8 @@ class Probe(_RecomputeMixin):
 
         def grab_fused(m, a, out):
             pend = pends[self._layer(i)]
+            if not torch.is_tensor(out) or out.shape[-1] < (H + 2 * Hkv) * dh:
+                return  # not the layout read from the module: the layer is noted unreadable
             if s.fused == "per_head":
                 out = out.unflatten(-1, (H, 3 * dh))  # (..., T, H, dh) pieces
                 pend["q"], pend["k"] = out[..., :dh], out[..., dh: 2 * dh]
@@ -248,6 +253,17 @@ class Probe(_RecomputeMixin):
 
     @torch.no_grad()
     def _attention_done(self, i, s: AttentionSite, out):
+        """The layer's statistics; a layout this probe misread (q / k of another shape, a
+        module returning something else) leaves the layer without attention statistics and
+        its reason in ``info[i]["unreadable"]``, never an error inside the model's forward."""
+        try:
+            self._attention_stats(i, s, out)
+        except (RuntimeError, ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
+            self.info[i]["unreadable"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}" \
+                if str(e) else type(e).__name__
+            self._pending[i].clear()
+
+    def _attention_stats(self, i, s: AttentionSite, out):
         pend, info = self._pending[i], self.info[i]
         ret = _returned_probs(out)
         use_returned = self.probs_mode == "returned" or (self.probs_mode == "auto"

@@ -18,7 +18,8 @@ from dataclasses import dataclass
 
 from torch import nn
 
-__all__ = ["AttentionSite", "describe_attention", "find_attention", "find_blocks"]
+__all__ = ["AttentionSite", "blocks_of", "candidate_stacks", "describe_attention",
+           "find_attention", "find_blocks", "stack_has_attention"]
 
 _SPLIT_NAMES = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"),
                 ("query_proj", "key_proj", "value_proj"),
@@ -131,28 +132,41 @@ def find_attention(block: nn.Module, causal: bool | None = None, prefix: str = "
     return None
 
 
-def find_blocks(model: nn.Module, prefer: str | None = None) -> list[tuple[str, nn.Module]]:
-    """``[(qualified name, block), ...]`` of the model's transformer blocks.
-
-    Candidates are the ``nn.ModuleList`` containers whose children all share one class; ranked
-    by (children contain an attention site, name ends with a known container — HF BERT
-    ``encoder.layer``, GPT-2 ``h`` / ``transformer.h``, LLaMA/Qwen ``model.layers``, ``layers``,
-    ``blocks`` ... —, length), first in module order on ties (so an encoder wins over its
-    decoder). ``prefer``: lists whose name contains this word rank first (``"decoder"``:
-    the decoder stack of an encoder-decoder model). Raises ``ValueError`` when the model has
-    no such list.
-    """
-    best, best_key = None, None
-    for name, m in model.named_modules():
+def candidate_stacks(model: nn.Module, prefer: str | None = None) -> list[str]:
+    """Qualified names of the model's block lists, best first: ``nn.ModuleList`` containers
+    whose children all share one class, ranked by (name contains ``prefer``, children contain
+    an attention site, name ends with a known container — HF BERT ``encoder.layer``, GPT-2
+    ``h`` / ``transformer.h``, LLaMA/Qwen ``model.layers``, ``layers``, ``blocks`` ... —,
+    length), first in module order on ties (so an encoder wins over its decoder)."""
+    found = []
+    for pos, (name, m) in enumerate(model.named_modules()):
         if not isinstance(m, nn.ModuleList) or len(m) == 0 or len({type(c) for c in m}) != 1:
             continue
         known = any(name == s or name.endswith("." + s) for s in _KNOWN_BLOCKS)
-        pref = prefer is not None and prefer in name.split(".")
-        key = (pref, find_attention(m[0]) is not None, known, len(m))
-        if best_key is None or key > best_key:
-            best, best_key = name, key
-    if best is None:
-        raise ValueError("no block list found: pass layers= (modules, names or a regex)")
-    mods = dict(model.named_modules())
-    return [(f"{best}.{i}".strip("."), c) for i, c in enumerate(mods[best])]
+        pref = prefer is not None and (prefer == name or prefer in name.split("."))
+        found.append(((pref, find_attention(m[0]) is not None, known, len(m), -pos), name))
+    return [n for _, n in sorted(found, reverse=True)]
 
+
+def stack_has_attention(model: nn.Module, name: str) -> bool:
+    """Whether the block list ``name`` holds an attention site sigprop reads."""
+    lst = dict(model.named_modules()).get(name)
+    return bool(lst is not None and len(lst) and find_attention(lst[0]) is not None)
+
+
+def blocks_of(model: nn.Module, name: str) -> list[tuple[str, nn.Module]]:
+    """``[(qualified name, block), ...]`` of the block list ``name``."""
+    lst = dict(model.named_modules())[name]
+    return [(f"{name}.{i}".strip("."), c) for i, c in enumerate(lst)]
+
+
+def find_blocks(model: nn.Module, prefer: str | None = None) -> list[tuple[str, nn.Module]]:
+    """``[(qualified name, block), ...]`` of the model's transformer blocks: the best of
+    :func:`candidate_stacks`. ``prefer``: lists whose name contains this word rank first
+    (``"decoder"``: the decoder stack of an encoder-decoder model). Raises ``ValueError`` when
+    the model has no such list.
+    """
+    names = candidate_stacks(model, prefer)
+    if not names:
+        raise ValueError("no block list found: pass layers= (modules, names or a regex)")
+    return blocks_of(model, names[0])

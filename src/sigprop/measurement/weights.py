@@ -188,6 +188,23 @@ def _fingerprint(args, kwargs):
         torch.linalg.vecdot(t, t).double().sum())
 
 
+def _mlp_group(block: nn.Module, rest: list[nn.Module]) -> list[nn.Module]:
+    """The linear maps of the block's MLP among ``rest`` (its linear maps outside attention,
+    in call order): where a child module of the block holds two or more of them and the
+    others lie outside it (Gemma 3n / 4's per-layer input gate and projection beside the
+    MLP), that child's maps; else ``rest``."""
+    groups: dict[int, list[nn.Module]] = {}
+    for _, child in block.named_children():
+        ids = {id(x) for x in child.modules()}
+        got = [m for m in rest if id(m) in ids]
+        if len(got) >= 2:
+            groups[id(child)] = got
+    if len(groups) == 1:
+        (got,) = groups.values()
+        return got
+    return rest
+
+
 class _Parts(NamedTuple):
     """One block as the call order shows it (:meth:`WeightReader._parts`)."""
 
@@ -561,7 +578,8 @@ class WeightReader:
             if m is not s.module and describe_attention(m) is not None:
                 attn |= {id(x) for x in m.modules()}
         rest = [m for m in called if m is not o and id(m) not in attn]
-        return _Parts(block, own, in_block, last_is_norm, n_attn, o, rest, self._mlp(rest))
+        return _Parts(block, own, in_block, last_is_norm, n_attn, o, rest,
+                      self._mlp(_mlp_group(block, rest)))
 
     def _mlp(self, rest: list[nn.Module]):
         """``(ins, out as (W, b), gains of the norm in front)`` of the MLP maps ``rest`` (in

@@ -269,8 +269,10 @@ def spec_with_record(spec: ArchSpec, rec: dict[str, Any]) -> ArchSpec:
 
 
 def _first_attr(cfg, names, default=None):
+    from .config import _safe
+
     for n in names:
-        v = getattr(cfg, n, None)
+        v = _safe(cfg, n)
         if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
             return v
     return default
@@ -287,7 +289,10 @@ def input_kind(config) -> str:
         name = getattr(cls, "main_input_name", "input_ids")
     except Exception:  # noqa: BLE001 - unknown class: text, as most families
         name = "input_ids"
-    return {"pixel_values": "image", "input_features": "audio"}.get(name, "text")
+    if not isinstance(name, str):
+        name = "input_ids"
+    return {"pixel_values": "image", "input_features": "audio", "input_values": "audio"}.get(
+        name, "text")
 
 
 def generic_spec_and_info(config, seq_len: int | None = None) -> tuple[ArchSpec, HFInfo]:

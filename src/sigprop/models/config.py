@@ -58,43 +58,58 @@ def _check_fields(cls, d: dict[str, Any], where: str) -> None:
         defaults = None
     for key, val in d.items():
         name = canon[key]
-        ref = getattr(defaults, key, None) if defaults is not None else None
+        ref = _safe(defaults, key) if defaults is not None else None
         if name in _SIZE_FIELDS or key in _SIZE_FIELDS:
             hi = _SIZE_FIELDS.get(name, _SIZE_FIELDS.get(key))
             if val is None and name in ("num_key_value_heads", "head_dim"):
                 continue
+            vals = list(val.values()) if isinstance(val, dict) else val
+            if isinstance(vals, list) and vals and all(_is_int(v) and 1 <= v <= hi
+                                                       for v in vals):
+                continue  # per-stage / per-part values (Swin heads per stage, LXMERT layers)
             if not _is_int(val) or not 1 <= val <= hi:
                 bad(key, f"must be an integer in [1, {hi}] (got {val!r})")
         elif key.endswith(("_eps", "epsilon")) or key == "initializer_range":
             if isinstance(val, bool) or not isinstance(val, int | float) or not (
                     math.isfinite(val) and 0 < val <= 1e3):
                 bad(key, f"must be a finite number in (0, 1000] (got {val!r})")
-        elif _is_int(ref) and not _is_int(val) and val is not None:
+        elif _is_int(ref) and not _is_int(val) and val is not None and not (
+                isinstance(val, list) and val and all(map(_is_int, val))):  # per-layer list
             bad(key, f"must be an integer (got {val!r})")
         elif isinstance(ref, float) and val is not None and (
                 isinstance(val, bool) or not isinstance(val, int | float)
                 or not math.isfinite(val)):
             bad(key, f"must be a finite number (got {val!r})")
 
-    def get(field: str):
-        for k, n in canon.items():
-            if n == field:
-                return d[k]
-        return getattr(defaults, field, None) if defaults is not None else None
+
+
+def _safe(cfg, name):
+    """A config attribute, or None (per-layer configs raise on a global read of a per-layer
+    attribute: such a field is checked by transformers per layer, not here)."""
+    try:
+        return getattr(cfg, name, None)
+    except Exception:  # noqa: BLE001 - AmbiguousGlobalPerLayerAttributeError
+        return None
+
+
+def _check_built(cfg, d: dict[str, Any], where: str) -> None:
+    """Cross-field checks on the config transformers built (its own defaults and attribute
+    maps resolved, so Whisper's KV heads are its encoder heads): heads divide the width unless
+    a head size is given, KV heads divide the heads. One-line :class:`SpecError`."""
+    amap = getattr(type(cfg), "attribute_map", {}) or {}
 
     def key_of(field: str) -> str:  # the name this config file uses (gpt2: n_head)
-        return next((k for k, n in canon.items() if n == field), field)
+        alias = amap.get(field)
+        return alias if alias in d or field not in d and alias else field
 
-    hidden, heads, kv = get("hidden_size"), get("num_attention_heads"), get(
-        "num_key_value_heads")
-    explicit_head_dim = any(n == "head_dim" and d[k] is not None for k, n in canon.items())
-    if _is_int(hidden) and _is_int(heads) and heads > 0:
-        if not explicit_head_dim and hidden % heads:
-            bad(key_of("num_attention_heads"),
-                f"must divide {key_of('hidden_size')}={hidden} (got {heads})")
-        if _is_int(kv) and kv > 0 and heads % kv:
-            bad(key_of("num_key_value_heads"),
-                f"must divide {key_of('num_attention_heads')}={heads} (got {kv})")
+    hidden, heads = _safe(cfg, "hidden_size"), _safe(cfg, "num_attention_heads")
+    kv, head_dim = _safe(cfg, "num_key_value_heads"), _safe(cfg, "head_dim")
+    if _is_int(hidden) and _is_int(heads) and heads > 0 and head_dim is None and hidden % heads:
+        raise SpecError("model", f"{where}: {key_of('num_attention_heads')} must divide "
+                                 f"{key_of('hidden_size')}={hidden} (got {heads})")
+    if _is_int(heads) and _is_int(kv) and 0 < kv and heads % kv:
+        raise SpecError("model", f"{where}: {key_of('num_key_value_heads')} must divide "
+                                 f"{key_of('num_attention_heads')}={heads} (got {kv})")
 
 
 def _from_dict(d: dict[str, Any], where: str):
@@ -109,10 +124,13 @@ def _from_dict(d: dict[str, Any], where: str):
                                  f"{_known_types_hint()}")
     _check_fields(CONFIG_MAPPING[mt], d, where)
     try:
-        return AutoConfig.for_model(mt, **d)
+        cfg = AutoConfig.for_model(mt, **d)
     except Exception as err:  # noqa: BLE001 - third-party validation of an arbitrary config
-        msg = str(err).splitlines()[0][:200] if str(err) else type(err).__name__
+        lines = [x.strip() for x in str(err).splitlines() if x.strip()]
+        msg = " ".join(lines[-2:])[:200] if lines else type(err).__name__
         raise SpecError("model", f"{where}: cannot build a {mt!r} config ({msg})") from None
+    _check_built(cfg, d, where)
+    return cfg
 
 
 def _unknown(name: str) -> SpecError:

@@ -1,0 +1,304 @@
+"""Inputs of the right kind for any HF model (``sigprop diagnose`` on every model type).
+
+A model's inputs are named by its ``forward`` signature: token ids and masks for text,
+``pixel_values`` for images (``(B, C, S, S)`` at the config's image size and channels; video
+models ``(B, F, C, S, S)`` with the config's frame count), ``input_values`` (raw audio, long
+enough for the feature extractor's strides to give T frames) and ``input_features`` (mel
+frames) for audio, boxes for layout models, and so on (:data:`MAKERS`). Sizes are read from
+the config and its sub-configs (vision tower, audio encoder), never from a table of families.
+
+:func:`settle` runs the model once on small inputs and learns which inputs its forward really
+needs: a ``forward() missing ... argument 'x'`` or ``You have to specify x`` adds ``x`` when
+sigprop can make it; when it cannot, the model is refused in one line naming ``x``. It also
+records which transformer block lists ran, so a composite model (a vision tower beside a
+language model) is measured on a stack that its inputs reach.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+from torch import nn
+
+from ..spec import SpecError
+
+__all__ = ["MAKERS", "Settled", "config_value", "make_input", "settle"]
+
+_SUBCONFIGS = ("vision_config", "audio_config", "text_config", "encoder_config",
+               "speech_config", "backbone_config", "encoder", "vision_tower_config")
+
+
+def _get(cfg, name):
+    """``getattr`` that never raises: transformers' per-layer configs raise on a global read
+    of a per-layer attribute (then layer 0's value is the answer)."""
+    try:
+        return getattr(cfg, name, None)
+    except Exception:  # noqa: BLE001 - AmbiguousGlobalPerLayerAttributeError and kin
+        try:
+            return getattr(cfg.per_layer_config[0], name, None)
+        except Exception:  # noqa: BLE001
+            return None
+
+
+def config_value(cfg, names, default=None, *, positive: bool = True):
+    """The first of ``names`` set (an int / float > 0, or the first entry of a list of them)
+    on ``cfg`` or, failing that, on one of its sub-configs (vision tower, audio encoder ...)."""
+    def ok(v):
+        if isinstance(v, list | tuple) and v:
+            v = v[0]
+        if isinstance(v, int | float) and not isinstance(v, bool) and (v > 0 or not positive):
+            return v
+        return None
+
+    for c in [cfg] + [_get(cfg, s) for s in _SUBCONFIGS]:
+        if c is None or isinstance(c, dict | str):
+            continue
+        for n in names:
+            v = ok(_get(c, n))
+            if v is not None:
+                return v
+    return default
+
+
+def _special_ids(cfg) -> set[int]:
+    """Token ids with a role (image / audio / video placeholders, bos, eos ...) anywhere in the
+    config: text inputs avoid them so no placeholder asks for features that were not given."""
+    out = set()
+    for c in [cfg] + [_get(cfg, s) for s in _SUBCONFIGS]:
+        if c is None or isinstance(c, dict | str):
+            continue
+        try:
+            items = c.to_dict().items()
+        except Exception:  # noqa: BLE001
+            continue
+        for k, v in items:
+            if (k.endswith(("_token_id", "_token_index", "_token_ids")) and "pad" not in k):
+                vals = v if isinstance(v, list) else [v]
+                out |= {x for x in vals if isinstance(x, int) and not isinstance(x, bool)}
+    return out
+
+
+def text_ids(cfg, B: int, T: int, vocab: int, seed: int) -> torch.Tensor:
+    """(B, T) ids of built-in text folded into ``vocab``, special ids replaced."""
+    from ..measurement.inputs import text_ids as _ids
+
+    ids, _ = _ids(B, T, seed)
+    ids = torch.remainder(ids, max(vocab, 2))
+    special = [i for i in _special_ids(cfg) if 0 <= i < vocab]
+    if special:
+        bad = torch.isin(ids, torch.tensor(special))
+        free = next(i for i in range(vocab) if i not in special) if len(special) < vocab else 0
+        ids = torch.where(bad, torch.full_like(ids, free), ids)
+    return ids
+
+
+def image_size(cfg) -> tuple[int, int]:
+    s = _get(cfg, "image_size")
+    for c in [cfg] + [_get(cfg, n) for n in _SUBCONFIGS]:
+        if c is None or isinstance(c, dict | str):
+            continue
+        s = _get(c, "image_size")
+        if s is not None:
+            break
+    if isinstance(s, dict):  # {"height": h, "width": w} or {"shortest_edge": s}
+        vals = [v for v in s.values() if isinstance(v, int)]
+        s = vals[:2] if vals else None
+    if isinstance(s, int) and s > 0:
+        return s, s
+    if isinstance(s, list | tuple) and len(s) >= 2 and all(isinstance(x, int) for x in s[:2]):
+        return int(s[0]), int(s[1])
+    return 224, 224
+
+
+def _pixels(cfg, B, T, g, video: bool):
+    h, w = image_size(cfg)
+    c = int(config_value(cfg, ("num_channels", "in_channels", "in_chans"), 3))
+    if video:
+        f = int(config_value(cfg, ("num_frames", "frames"), 8))
+        return torch.randn(B, f, c, h, w, generator=g)
+    return torch.randn(B, c, h, w, generator=g)
+
+
+def _samples(cfg, T: int) -> int:
+    """Raw audio samples whose convolutional feature extractor gives at least T frames."""
+    stride, kernel = _get(cfg, "conv_stride"), _get(cfg, "conv_kernel")
+    if isinstance(stride, list | tuple) and stride and all(isinstance(x, int) for x in stride):
+        kern = kernel if isinstance(kernel, list | tuple) else [k * 2 for k in stride]
+        n = T
+        for k, s in reversed(list(zip(kern, stride, strict=False))):
+            n = (n - 1) * s + k
+        return int(n)
+    hop = config_value(cfg, ("hop_length", "frame_stride", "downsample_factor"), 320)
+    return int(T * hop + 400)
+
+
+def _features(cfg, B, T, g):
+    mel = int(config_value(cfg, ("num_mel_bins", "feature_size", "input_feat_per_channel",
+                                 "n_mels", "num_mel_filters"), 80))
+    src = config_value(cfg, ("max_source_positions",))
+    frames = int(2 * src) if src else 4 * T
+    return torch.randn(B, mel, frames, generator=g)
+
+
+def _boxes(B, T, g):
+    a = torch.randint(0, 1000, (B, T, 2, 2), generator=g).sort(dim=2).values
+    return torch.stack([a[..., 0, 0], a[..., 0, 1], a[..., 1, 0], a[..., 1, 1]], -1)
+
+
+def _is_video(cfg, model) -> bool:
+    return (config_value(cfg, ("num_frames", "tubelet_size")) is not None
+            or "video" in type(model).__name__.lower())
+
+
+#: input name -> maker(cfg, model, B, T, vocab, seed, g); a maker returning None cannot make it
+MAKERS: dict[str, Callable] = {
+    "input_ids": lambda c, m, B, T, V, s, g: text_ids(c, B, T, V, s),
+    "decoder_input_ids": lambda c, m, B, T, V, s, g: text_ids(c, B, T, V, s + 7919),
+    "attention_mask": lambda c, m, B, T, V, s, g: torch.ones(B, T, dtype=torch.long),
+    "token_type_ids": lambda c, m, B, T, V, s, g: torch.zeros(B, T, dtype=torch.long),
+    "pixel_values": lambda c, m, B, T, V, s, g: _pixels(c, B, T, g, _is_video(c, m)),
+    "pixel_values_videos": lambda c, m, B, T, V, s, g: _pixels(c, B, T, g, True),
+    "pixel_mask": lambda c, m, B, T, V, s, g: torch.ones(B, *image_size(c), dtype=torch.long),
+    "input_values": lambda c, m, B, T, V, s, g: torch.randn(B, _samples(c, T), generator=g),
+    "input_features": lambda c, m, B, T, V, s, g: _features(c, B, T, g),
+    "bbox": lambda c, m, B, T, V, s, g: _boxes(B, T, g),
+}
+
+#: inputs of another modality, offered together when a forward fails without naming one
+_MODAL = ("pixel_values", "input_ids", "input_values", "input_features", "bbox")
+
+#: what each input is, for notes
+_KIND = {"pixel_values": "image", "pixel_values_videos": "video", "input_values": "audio",
+         "input_features": "audio", "bbox": "layout"}
+
+
+def make_input(name: str, cfg, model, B: int, T: int, vocab: int, seed: int):
+    """One input tensor, or None when sigprop cannot make ``name`` from the config."""
+    maker = MAKERS.get(name)
+    if maker is None:
+        return None
+    g = torch.Generator().manual_seed(int(seed) + len(name))
+    return maker(cfg, model, B, T, vocab, seed, g)
+
+
+def _forward_params(model) -> tuple[list[str], set[str]]:
+    """(parameter names, required ones) of ``model.forward``."""
+    try:
+        sig = inspect.signature(model.forward)
+    except (TypeError, ValueError):
+        return [], set()
+    names, req = [], set()
+    for n, p in sig.parameters.items():
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        names.append(n)
+        if p.default is p.empty:
+            req.add(n)
+    return names, req
+
+
+_MISSING = re.compile(r"missing \d+ required (?:positional |keyword-only )?arguments?: (.*)")
+_QUOTED = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
+
+
+def _asked_for(err: BaseException, params: list[str], have: set[str]) -> list[str]:
+    """The input names an error from the model's forward asks for (missing arguments, or a
+    parameter of the forward named in the message that was not given)."""
+    msg = str(err)
+    m = _MISSING.search(msg)
+    if m:
+        return _QUOTED.findall(m.group(1))
+    named = [p for p in params if p not in have and re.search(rf"\b{re.escape(p)}\b", msg)]
+    return [p for p in named if p in MAKERS or p.startswith(("pixel", "input", "bbox"))]
+
+
+@dataclass
+class Settled:
+    """What :func:`settle` learnt: the input names to feed, the block lists that ran (by
+    qualified name, in module order) and a note on the inputs."""
+
+    names: list[str]
+    ran: list[str] = field(default_factory=list)
+    note: str | None = None
+
+
+def _memory_error(err: BaseException) -> bool:
+    return isinstance(err, MemoryError) or "alloc" in str(err).lower() and isinstance(
+        err, RuntimeError)
+
+
+def settle(model: nn.Module, cfg, main: list[str], candidates: list[str],
+           call: Callable[[dict], None], B: int = 1, T: int = 8, vocab: int = 2, seed: int = 0,
+           device: str = "cpu") -> Settled:
+    """Run ``call(inputs)`` once on small inputs (``B`` sequences of ``T`` tokens) starting
+    from ``main`` (the inputs of the model's kind), adding what the forward asks for; record
+    which of the ``candidates`` (qualified names of block lists) ran. Refuses in one line
+    (``SpecError``) when the forward needs an input sigprop cannot make, or fails on the
+    inputs made."""
+    params, required = _forward_params(model)
+    names = [n for n in main if not params or n in params]
+    names += [n for n in params if n in required and n in MAKERS and n not in names]
+    unknown = [n for n in params if n in required and n not in MAKERS]
+    cls = type(model).__name__
+    if unknown:
+        raise SpecError("model", f"{cls}.forward needs {', '.join(unknown)}, which sigprop "
+                                 "cannot make from the config (diagnose takes text, image, "
+                                 "video, audio and layout inputs)")
+    mods = dict(model.named_modules())
+    ran: dict[str, int] = dict.fromkeys(candidates, 0)
+    handles = []
+    for c in candidates:
+        first = mods[c][0] if isinstance(mods.get(c), nn.ModuleList) and len(mods[c]) else None
+        if first is not None:
+            handles.append(first.register_forward_pre_hook(
+                lambda m, a, c=c: ran.__setitem__(c, ran[c] + 1)))
+    tried_modal, first_err = False, None
+    try:
+        for _ in range(5):
+            inputs = {n: make_input(n, cfg, model, B, T, vocab, seed) for n in names}
+            inputs = {k: v.to(device) for k, v in inputs.items() if v is not None}
+            try:
+                with torch.no_grad():
+                    call(inputs)
+                break
+            except Exception as err:  # noqa: BLE001 - the model's own forward on our inputs
+                if _memory_error(err):
+                    raise SpecError("memory", f"{cls}: out of memory in a forward pass of "
+                                              f"{B} x {T} tokens") from None
+                asked = [a for a in _asked_for(err, params, set(names)) if a not in names]
+                if not asked and not tried_modal:  # a dual encoder (CLIP) wants every kind
+                    tried_modal = True
+                    asked = [n for n in _MODAL if n in params and n not in names]
+                    first_err = err
+                if not asked:
+                    err = first_err or err
+                    kinds = sorted({_KIND.get(n, "text") for n in names}) or ["no"]
+                    msg = str(err).splitlines()[0][:160] if str(err) else ""
+                    raise SpecError("model", f"{cls} does not run on the {'/'.join(kinds)} "
+                                             f"inputs sigprop makes from its config "
+                                             f"({type(err).__name__}: {msg})") from None
+                cant = [a for a in asked if a not in MAKERS]
+                if cant:
+                    raise SpecError("model", f"{cls}.forward needs {', '.join(cant)}, which "
+                                             "sigprop cannot make from the config") from None
+                names += asked
+        else:
+            raise SpecError("model", f"{cls}: no set of inputs sigprop can make runs it "
+                                     f"(tried {', '.join(names)})")
+    finally:
+        for h in handles:
+            h.remove()
+    extra = [n for n in names if n not in main]
+    note = (f"inputs: {', '.join(names)} ({', '.join(extra)} added: the model's forward "
+            "needs them)") if extra else None
+    return Settled(names, [c for c in candidates if ran[c]], note)
+
+
+def tokens_of(x: torch.Tensor) -> int:
+    """Sequence length of a (B, T, ...) tensor."""
+    return int(x.shape[1]) if x.dim() >= 2 else int(math.prod(x.shape))
