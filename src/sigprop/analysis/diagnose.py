@@ -579,6 +579,8 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         laid, why = structure_spec(spec, config, table, causal_seen,
                                    rope=probes[0].model_has_rope, position_bias=pos_bias)
         if laid is not None:
+            table = _per_layer_scales(table, laid.multiplier if laid.scaling == "tau" else 1.0,
+                                      notes)
             notes[:] = [n for n in notes if not n.startswith("theory: model type")]
             notes.append(f"model type {config.model_type!r}: no config mapping; the block "
                          "layout and every parameter are read from the model")
@@ -628,6 +630,22 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
 
 
 nullcontext_ = nullcontext()
+
+
+def _per_layer_scales(table, m: float, notes: list[str]):
+    """Layers whose logit scale times sqrt(d_head) differs from the spec's multiplier ``m``
+    (per-layer head dims, Gemma 4's full-attention layers): the ratio goes into that layer's
+    score stds, so each layer's beta is its own."""
+    import dataclasses
+
+    sc = [float(x) for x in table.scale]
+    if not sc or m <= 0 or max(abs(x / m - 1) for x in sc) < 1e-9:
+        return table
+    table.layers = tuple(dataclasses.replace(lay, sigma_s=tuple(v * x / m for v in lay.sigma_s))
+                         for lay, x in zip(table.layers, sc, strict=False))
+    notes.append("per-layer logit scales (" + ", ".join(f"{x:.3g}" for x in sc) + " x "
+                 "1/sqrt(d_head)): each layer's score std carries its own")
+    return table
 
 
 def _bounds(model, probe, spec: ArchSpec, decoder: bool):

@@ -384,7 +384,9 @@ class WeightReader:
         out["parallel"] = n_attn is not None and n_mlp is not None and norm == "pre" and (
             n_mlp is n_attn or (fp is not None and fp == self.inputs.get(id(n_attn))))
         out["gated"] = len(parts.mlp[0]) == 2
-        out["mlp"] = "ok" if len(parts.rest) <= 3 else "unrecognised"
+        group = _mlp_group(parts.block, parts.rest)
+        out["mlp"] = "ok" if len(group) <= 3 else "unrecognised"
+        out["extra_maps"] = len(parts.rest) - len(group)  # linear maps beside attn and MLP
         # the activation: a parameter-free leaf called between the MLP's input and output
         for m in self.order[self._pos(first_in) + 1:self._pos(last)]:
             if id(m) in parts.own and not list(m.parameters()) and not list(m.children()):
@@ -441,6 +443,10 @@ class WeightReader:
             sig = self._scores(Wq, bq, Wk * G, G, H, Hkv, dh)
         # values, output projection, head shares
         var_v = float((Wv * G).pow(2).sum() / Wv.shape[0]) if Wv is not None else 1.0
+        v_norm = dict(s.module.named_children()).get("v_norm")
+        if v_norm is not None and _is_norm(v_norm):  # Gemma 4: values RMS-normalised per head
+            gv = norm_gains(v_norm, _width(v_norm) or s.head_dim)
+            var_v = float(np.mean(gv**2)) if gv is not None else 1.0
         biases = [b for b in (bv,) if b is not None]
         o = None if parts.o is None else matrix(parts.o)
         mlp = parts.mlp
