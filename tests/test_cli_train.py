@@ -94,3 +94,55 @@ def test_data_path_too_long_for_the_file_system_is_one_line(capsys):
               "--steps", "1", "--data", "a" * 300])
     err = capsys.readouterr().err.strip().splitlines()
     assert rc == 2 and len(err) == 1 and err[0].startswith("sigprop: error: --data:")
+
+
+class _Stop(Exception):
+    pass
+
+
+def _train_config_of(args, monkeypatch, capsys, have):
+    """Run ``sigprop train ARGS`` in this process on a machine with ``have`` bytes available,
+    up to the training call (neither the corpus nor the model is built): (config, stderr)."""
+    from sigprop.cli import cmd_train, run
+    from sigprop.measurement import memory
+    from sigprop.training import loop
+
+    seen = {}
+
+    def fake_train(spec, cfg, **kw):
+        seen["spec"], seen["cfg"] = spec, cfg
+        raise _Stop
+
+    monkeypatch.setattr(memory, "available", lambda: have)
+    monkeypatch.setattr(cmd_train, "_corpus_or_fail", lambda *a: None)
+    monkeypatch.setattr(loop, "train", fake_train)
+    try:
+        rc = run(["train", *args])
+    except _Stop:
+        rc = None
+    return rc, seen, capsys.readouterr().err
+
+
+def test_train_defaults_fit_a_24_gb_machine(monkeypatch, capsys):
+    """Issue 34: ``sigprop train``'s default batch (64: ~35 GB for the default 12-layer
+    d=768, T=512 model) shrinks to what fits ~20 GB available, with one note on stderr."""
+    from sigprop.spec import ArchSpec
+    from sigprop.training.loop import check_memory
+
+    rc, seen, err = _train_config_of([], monkeypatch, capsys, have=20e9)
+    assert rc is None and seen["spec"] == ArchSpec(), err
+    cfg = seen["cfg"]
+    assert cfg.batch_size == 16, cfg  # 32 needs ~18.5 GB above the baseline, 16 ~10.4 GB
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sigprop: note: --batch-size 16 "), err
+    assert "default 64" in lines[0] and "set --batch-size" in lines[0]
+    check_memory(ArchSpec(), cfg)  # (memory.available is still the 20 GB machine)
+
+
+def test_train_batch_size_given_or_fitting_is_kept(monkeypatch, capsys):
+    rc, seen, err = _train_config_of(["--batch-size", "64"], monkeypatch, capsys, have=20e9)
+    lines = err.strip().splitlines()
+    assert rc == 2 and not seen and len(lines) == 1, err  # an explicit value is refused
+    assert lines[0].startswith("sigprop: error: --") and "fits" in lines[0]
+    rc, seen, err = _train_config_of([], monkeypatch, capsys, have=64e9)
+    assert rc is None and seen["cfg"].batch_size == 64 and err == ""

@@ -4,6 +4,7 @@ settings that fit, monotone estimates, and (slow) accuracy against measured peak
 from __future__ import annotations
 
 import importlib.util
+import math
 import re
 import time
 from pathlib import Path
@@ -172,3 +173,134 @@ def test_estimate_within_25_percent_of_peak_rss(label):
     kind, _, kw = next(c for c in bench.CASES if c[1] == label)
     r = bench.run_case(kind, kw)
     assert 0.75 <= r["ratio"] <= 1.25, r
+
+
+# ---- the real limit: MemAvailable, RLIMIT_AS / RLIMIT_DATA, cgroup v2 / v1 (issue 34) ------
+def _files(root: Path, files: dict[str, str]) -> None:
+    for rel, text in files.items():
+        p = root / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text(text)
+
+
+def test_cgroup_v2_tightest_level_less_reclaimable_cache(tmp_path):
+    _files(tmp_path, {
+        "proc": "0::/user.slice/job\n",
+        "cg/memory.stat": "anon 1\n",  # the root: no memory.max
+        "cg/user.slice/memory.max": "8000000000\n",
+        "cg/user.slice/memory.current": "3000000000\n",
+        "cg/user.slice/memory.stat": "anon 2000000000\ninactive_file 1000000000\n",
+        "cg/user.slice/job/memory.max": "max\n",
+        "cg/user.slice/job/memory.current": "2500000000\n",
+    })
+    got = memory.cgroup_headroom(tmp_path / "proc", tmp_path / "cg")
+    assert got == {"memory.max": (8e9, 6e9)}  # the parent binds; 3 GB used less 1 GB cache
+    (tmp_path / "cg/user.slice/job/memory.max").write_text("4000000000\n")
+    assert memory.cgroup_headroom(tmp_path / "proc", tmp_path / "cg") == {
+        "memory.max": (4e9, 1.5e9)}
+
+
+def test_cgroup_v1_limit_and_unlimited_values(tmp_path):
+    _files(tmp_path, {
+        "proc": "9:name=systemd:/\n4:cpuacct,memory:/docker/abc\n0::/\n",
+        "cg/memory/memory.limit_in_bytes": "9223372036854771712\n",  # no limit
+        "cg/memory/memory.usage_in_bytes": "20000000000\n",
+        "cg/memory/docker/abc/memory.limit_in_bytes": "4000000000\n",
+        "cg/memory/docker/abc/memory.usage_in_bytes": "1500000000\n",
+        "cg/memory/docker/abc/memory.stat": "inactive_file 1\ntotal_inactive_file 500000000\n",
+    })
+    got = memory.cgroup_headroom(tmp_path / "proc", tmp_path / "cg")
+    assert got == {"memory.limit_in_bytes": (4e9, 3e9)}
+    (tmp_path / "cg/memory/docker/abc/memory.limit_in_bytes").write_text("9223372036854771712")
+    assert memory.cgroup_headroom(tmp_path / "proc", tmp_path / "cg") == {}
+
+
+def test_cgroup_seen_as_the_root_of_its_mount(tmp_path):
+    """A container whose /proc/self/cgroup path is not under its mount reads the mount root."""
+    _files(tmp_path, {"proc": "0::/kubepods/pod1/c1\n", "cg/memory.max": "2000000000\n",
+                      "cg/memory.current": "500000000\n"})
+    assert memory.cgroup_headroom(tmp_path / "proc", tmp_path / "cg") == {
+        "memory.max": (2e9, 1.5e9)}
+    assert memory.cgroup_headroom(tmp_path / "missing", tmp_path / "cg") == {}
+
+
+def test_rlimit_headroom_is_of_virtual_size(tmp_path):
+    _files(tmp_path, {"status": "VmPeak:\t 900000 kB\nVmSize:\t  800000 kB\nVmRSS:\t 300000 kB\n"
+                                "VmData:\t  200000 kB\n"})
+    got = memory.rlimit_headroom(tmp_path / "status", {"AS": 4 * 2**30, "DATA": math.inf})
+    assert got == {"AS": (4 * 2**30, 4 * 2**30 - 800000 * 1024)}
+    got = memory.rlimit_headroom(tmp_path / "status", {"AS": 2.0**63, "DATA": 2**30})
+    assert got == {"DATA": (2**30, 2**30 - 200000 * 1024)}
+
+
+def test_available_is_the_tightest_bound_and_the_refusal_names_it(tmp_path):
+    _files(tmp_path, {"meminfo": "MemTotal: 24000000 kB\nMemAvailable: 20000000 kB\n",
+                      "status": "VmSize:\t 1000000 kB\n", "proc": "0::/\n",
+                      "cg/memory.max": "max\n"})
+    paths = dict(meminfo=tmp_path / "meminfo", status=tmp_path / "status",
+                 proc_cgroup=tmp_path / "proc", cgroup_root=tmp_path / "cg")
+    free = memory.available(**paths, rlimits={})
+    assert free == 20000000 * 1024
+    assert memory.limits(**paths, rlimits={}) == [(free, "MemAvailable")]
+    lim = 4 * 2**30
+    have = memory.available(**paths, rlimits={"AS": lim})
+    assert have == lim - 1000000 * 1024
+    spec = ArchSpec(depth=1, d_model=8, heads=1, seq_len=40000)
+    with pytest.raises(SpecError) as err:
+        memory.check("measure", spec=spec, seeds=1, sequences=1, have=have,
+                     shrink={"seq_len": 2, "sequences": 1, "seeds": 1})
+    assert err.value.field == "seq_len" and "RLIMIT_AS 4.29 GB, ulimit -v" in str(err.value)
+    _files(tmp_path, {"cg/memory.max": "1000000000\n", "cg/memory.current": "400000000\n"})
+    assert memory.available(**paths, rlimits={"AS": lim}) == 6e8
+    assert memory.limits(**paths, rlimits={"AS": lim})[0][1] == "cgroup memory.max 1 GB"
+
+
+def test_allocation_failures_become_one_line():
+    err = RuntimeError("[enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
+                       "can't allocate memory: you tried to allocate 6400000000 bytes. Error "
+                       "code 12 (Cannot allocate memory)")
+    msg = memory.allocation_failure(err)
+    assert msg and "\n" not in msg and "6.4 GB" in msg
+    assert memory.allocation_failure(MemoryError()) is not None
+    assert memory.allocation_failure(RuntimeError("shape mismatch")) is None
+    assert memory.allocation_failure(ValueError("not enough memory")) is None
+
+
+def _limited(code: str | list[str], limit: int = 4 * 2**30, timeout: float = 60):
+    """Run python (``-c code``, or ``-m sigprop`` with the arguments) under RLIMIT_AS."""
+    import resource
+    import subprocess
+    import sys
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+
+    args = ["-c", code] if isinstance(code, str) else ["-m", "sigprop", *code]
+    return subprocess.run([sys.executable, *args], capture_output=True, text=True,
+                          timeout=timeout, preexec_fn=cap)
+
+
+def test_available_within_the_address_space_headroom():
+    p = _limited("import re, sigprop.cli\n"
+                 "from sigprop.measurement import memory\n"
+                 "vm = float(re.search(r'VmSize:\\s+(\\d+)', open('/proc/self/status').read())"
+                 "[1]) * 1024\n"
+                 "print(memory.available(), vm, memory._LAST[1])")
+    assert p.returncode == 0, p.stderr
+    have, vm, what = p.stdout.split(maxsplit=2)
+    assert 0 < float(have) <= 4 * 2**30 - float(vm), p.stdout
+    assert what.strip() == "RLIMIT_AS 4.29 GB, ulimit -v"
+
+
+@pytest.mark.parametrize("args, option", [
+    (["measure", "--depth", "1", "--d-model", "8", "--heads", "1", "--seq-len", "40000",
+      "--seeds", "1", "--sequences", "1"], "--seq-len"),
+    (["longctx", "--lengths", "2^30", "--queries", "4"], "--"),
+])
+def test_refused_under_ulimit_v_not_killed_by_the_allocator(args, option):
+    """Issue 34: under ``ulimit -v 4194304`` these died in torch's allocator (MemAvailable was
+    the only bound); now one line naming the option and the limit, exit 2."""
+    p = _limited(args)
+    err = p.stderr.strip().splitlines()
+    assert p.returncode == 2 and len(err) == 1 and "Traceback" not in p.stderr, p.stderr
+    assert err[0].startswith(f"sigprop: error: {option}") and "ulimit -v" in err[0], err

@@ -111,8 +111,9 @@ def check_memory(config, spec: ArchSpec, sequences: int, vocab: int) -> float:
     """Refuse (``SpecError``) a diagnosis that would not fit in memory, before building any
     model: :func:`sigprop.measurement.memory.check` with the ``diagnose`` model."""
     from ..measurement import memory
+    from ..models.config import _safe
 
-    kv = getattr(config, "num_key_value_heads", None) or spec.heads
+    kv = _safe(config, "num_key_value_heads") or spec.heads
     return memory.check("diagnose", spec=spec, sequences=sequences, vocab=vocab, kv_heads=kv,
                         have=available_memory(), shrink={"seq_len": 16, "sequences": 1})
 
@@ -555,7 +556,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             on_seed(s)
         if trained:  # the folder's weights replace every draw: one realisation to measure
             break
-    if not probes[0].hidden_stats[0]:
+    if "cos" not in probes[0].hidden_stats[0]:
         raise SpecError("model", f"{name}: the measured block list did not run")
     t_seen = grams[0].xs[0].shape[-2] if grams and grams[0].xs else None
     if t_seen and t_seen >= 2 and t_seen != spec.seq_len and not decoder and kind != "text":
@@ -979,7 +980,7 @@ def _measured_beta(heads, seq_len: int) -> float:
 
 def head_extremes(heads) -> list[dict]:
     """Per layer: the heads with the lowest and highest attention entropy."""
-    ent = heads[heads.observable == "entropy"]
+    ent = heads[(heads.observable == "entropy") & np.isfinite(heads["value"].astype(float))]
     out = []
     for layer, g in ent.groupby("layer"):
         i, j = g["value"].idxmin(), g["value"].idxmax()

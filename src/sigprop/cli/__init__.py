@@ -103,6 +103,14 @@ def run(args: list[str] | None = None) -> int:
         return 130
     except exits as err:
         return int(getattr(err, "exit_code", 1) or 0)
+    except (RuntimeError, MemoryError) as err:  # an allocation the memory check missed
+        from ..measurement.memory import allocation_failure
+
+        line = allocation_failure(err)
+        if line is None:
+            raise
+        typer.echo(f"sigprop: error: {line}", err=True)
+        return 2
     except SpecError as err:  # raised past a command's own handling: name the option
         msg = str(err).split(": ", 1)[-1]
         where = common.option_name(err.field) if err.field in common._SPEC_OPTIONS else err.field

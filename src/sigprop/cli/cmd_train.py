@@ -68,6 +68,57 @@ def _check_memory_or_fail(spec, cfg, **kw) -> None:
         fail_spec(err)
 
 
+def _explicit(name: str) -> bool:
+    """Whether option ``name`` (``--batch-size``) was given on the command line rather than
+    left at its default: click's parameter source, else the arguments (``common.ARGV``)."""
+    from . import common
+
+    try:
+        from typer._click.globals import get_current_context
+    except ImportError:
+        from click import get_current_context
+    ctx = get_current_context(silent=True)
+    param = name.lstrip("-").replace("-", "_")
+    source = ctx.get_parameter_source(param) if ctx is not None else None
+    if source is not None:
+        return source.name not in ("DEFAULT", "DEFAULT_MAP")
+    return any(a == name or a.startswith(name + "=") for a in common.ARGV)
+
+
+def _fit_default_batch(spec, cfg, **kw):
+    """``cfg`` with the default ``--batch-size`` halved until the run fits the memory
+    available (the largest power-of-two fraction that passes the check), with one note on
+    stderr; unchanged when the user set ``--batch-size``, when the default fits, or when not
+    even a batch of one does (the check then refuses, naming what to shrink)."""
+    from dataclasses import replace
+
+    from ..measurement import memory
+    from ..training.loop import check_memory
+
+    if _explicit("--batch-size"):
+        return cfg
+    try:
+        check_memory(spec, cfg, **kw)
+        return cfg
+    except SpecError:
+        pass
+    b = cfg.batch_size // 2
+    while b >= 1:
+        trial = replace(cfg, batch_size=b)
+        try:
+            need = check_memory(spec, trial, **kw)
+        except SpecError:
+            b //= 2
+            continue
+        have = memory.available()
+        typer.echo(f"sigprop: note: --batch-size {b} (estimated peak ~{memory.gb(need)}) "
+                   f"instead of the default {cfg.batch_size}, which does not fit the "
+                   f"{memory.gb(have)} available ({memory.bound_text(have)}"
+                   f"{memory.SAFETY:.0%} may be used); set --batch-size to choose", err=True)
+        return trial
+    return cfg
+
+
 def _corpus_or_fail(task: str, data: str, documents: int | None, vocab_size: int):
     if task not in ("mlm", "clm"):
         return None
@@ -140,6 +191,7 @@ def train_cmd(spec: ArchSpec,
                         bias_init=bias_init)
     check_figure_path("--plot", plot)
     check_output_dir("--checkpoint", checkpoint)
+    cfg = _fit_default_batch(spec, cfg, data=data)
     _check_memory_or_fail(spec, cfg, data=data)  # before the corpus is built (seconds)
     sinks = _store_sinks(store, spec, cfg)
     corpus = _corpus_or_fail(task, data, documents, vocab_size)
@@ -152,6 +204,13 @@ def train_cmd(spec: ArchSpec,
         fail_spec(err)
     except ValueError as err:
         fail(str(err))
+    except (RuntimeError, MemoryError) as err:  # the last line of defence behind the check
+        from ..measurement.memory import allocation_failure
+
+        msg = allocation_failure(err)
+        if msg is None:
+            raise
+        fail(msg)
     except OSError as err:
         fail(f"--checkpoint: cannot write {checkpoint!r} ({err.strerror or err})")
     _report_collapse(res.events)

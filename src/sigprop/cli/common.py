@@ -27,7 +27,7 @@ app = typer.Typer(
 
 def _version(value: bool) -> None:
     if value:
-        typer.echo(f"sigprop {version()}")
+        typer.echo(f"sigprop {version()} ({stack_versions()})")
         raise typer.Exit(0)
 
 
@@ -271,6 +271,21 @@ def command_line() -> str:
     import shlex
 
     return shlex.join(["sigprop", *ARGV])
+
+
+def stack_versions() -> str:
+    """The installed torch, transformers and Python versions (package metadata: no import)."""
+    import platform
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as _v
+
+    out = []
+    for pkg in ("torch", "transformers"):
+        try:
+            out.append(f"{pkg} {_v(pkg)}")
+        except PackageNotFoundError:
+            out.append(f"{pkg} not installed")
+    return ", ".join(out + [f"python {platform.python_version()}"])
 
 
 def version() -> str:

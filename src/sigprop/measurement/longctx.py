@@ -166,7 +166,7 @@ def check_resources(spec: ArchSpec, lengths, *, queries: int, chunk: int, input:
 
     need = memory.check("longctx", spec=spec, lengths=lengths, queries=queries, chunk=chunk,
                         n_scalings=n_scalings, workers=workers or torch.get_num_threads(),
-                        rem=input == "rem", shrink={"chunk": 16, "queries": 1})
+                        rem=input == "rem", shrink={"chunk": 16, "queries": 1, "lengths": 2**20})
     memory.check_work(lengths, queries, n_scalings)
     return need
 

@@ -7,8 +7,16 @@ the library: python, torch, numpy, sigprop and, for ``diagnose``, transformers; 
 were calibrated against peak RSS. :func:`check` runs before anything big is allocated and
 refuses when the part above the baseline (already resident when it runs) exceeds ``SAFETY``
 (80%) of :func:`available` memory: it raises :class:`sigprop.spec.SpecError` naming the option
-to shrink, one line with the estimate, the available memory and a smaller setting that fits
-(found by bisection on the estimate, shrinking first the option furthest above its minimum).
+to shrink, one line with the estimate, the available memory and what bounds it, and a smaller
+setting that fits (found by bisection on the estimate, shrinking first the option furthest above
+its minimum). :func:`available` is the tightest of every bound that applies (:func:`limits`):
+``MemAvailable``; the process's ``RLIMIT_AS`` (``ulimit -v``) less its virtual size ``VmSize``
+and ``RLIMIT_DATA`` (``ulimit -d``) less ``VmData`` (the kernel refuses a mapping past either,
+however little is resident: python, torch and numpy already map ~0.9 GB of virtual size for
+~0.3 GB resident); the cgroup v2 ``memory.max`` less ``memory.current`` and the cgroup v1
+``memory.limit_in_bytes`` less ``memory.usage_in_bytes`` of the process's cgroup and its parents
+(less reclaimable page cache). A command's last line of defence, an allocation that fails all
+the same, is :func:`allocation_failure`'s one line.
 ``b``: bytes of the simulation dtype; S seeds (x betas when training), B sequences / batch,
 T tokens, d width, H heads, L blocks, F MLP width, V vocabulary, P parameters of one seed.
 
@@ -28,7 +36,8 @@ float32
   min(queries, T), n scalings): per worker the token chunk and its K/V projection ``9 c d``,
   the score tiles ``12 R 512``, the chunk's per-tile statistics (float32, their float64 copies
   and the merge's temporaries) ``20 n H (ceil(c / 512) + 1) R (d_H + 4)``, REM draws
-  ``12 H R c``; shared float64 row states ``8 n H R (d_H + 5) + 24 R d`` and the weights.
+  ``12 H R c``; shared float64 row states ``8 n H R (d_H + 5) + 24 R d``, the weights and the
+  sampled rows' int64 permutation of all T keys ``8 T`` (8.6 GB at T = 2^30; measured 8.03 T).
   Independent of T otherwise; the work is bounded separately (:data:`MAX_PAIRS`).
 * ``train`` / ``trainability`` (:func:`sigprop.training.loop.train`): parameters, gradients, AdamW's
   two moments and foreach temporaries ``6 S P 4``; activations kept for the backward pass,
@@ -91,20 +100,201 @@ BUILTIN_VOCAB, OTHER_VOCAB = 2000, 30522
 KINDS = ("measure", "diagnose", "longctx", "train", "spectra")
 
 
-def available() -> float:
-    """Bytes available to a new allocation: ``MemAvailable`` of /proc/meminfo, else free
-    physical pages (``os.sysconf``), else infinity (no refusal)."""
+#: a limit at or above this many bytes means "no limit" (cgroup v1 writes 2^63 rounded down to
+#: a page; ``max`` in cgroup v2; RLIM_INFINITY)
+NO_LIMIT = 2.0**60
+#: cgroup files, relative to the cgroup folder: (limit, usage, reclaimable page cache in
+#: memory.stat) of cgroup v2 and of cgroup v1's memory controller
+CGROUP_V2 = ("memory.max", "memory.current", "inactive_file")
+CGROUP_V1 = ("memory.limit_in_bytes", "memory.usage_in_bytes", "total_inactive_file")
+
+
+def _read(path) -> str | None:
     try:
-        with open("/proc/meminfo") as fh:
-            for line in fh:
-                if line.startswith("MemAvailable:"):
-                    return float(line.split()[1]) * 1024
-    except OSError:
-        pass
+        with open(path) as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def meminfo_available(path="/proc/meminfo") -> float:
+    """``MemAvailable`` of ``path`` in bytes, else free physical pages (``os.sysconf``), else
+    infinity."""
+    text = _read(path) or ""
+    for line in text.splitlines():
+        if line.startswith("MemAvailable:"):
+            try:
+                return float(line.split()[1]) * 1024
+            except (IndexError, ValueError):
+                break
     try:
         return float(os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE"))
     except (ValueError, OSError, AttributeError):
         return math.inf
+
+
+def _status_kb(text: str, key: str) -> float | None:
+    for line in text.splitlines():
+        if line.startswith(key + ":"):
+            try:
+                return float(line.split()[1]) * 1024
+            except (IndexError, ValueError):
+                return None
+    return None
+
+
+def _soft_limit(which: str) -> float:
+    try:
+        import resource
+
+        soft = resource.getrlimit(getattr(resource, which))[0]
+    except (ImportError, AttributeError, OSError, ValueError):
+        return math.inf
+    return math.inf if soft < 0 or soft >= NO_LIMIT else float(soft)
+
+
+def rlimit_headroom(status="/proc/self/status", limits: dict[str, float] | None = None
+                    ) -> dict[str, tuple[float, float]]:
+    """The process limits that apply, ``name -> (limit, headroom)`` in bytes: ``RLIMIT_AS``
+    (``ulimit -v``) less the current virtual size ``VmSize``, ``RLIMIT_DATA`` (``ulimit -d``;
+    private writable mappings, which is where tensors live) less ``VmData``, both read from
+    ``status``. The kernel refuses a mapping that would cross either limit, whatever the
+    resident memory, so the headroom is of virtual size: python, torch and numpy already
+    reserve ~0.9 GB of it (shared libraries, thread stacks, malloc arenas) for ~0.3 GB
+    resident. ``limits``: ``{"AS": bytes, "DATA": bytes}`` instead of ``getrlimit`` (a value
+    at or above :data:`NO_LIMIT` or infinite: no limit); a missing field of ``status`` counts
+    as zero used."""
+    if limits is None:
+        limits = {"AS": _soft_limit("RLIMIT_AS"), "DATA": _soft_limit("RLIMIT_DATA")}
+    text = None
+    out = {}
+    for name, field in (("AS", "VmSize"), ("DATA", "VmData")):
+        lim = float(limits.get(name, math.inf))
+        if not lim < NO_LIMIT:
+            continue
+        if text is None:
+            text = _read(status) or ""
+        used = _status_kb(text, field) or 0.0
+        out[name] = (lim, max(0.0, lim - used))
+    return out
+
+
+def _cgroup_paths(text: str) -> tuple[str | None, str | None]:
+    """(cgroup v2 path, cgroup v1 memory-controller path) of a ``/proc/<pid>/cgroup`` text."""
+    v2 = v1 = None
+    for line in text.splitlines():
+        parts = line.split(":", 2)
+        if len(parts) != 3:
+            continue
+        hier, controllers, path = parts
+        if hier == "0" and controllers == "":
+            v2 = path
+        elif "memory" in controllers.split(","):
+            v1 = path
+    return v2, v1
+
+
+def _stat_value(text: str | None, key: str) -> float:
+    for line in (text or "").splitlines():
+        name, _, value = line.partition(" ")
+        if name == key:
+            try:
+                return float(value)
+            except ValueError:
+                return 0.0
+    return 0.0
+
+
+def cgroup_level(folder, files=CGROUP_V2) -> tuple[float, float] | None:
+    """(limit, headroom) in bytes of one cgroup folder: limit less usage, the usage less its
+    reclaimable page cache (``inactive_file`` of ``memory.stat``, as the kernel reclaims it
+    before it refuses); None when the folder sets no limit (``max``, a value at or above
+    :data:`NO_LIMIT`, or no limit file). ``files``: :data:`CGROUP_V2` or :data:`CGROUP_V1`."""
+    from pathlib import Path
+
+    folder = Path(folder)
+    raw = _read(folder / files[0])
+    if raw is None or raw.strip() in ("", "max"):
+        return None
+    try:
+        limit = float(raw.split()[0])
+    except ValueError:
+        return None
+    if limit >= NO_LIMIT:
+        return None
+    try:
+        usage = float((_read(folder / files[1]) or "0").split()[0])
+    except (ValueError, IndexError):
+        usage = 0.0
+    usage = max(0.0, usage - _stat_value(_read(folder / "memory.stat"), files[2]))
+    return limit, max(0.0, limit - usage)
+
+
+def cgroup_headroom(proc_cgroup="/proc/self/cgroup", root="/sys/fs/cgroup"
+                    ) -> dict[str, tuple[float, float]]:
+    """The cgroup memory limits that apply, ``file -> (limit, headroom)`` in bytes, the
+    tightest level of each hierarchy: cgroup v2 (``memory.max`` less ``memory.current``, under
+    ``root`` or ``root/unified``) and cgroup v1 (``memory.limit_in_bytes`` less
+    ``memory.usage_in_bytes`` under ``root/memory``), both less reclaimable page cache
+    (:func:`cgroup_level`). The process's own cgroup (``proc_cgroup``) and every parent up to
+    the mount are read, since a parent's limit binds its children; where the process's path
+    is not under the mount (a container that sees its own cgroup as the root), the mount's
+    root folder is the process's cgroup."""
+    from pathlib import Path
+
+    v2, v1 = _cgroup_paths(_read(proc_cgroup) or "")
+    out = {}
+    for path, mounts, files in ((v2, ("", "unified"), CGROUP_V2),
+                                (v1, ("memory",), CGROUP_V1)):
+        if path is None:
+            continue
+        for mount in mounts:
+            base = Path(root) / mount if mount else Path(root)
+            folder = base / path.lstrip("/")
+            if not folder.is_dir():
+                folder = base
+            best = None
+            while True:
+                level = cgroup_level(folder, files)
+                if level is not None and (best is None or level[1] < best[1]):
+                    best = level
+                if folder == base or base not in folder.parents:
+                    break
+                folder = folder.parent
+            if best is not None and (files[0] not in out or best[1] < out[files[0]][1]):
+                out[files[0]] = best
+    return out
+
+
+def limits(*, meminfo="/proc/meminfo", status="/proc/self/status",
+           proc_cgroup="/proc/self/cgroup", cgroup_root="/sys/fs/cgroup",
+           rlimits: dict[str, float] | None = None) -> list[tuple[float, str]]:
+    """Every bound on a new allocation that applies, as (bytes available, what bounds it),
+    tightest first: ``MemAvailable`` (:func:`meminfo_available`), the process limits
+    (:func:`rlimit_headroom`) and the cgroup limits (:func:`cgroup_headroom`). The paths and
+    ``rlimits`` are parameters so that tests can fake them."""
+    out = [(meminfo_available(meminfo), "MemAvailable")]
+    flags = {"AS": "ulimit -v", "DATA": "ulimit -d"}
+    for name, (lim, room) in rlimit_headroom(status, rlimits).items():
+        out.append((room, f"RLIMIT_{name} {gb(lim)}, {flags[name]}"))
+    for name, (lim, room) in cgroup_headroom(proc_cgroup, cgroup_root).items():
+        out.append((room, f"cgroup {name} {gb(lim)}"))
+    return sorted(out, key=lambda x: x[0])
+
+
+#: the bound that :func:`available` found tightest last time: (bytes, what), for the message
+_LAST: tuple[float, str] = (math.nan, "")
+
+
+def available(**paths) -> float:
+    """Bytes available to a new allocation: the tightest of :func:`limits` (``MemAvailable``,
+    the address-space and data limits less what the process maps already, the cgroup v2 / v1
+    memory limits less the cgroup's usage); infinity when none can be read (no refusal).
+    ``paths``: :func:`limits`'s keyword arguments."""
+    global _LAST
+    have, what = limits(**paths)[0]
+    _LAST = (have, what)
+    return have
 
 
 def _block_params(spec: ArchSpec, kv_heads: int | None = None) -> int:
@@ -161,6 +351,7 @@ def _longctx(spec: ArchSpec, queries: int, chunk: int, lengths, n_scalings: int 
     if rem:
         per_worker += 3 * 4 * H * R * c
     shared = 8 * (n_scalings * H * R * (spec.d_head + 5) + 3 * R * d) + 4 * 8 * d * d
+    shared += 8 * T  # the rows sampled as a prefix of a permutation of all T (int64)
     return BASELINE["longctx"] + workers * per_worker + shared
 
 
@@ -205,7 +396,10 @@ def estimate(kind: str, **kw) -> float:
     return float(_MODELS[kind](**kw))
 
 
-def _gb(x: float) -> str:
+def gb(x: float) -> str:
+    """Bytes as the messages write them (``12.8 GB``)."""
+    if math.isinf(x):
+        return "unlimited"
     for unit, scale in (("GB", 1e9), ("TB", 1e12), ("PB", 1e15)):
         if x < 1000 * scale:
             return f"{x / scale:.3g} {unit}"
@@ -292,7 +486,9 @@ def _flag(name: str) -> str:
 def check(kind: str, *, shrink: dict[str, int], have: float | None = None, **kw) -> float:
     """Refuse (``SpecError``) when ``estimate(kind, **kw)`` less the baseline (resident
     already) exceeds ``SAFETY`` x ``have`` (default :func:`available`); ``shrink``: the options
-    that may be lowered, name -> minimum (module docstring). Returns the estimate."""
+    that may be lowered, name -> minimum (module docstring). The message names the bound that
+    :func:`available` found tightest (``MemAvailable``, ``RLIMIT_AS ..., ulimit -v``, ``cgroup
+    memory.max ...``) when ``have`` is its reading. Returns the estimate."""
     need = estimate(kind, **kw)
     have = available() if have is None else have
     base = BASELINE[kind]  # already resident when the check runs
@@ -303,8 +499,37 @@ def check(kind: str, *, shrink: dict[str, int], have: float | None = None, **kw)
     field = next(iter(sug)) if sug else max(shrink, key=lambda n: _current(kw, n) / shrink[n])
     tail = ("e.g. " + " ".join(f"{_flag(k)} {v}" for k, v in sug.items()) + " fits"
             if sug else "no smaller setting of " + ", ".join(map(_flag, shrink)) + " fits")
-    raise SpecError(field, f"this run needs ~{_gb(need - base)} more but {_gb(have)} are "
-                           f"available (limit {SAFETY:.0%}); {tail}")
+    raise SpecError(field, f"this run needs ~{gb(need - base)} more but {gb(have)} are "
+                           f"available ({bound_text(have)}{SAFETY:.0%} may be used); {tail}")
+
+
+def bound_text(have: float) -> str:
+    """``"<what bounds it>; "`` when ``have`` is :func:`available`'s last reading, else
+    nothing."""
+    value, what = _LAST
+    return f"{what}; " if what and have == value else ""
+
+
+def allocation_failure(err: BaseException) -> str | None:
+    """One line for an allocation that failed in spite of :func:`check` (the last line of
+    defence of a command: torch's ``DefaultCPUAllocator`` / "not enough memory"
+    ``RuntimeError``, CUDA's ``OutOfMemoryError`` or a ``MemoryError``), else None."""
+    import re
+
+    if isinstance(err, MemoryError):
+        text = str(err)
+    elif isinstance(err, RuntimeError) and re.search(
+            r"alloc|not enough memory|out of memory", str(err), re.IGNORECASE):
+        text = str(err)
+    else:
+        return None
+    asked = re.search(r"allocate (\d+) bytes", text)
+    size = re.search(r"allocate (\d+(?:\.\d+)? [KMGT]i?B)", text)
+    what = (f" of {gb(float(asked.group(1)))}" if asked
+            else f" of {size.group(1)}" if size else "")
+    have = available()
+    return (f"out of memory: an allocation{what} failed with {gb(have)} available "
+            f"({bound_text(have)}the memory estimate did not cover it); use a smaller setting")
 
 
 def check_work(lengths, queries: int, n_scalings: int = 1) -> None:

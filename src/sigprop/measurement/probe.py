@@ -349,6 +349,8 @@ def to_trajectory(probe_results, spec=None, source: str = "measured", per_head: 
 
     for layer in range(len(probes[0]._hid)):
         for name in probes[0].hidden_stat_names:
+            if any(name not in p.hidden_stats[layer] for p in probes):
+                continue  # a block whose output is not (B, T, d) hidden states
             vals = [p.hidden_stats[layer][name].reshape(-1) for p in probes]
             if all(v.numel() for v in vals):
                 add(layer, name, vals)

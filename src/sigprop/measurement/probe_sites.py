@@ -134,24 +134,29 @@ def find_attention(block: nn.Module, causal: bool | None = None, prefix: str = "
 
 def candidate_stacks(model: nn.Module, prefer: str | None = None) -> list[str]:
     """Qualified names of the model's block lists, best first: ``nn.ModuleList`` containers
-    whose children all share one class, ranked by (name contains ``prefer``, children contain
+    whose children all share one class, or that mix classes with attention among them (hybrid
+    stacks: Jamba, Nemotron-H, OLMo-hybrid), ranked by (name contains ``prefer``, children contain
     an attention site, name ends with a known container — HF BERT ``encoder.layer``, GPT-2
     ``h`` / ``transformer.h``, LLaMA/Qwen ``model.layers``, ``layers``, ``blocks`` ... —,
     length), first in module order on ties (so an encoder wins over its decoder)."""
     found = []
     for pos, (name, m) in enumerate(model.named_modules()):
-        if not isinstance(m, nn.ModuleList) or len(m) == 0 or len({type(c) for c in m}) != 1:
+        if not isinstance(m, nn.ModuleList) or len(m) == 0:
+            continue
+        mixed = len({type(c) for c in m}) != 1  # a hybrid stack: attention and other mixers
+        att = any(find_attention(c) is not None for c in (list(m) if mixed else [m[0]]))
+        if mixed and (not att or len(m) < 2):
             continue
         known = any(name == s or name.endswith("." + s) for s in _KNOWN_BLOCKS)
         pref = prefer is not None and (prefer == name or prefer in name.split("."))
-        found.append(((pref, find_attention(m[0]) is not None, known, len(m), -pos), name))
+        found.append(((pref, att, known, not mixed, len(m), -pos), name))
     return [n for _, n in sorted(found, reverse=True)]
 
 
 def stack_has_attention(model: nn.Module, name: str) -> bool:
     """Whether the block list ``name`` holds an attention site sigprop reads."""
     lst = dict(model.named_modules()).get(name)
-    return bool(lst is not None and len(lst) and find_attention(lst[0]) is not None)
+    return bool(lst is not None and any(find_attention(c) is not None for c in lst))
 
 
 def blocks_of(model: nn.Module, name: str) -> list[tuple[str, nn.Module]]:

@@ -343,7 +343,10 @@ def generic_spec_and_info(config, seq_len: int | None = None) -> tuple[ArchSpec,
                         init_std=std, sigma_b2=0.0, rho0=0.0)
     except SpecError as err:
         raise SpecError("model", f"config of {mt}: {err}") from None
-    info = HFInfo(mt, H, kv, head_dim, int(_first_attr(cfg, ("vocab_size",), 1)), "unknown",
+    from .inputs import config_value
+
+    vocab = int(config_value(cfg, ("vocab_size",), 1))
+    info = HFInfo(mt, H, kv, head_dim, vocab, "unknown",
                   None, None, 1.0, head_dim ** -0.5, 1.0,
                   bool(getattr(cfg, "tie_word_embeddings", False)),
                   int(max_pos) if max_pos else None, max_len, 1.0, 0.0, str(act_hf), False,

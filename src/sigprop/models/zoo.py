@@ -83,11 +83,22 @@ def shrink_dict(d: dict[str, Any], width: int = 64, layers: int = 2, heads: int 
         elif k in ("hidden_sizes", "embed_dims", "encoder_hidden_sizes", "dims") and isinstance(
                 v, list) and all(map(_int, v)):
             out[k] = [min(x, 16 * 2**i) for i, x in enumerate(v)]
-    if out.get("head_dim") is not None and _int(out.get("head_dim")):
-        w = next((out[k] for k in _WIDTH if _int(out.get(k))), None)
-        h = next((out[k] for k in _HEADS if _int(out.get(k))), None)
-        if w and h and w % h == 0:
-            out["head_dim"] = w // h
+    w = next((out[k] for k in _WIDTH if _int(out.get(k))), None)
+    h = next((out[k] for k in _HEADS if _int(out.get(k))), None)
+    dh = w // h if w and h and w % h == 0 else None
+    mla = _int(out.get("qk_rope_head_dim"))  # MLA: head_dim is the RoPE part's, keep it
+    if _int(out.get("head_dim")) and dh and not mla:
+        out["head_dim"] = dh
+    dh = out.get("head_dim") if _int(out.get("head_dim")) else dh
+    if dh and _int(out.get("rotary_dim")) and out["rotary_dim"] > dh:  # GPT-J, CodeGen
+        out["rotary_dim"] = dh
+    rp = out.get("rope_parameters") or out.get("rope_scaling")
+    sec = rp.get("mrope_section") if isinstance(rp, dict) else None
+    if dh and isinstance(sec, list) and sec and all(map(_int, sec)) and sum(sec) != dh // 2:
+        half, tot = dh // 2, sum(sec)  # multimodal RoPE sections sum to head_dim / 2
+        new = [max(1, x * half // tot) for x in sec]
+        new[0] += half - sum(new)
+        rp["mrope_section"] = new
     n = n_layers or next((out[k] for k in _LAYERS if _int(out.get(k))), None)
     if n_layers:
         for k in _DROP:
