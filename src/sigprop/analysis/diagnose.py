@@ -79,6 +79,9 @@ class Diagnosis(Result):
     #: per block: beta (RMS over heads, from the weights), rho_in, beta_c, their ratio, the
     #: heads above beta_c (docs/theory.md §2.8); empty for a measured-only diagnosis
     layers: list[dict] = field(default_factory=list)
+    #: the measured block list's qualified name (``encoder.layer``, ``model.language_model.
+    #: layers`` of a composite model ...)
+    stack_path: str = ""
     #: ``stack="decoder"``: the decoder blocks' cross-attention statistics (measured rows,
     #: per layer: ipr, ipr_cross, entropy, wmax, sigma_s over the encoder positions), else None
     cross: Any = None
@@ -627,7 +630,8 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                      failing_heads=bad_heads, recommendations=recs,
                      rho0=rho0, seconds=time.perf_counter() - t0, trained=trained,
                      notes=notes, seeds=len(probes), sequences=sequences, seed=seed,
-                     weights=source, layers=layer_rows, stack=stack, cross=cross)
+                     weights=source, layers=layer_rows, stack=stack, cross=cross,
+                     stack_path=stack_name)
 
 
 nullcontext_ = nullcontext()
@@ -1034,7 +1038,8 @@ def to_json(d: Diagnosis, *, timing: bool = True) -> dict:
             "failing_heads": d.failing_heads, "recommendations": d.recommendations,
             "rho0": d.rho0, "trained_weights": d.trained, "notes": d.notes,
             "seeds": d.seeds, "sequences": d.sequences, "seed": d.seed,
-            "weights": d.weights, "stack": d.stack, "layers": d.layers,
+            "weights": d.weights, "stack": d.stack, "stack_path": d.stack_path,
+            "layers": d.layers,
             "cross_attention": [] if d.cross is None else trajectory.to_rows(d.cross),
             "per_head": per_head(d),
             "seconds": d.seconds, "n_layers_measured": int(np.sum(
