@@ -176,6 +176,20 @@ def _inputs(config, kind: str, T: int, sequences: int, vocab: int, seed: int,
         f"2 x max_source_positions, the length the encoder requires), T = {T}")
 
 
+def _run(model, inputs: dict, enc_dec: bool, returned: bool = False,
+         decoder: bool = False) -> None:
+    """:func:`_forward` at full size: the model's own error on the inputs (a length beyond
+    what the config allows, ...) becomes one line, as in :func:`sigprop.models.inputs.settle`."""
+    from ..models.inputs import forward_error
+
+    try:
+        _forward(model, inputs, enc_dec, returned=returned, decoder=decoder)
+    except SpecError:
+        raise
+    except Exception as err:  # noqa: BLE001 - the model's own forward on valid inputs
+        raise forward_error(model, inputs, err) from None
+
+
 def _forward(model, inputs: dict, enc_dec: bool, returned: bool = False,
              decoder: bool = False) -> None:
     """One forward pass; an encoder-decoder model runs its encoder only. ``returned``: ask
@@ -496,8 +510,8 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             pc = _cross_probe(p) if decoder else None
             br = _bounds(module, p, spec, decoder)
             with p, w, (pc if pc is not None else nullcontext()), br, torch.no_grad():
-                _forward(module, {k: v.to(dev) for k, v in inputs.items()}, enc_dec,
-                         decoder=decoder)
+                _run(module, {k: v.to(dev) for k, v in inputs.items()}, enc_dec,
+                     decoder=decoder)
             bounds.append(br.bounds() if br is not nullcontext_ else None)
         finally:
             module.train(was_training)
@@ -538,7 +552,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         pc = _cross_probe(p) if decoder else None
         br = _bounds(m, p, spec, decoder)
         with p, w, (pc if pc is not None else nullcontext()), br, torch.no_grad():
-            _forward(m, inputs, enc_dec, returned=not mapped, decoder=decoder)
+            _run(m, inputs, enc_dec, returned=not mapped, decoder=decoder)
         bounds.append(br.bounds() if br is not nullcontext_ else None)
         if pc is not None:
             cross_probes.append(pc.release())

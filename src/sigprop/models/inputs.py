@@ -27,7 +27,7 @@ from torch import nn
 
 from ..spec import SpecError
 
-__all__ = ["MAKERS", "Settled", "config_value", "make_input", "settle"]
+__all__ = ["MAKERS", "Settled", "config_value", "forward_error", "make_input", "settle"]
 
 _SUBCONFIGS = ("vision_config", "audio_config", "text_config", "encoder_config",
                "speech_config", "backbone_config", "encoder", "vision_tower_config")
@@ -297,6 +297,20 @@ def settle(model: nn.Module, cfg, main: list[str], candidates: list[str],
     note = (f"inputs: {', '.join(names)} ({', '.join(extra)} added: the model's forward "
             "needs them)") if extra else None
     return Settled(names, [c for c in candidates if ran[c]], note)
+
+
+def forward_error(model, inputs: dict, err: BaseException) -> SpecError:
+    """One line for a model whose forward fails on the full-size inputs (out of memory, or
+    the model's own error naming the input sizes)."""
+    cls = type(model).__name__
+    if _memory_error(err):
+        return SpecError("memory", f"{cls}: out of memory in the forward pass; use a smaller "
+                                   "--seq-len or --sequences")
+    sizes = ", ".join(f"{k} {tuple(v.shape)}" for k, v in inputs.items() if torch.is_tensor(v))
+    msg = str(err).splitlines()[0][:160] if str(err) else ""
+    return SpecError("model", f"{cls} does not run on the inputs sigprop made ({sizes}): "
+                              f"{type(err).__name__}: {msg}; a smaller --seq-len may fit its "
+                              "config")
 
 
 def tokens_of(x: torch.Tensor) -> int:
