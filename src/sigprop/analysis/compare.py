@@ -156,7 +156,8 @@ class _Kept:
     observables.kept` between the first block's input and the last block's output (its last
     application: ALBERT reapplies shared blocks), mean over sequences, during one forward
     pass: ``with _Kept(model) as k: ...``, then ``k.value`` (None if no block was found or
-    the shapes differ)."""
+    the shapes differ). The input is the first one of the last output's shape: ``diagnose``
+    runs a small forward first to learn the model's inputs."""
 
     def __init__(self, model):
         from ..measurement.probe import find_blocks
@@ -166,7 +167,8 @@ class _Kept:
         except (ValueError, RuntimeError):
             blocks = []
         self._ends = (blocks[0][1], blocks[-1][1]) if blocks else None
-        self._x0 = self._xl = None
+        self._x0s: list = []  # diagnose runs a small forward first (its inputs' check)
+        self._xl = None
         self._handles: list = []
 
     def __enter__(self):
@@ -176,8 +178,9 @@ class _Kept:
             return self
 
         def pre(_m, args, kwargs):
-            if self._x0 is None:
-                self._x0 = _as_tensor(list(args) + list(kwargs.values()))
+            x = _as_tensor(list(args) + list(kwargs.values()))
+            if x is not None and not any(y.shape == x.shape for y in self._x0s):
+                self._x0s.append(x)  # the first application per input shape
 
         def post(_m, _a, out):
             self._xl = _as_tensor(out)
@@ -195,8 +198,9 @@ class _Kept:
     def value(self) -> float | None:
         from ..measurement.observables import kept
 
-        x0, xl = self._x0, self._xl
-        if x0 is None or xl is None or x0.shape != xl.shape or x0.ndim < 2:
+        xl = self._xl
+        x0 = None if xl is None else next((y for y in self._x0s if y.shape == xl.shape), None)
+        if x0 is None or xl is None or x0.ndim < 2:
             return None
         return float(kept(x0.detach().cpu(), xl.detach().cpu()).mean())
 

@@ -124,8 +124,11 @@ def check_memory(config, spec: ArchSpec, sequences: int, vocab: int) -> float:
 def vocab_at_init(config, vocab_size: int) -> int:
     """Embedding rows to build: at most ``VOCAB_AT_INIT`` (rows are i.i.d. at init), at least
     ``pad_token_id + 1`` (the padding row must exist)."""
-    pad = getattr(config, "pad_token_id", None)
-    low = pad + 1 if isinstance(pad, int) and not isinstance(pad, bool) and pad >= 0 else 1
+    from ..models.config import _safe
+
+    pad = _safe(config, "pad_token_id")
+    low = pad + 1 if isinstance(pad, int) and not isinstance(pad, bool) and \
+        0 <= pad < vocab_size else 1
     return min(vocab_size, max(VOCAB_AT_INIT, low))
 
 
@@ -262,7 +265,7 @@ def _stack_inputs(names: list[str], config, m, sequences: int, T: int, vocab: in
     from ..models.inputs import make_input
 
     own = ("input_ids", "attention_mask")
-    out = {n: first[n] if n in first and n in own else
+    out = {n.split("@")[0]: first[n] if n in first and n in own else
            make_input(n, config, m, sequences, T, vocab, seed)
            for n in names if n != "decoder_input_ids"}
     if decoder:
@@ -326,19 +329,31 @@ def _verdict(spec: ArchSpec, meas, heads, theory: bool = True, layers: list[dict
     return "trainable", None, []
 
 
-def recommend(spec: ArchSpec, rho0: float) -> list[dict]:
-    """Concrete changes with the theory's predicted effect on the final cosine / regime."""
+def recommend(spec: ArchSpec, rho0: float, qk_norm: bool = False) -> list[dict]:
+    """Concrete changes with the theory's predicted effect on the final cosine / regime.
+    ``qk_norm``: q and k are normalised per head (Qwen3, OLMo-2, Gemma 3/4), so the Q/K init
+    does not set beta; the window is stated for the product of the q / k norm gains
+    (docs/theory.md §2.8: sigma_s = multiplier x rms(g_q g_k))."""
     from ..theory import depth, diagram, rem
 
     out = []
     bc = float(rem.beta_c(rho0))
     logt = math.sqrt(math.log(spec.seq_len))
     base = float(depth.final_cos(spec, rho0=rho0))
-    out.append({"what": "beta window", "current": spec.beta_eff, "limit": bc,
-                "qk_std_max": math.sqrt(bc * logt / spec.d_model / spec.multiplier),
-                "text": f"keep beta below beta_c(rho0)={bc:.3g} (now {spec.beta_eff:.3g}): "
-                        f"Q/K init std below {math.sqrt(bc * logt / spec.d_model):.3g} at "
-                        f"T={spec.seq_len}"})
+    row = {"what": "beta window", "current": spec.beta_eff, "limit": bc,
+           "qk_std_max": math.sqrt(bc * logt / spec.d_model / spec.multiplier),
+           "text": f"keep beta below beta_c(rho0)={bc:.3g} (now {spec.beta_eff:.3g}): "
+                   f"Q/K init std below {math.sqrt(bc * logt / spec.d_model):.3g} at "
+                   f"T={spec.seq_len}"}
+    if qk_norm:
+        gmax = bc * logt / spec.multiplier
+        row.pop("qk_std_max")
+        row.update(gain_product_max=gmax,
+                   text=f"keep beta below beta_c(rho0)={bc:.3g} (now {spec.beta_eff:.3g}): "
+                        f"QK-norm sets beta, not the Q/K init; the q / k norm gains' product "
+                        f"(RMS over a head) below {gmax:.3g} at T={spec.seq_len} (logit "
+                        f"multiplier {spec.multiplier:.3g} x 1/sqrt(d_head))")
+    out.append(row)
     if spec.beta_eff > bc:
         target = 0.5 * bc
         fixed = spec.with_beta(target)
@@ -521,6 +536,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                 g.close()
         rope_freq = _rope_frequencies(module)
         causal_seen, pos_bias = _causal_seen(p), _position_bias(p)
+        qk_norm = _has_qk_norm(p)
         runtime = _runtime_effect(module, spec.depth)
         probes, trained, seeds, source = [p], True, 0, "module"
         if pc is not None:
@@ -563,6 +579,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             rope_freq = _rope_frequencies(m)
         if s == 0:  # facts about the modules, read before the probe lets the model go
             causal_seen, pos_bias = _causal_seen(p), _position_bias(p)
+            qk_norm = _has_qk_norm(p)
             runtime = _runtime_effect(m, spec.depth)
         probes.append(p.release())
         tables.append(_read_weights(w, notes if s == 0 else []))
@@ -585,6 +602,10 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     heads = meas_all[meas_all["head"].notna()] if has_head else meas_all.iloc[:0]
     meas = meas_all[meas_all["head"].isna()].drop(columns=["head"]) if has_head else meas_all
     rho0 = float(meas[(meas.observable == "cos") & (meas.layer == 0)]["value"].iloc[0])
+    if not math.isfinite(rho0):
+        raise SpecError("model", f"{name}: the input of {probes[0].blocks[0][0]} is not a "
+                                 "(batch, tokens, width) state sigprop can read (its token "
+                                 "cosine is NaN)")
     rho0 = min(max(rho0, 0.0), 1.0)
     spec = spec.replace(rho0=rho0)
     notes += _probe_notes(probes[0], meas)
@@ -628,7 +649,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         layer_rows = depth.layer_table(spec, theory)
         verdict, first, bad_heads = _verdict(spec, meas, heads, layers=layer_rows)
         derived = spec.derived(rho0)
-        recs = recommend(spec, rho0) if recommendations else []
+        recs = recommend(spec, rho0, qk_norm=qk_norm) if recommendations else []
         derived["beta_measured"] = _measured_beta(heads, spec.seq_len)
     else:  # measured-only: the verdict reads the measurement alone
         traj = meas.reset_index(drop=True)
@@ -649,6 +670,13 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
 
 
 nullcontext_ = nullcontext()
+
+
+def _has_qk_norm(probe) -> bool:
+    """Whether the probed attention normalises q and k per head (a ``q_norm``/``k_norm``
+    pair after the projections) in most layers."""
+    sites = [x for x in probe.sites if x is not None and not isinstance(x, str)]
+    return bool(sites) and sum(x.q_post is not None for x in sites) * 2 > len(sites)
 
 
 def _per_layer_scales(table, m: float, notes: list[str]):

@@ -220,8 +220,20 @@ class BoundRecorder:
     def bounds(self) -> list[tuple[np.ndarray, np.ndarray] | None]:
         # one block at a time (a batch over the blocks measured slower: 2.0x against 1.8x the
         # bare run, its Lanczos steps set by the slowest block)
-        return [None if s is None or x is None else head_bounds(s, x, self.causal)
+        return [None if s is None or x is None else self._one(s, x)
                 for s, x in zip(self.sites, self.inputs, strict=True)]
+
+    def _one(self, s, x):
+        """One block's floors; None where its input is not (B, T, d) tokens (a vision tower
+        over flattened patches gives (T, d): one sequence) or the floor cannot be formed."""
+        if x.dim() == 2:
+            x = x.unsqueeze(0)
+        if x.dim() != 3 or x.shape[1] < 2:
+            return None
+        try:
+            return head_bounds(s, x, self.causal)
+        except (RuntimeError, ValueError, np.linalg.LinAlgError):
+            return None
 
 
 def rope_free(module: nn.Module) -> bool:

@@ -239,6 +239,8 @@ class Probe(_RecomputeMixin):
         if x is None:
             return
         x = x.detach()
+        if x.dim() == 2:  # (tokens, d): a vision tower over flattened patches, one sequence
+            x = x.unsqueeze(0)
         if self.keep_hidden:
             self._hid[layer].append(x)
         xd = x.to(self.dtype)

@@ -155,13 +155,55 @@ def _is_video(cfg, model) -> bool:
             or "video" in type(model).__name__.lower())
 
 
+def _grid(cfg, B: int) -> tuple[int, int]:
+    """(grid side g, patch features) of a flattened-patch vision tower (Qwen2-VL and the towers
+    that share its input: ``(B g^2, C t p^2)`` patches and ``grid_thw`` rows ``[1, g, g]``)."""
+    p = int(config_value(cfg, ("patch_size",), 14))
+    t = int(config_value(cfg, ("temporal_patch_size",), 1))
+    c = int(config_value(cfg, ("in_channels", "num_channels", "in_chans"), 3))
+    merge = int(config_value(cfg, ("spatial_merge_size", "merge_size"), 2))
+    return 4 * merge, c * t * p * p
+
+
+def _takes_grid(model) -> bool:
+    names, _ = _forward_params(model)
+    return any(n in names for n in ("grid_thw", "image_grid_thw"))
+
+
+def _patches_or(cfg, model, B, T, g, video=False):
+    if _takes_grid(model):
+        side, feat = _grid(cfg, B)
+        return torch.randn(B * side * side, feat, generator=g)
+    return _pixels(cfg, B, T, g, video)
+
+
+def _grid_rows(cfg, B):
+    side, _ = _grid(cfg, B)
+    return torch.tensor([[1, side, side]] * B, dtype=torch.long)
+
+
+def _series(cfg, B, T, g):
+    n = int(config_value(cfg, ("context_length", "context_len"), T))
+    ch = int(config_value(cfg, ("num_input_channels",), 1))
+    return torch.randn(B, n, ch, generator=g) if ch > 1 or _get(
+        cfg, "num_input_channels") else torch.randn(B, n, generator=g)
+
+
 #: input name -> maker(cfg, model, B, T, vocab, seed, g); a maker returning None cannot make it
 MAKERS: dict[str, Callable] = {
     "input_ids": lambda c, m, B, T, V, s, g: text_ids(c, B, T, V, s),
     "decoder_input_ids": lambda c, m, B, T, V, s, g: text_ids(c, B, T, V, s + 7919),
     "attention_mask": lambda c, m, B, T, V, s, g: torch.ones(B, T, dtype=torch.long),
     "token_type_ids": lambda c, m, B, T, V, s, g: torch.zeros(B, T, dtype=torch.long),
-    "pixel_values": lambda c, m, B, T, V, s, g: _pixels(c, B, T, g, _is_video(c, m)),
+    "pixel_values": lambda c, m, B, T, V, s, g: _patches_or(c, m, B, T, g, _is_video(c, m)),
+    "hidden_states": lambda c, m, B, T, V, s, g: (_patches_or(c, m, B, T, g)
+                                                  if _takes_grid(m) else None),
+    "grid_thw": lambda c, m, B, T, V, s, g: _grid_rows(c, B),
+    "image_grid_thw": lambda c, m, B, T, V, s, g: _grid_rows(c, B),
+    "qformer_input_ids": lambda c, m, B, T, V, s, g: text_ids(c, B, T, V, s + 17),
+    "past_values": lambda c, m, B, T, V, s, g: _series(c, B, T, g),
+    "input_features_mask": lambda c, m, B, T, V, s, g: torch.ones(
+        B, _features(c, B, T, g).shape[-1], dtype=torch.long),
     "pixel_values_videos": lambda c, m, B, T, V, s, g: _pixels(c, B, T, g, True),
     "pixel_mask": lambda c, m, B, T, V, s, g: torch.ones(B, *image_size(c), dtype=torch.long),
     "input_values": lambda c, m, B, T, V, s, g: torch.randn(B, _samples(c, T), generator=g),
@@ -172,18 +214,28 @@ MAKERS: dict[str, Callable] = {
 #: inputs of another modality, offered together when a forward fails without naming one
 _MODAL = ("pixel_values", "input_ids", "input_values", "input_features", "bbox")
 
+#: another layout of an input, tried when the forward fails on the first one
+_ALT = {"input_features": "input_features@t", "input_values": "input_values@c"}
+
 #: what each input is, for notes
 _KIND = {"pixel_values": "image", "pixel_values_videos": "video", "input_values": "audio",
          "input_features": "audio", "bbox": "layout"}
 
 
 def make_input(name: str, cfg, model, B: int, T: int, vocab: int, seed: int):
-    """One input tensor, or None when sigprop cannot make ``name`` from the config."""
+    """One input tensor, or None when sigprop cannot make ``name`` from the config.
+    ``name@t``: the same input with its last two axes swapped (``input_features`` as frames x
+    mel bins, as Parakeet or Speech2Text take them, where Whisper takes mel bins x frames);
+    ``name@c``: with a channel axis (``input_values`` as (B, 1, samples): audio codecs)."""
+    name, _, variant = name.partition("@")
     maker = MAKERS.get(name)
     if maker is None:
         return None
     g = torch.Generator().manual_seed(int(seed) + len(name))
-    return maker(cfg, model, B, T, vocab, seed, g)
+    x = maker(cfg, model, B, T, vocab, seed, g)
+    if x is None or not variant:
+        return x
+    return x.transpose(-1, -2).contiguous() if variant == "t" else x.unsqueeze(1)
 
 
 def _forward_params(model) -> tuple[list[str], set[str]]:
@@ -257,10 +309,15 @@ def settle(model: nn.Module, cfg, main: list[str], candidates: list[str],
         if first is not None:
             handles.append(first.register_forward_pre_hook(
                 lambda m, a, c=c: ran.__setitem__(c, ran[c] + 1)))
-    tried_modal, first_err = False, None
+    base, first_err = list(names), None
+    fallbacks = [lambda ns: [_ALT.get(n, n) for n in ns],  # another layout (frames x mel)
+                 lambda ns: ns + [n for n in _MODAL if n in params and n not in ns],  # CLIP
+                 lambda ns: [_ALT.get(n, n) for n in ns] + [n for n in _MODAL if n in params
+                                                             and n not in ns]]
     try:
-        for _ in range(5):
-            inputs = {n: make_input(n, cfg, model, B, T, vocab, seed) for n in names}
+        for _ in range(10):
+            inputs = {n.split("@")[0]: make_input(n, cfg, model, B, T, vocab, seed)
+                      for n in names}
             inputs = {k: v.to(device) for k, v in inputs.items() if v is not None}
             try:
                 with torch.no_grad():
@@ -270,30 +327,36 @@ def settle(model: nn.Module, cfg, main: list[str], candidates: list[str],
                 if _memory_error(err):
                     raise SpecError("memory", f"{cls}: out of memory in a forward pass of "
                                               f"{B} x {T} tokens") from None
-                asked = [a for a in _asked_for(err, params, set(names)) if a not in names]
-                if not asked and not tried_modal:  # a dual encoder (CLIP) wants every kind
-                    tried_modal = True
-                    asked = [n for n in _MODAL if n in params and n not in names]
-                    first_err = err
-                if not asked:
-                    err = first_err or err
-                    kinds = sorted({_KIND.get(n, "text") for n in names}) or ["no"]
-                    msg = str(err).splitlines()[0][:160] if str(err) else ""
-                    raise SpecError("model", f"{cls} does not run on the {'/'.join(kinds)} "
-                                             f"inputs sigprop makes from its config "
-                                             f"({type(err).__name__}: {msg})") from None
-                cant = [a for a in asked if a not in MAKERS]
-                if cant:
-                    raise SpecError("model", f"{cls}.forward needs {', '.join(cant)}, which "
-                                             "sigprop cannot make from the config") from None
-                names += asked
+                bare = {n.split("@")[0] for n in names}
+                asked = [a for a in _asked_for(err, params, bare) if a not in bare]
+                if asked:
+                    cant = [a for a in asked if a not in MAKERS]
+                    if cant:
+                        raise SpecError("model", f"{cls}.forward needs {', '.join(cant)}, "
+                                                 "which sigprop cannot make from the "
+                                                 "config") from None
+                    names, base = names + asked, base + asked
+                    continue
+                first_err = first_err or err
+                while fallbacks:
+                    nxt = fallbacks.pop(0)(base)
+                    if nxt != names and nxt != base:
+                        names = nxt
+                        break
+                else:
+                    kinds = sorted({_KIND.get(n.split("@")[0], "text") for n in base})
+                    msg = str(first_err).splitlines()[0][:160] if str(first_err) else ""
+                    raise SpecError("model", f"{cls} does not run on the "
+                                             f"{'/'.join(kinds or ['no'])} inputs sigprop "
+                                             f"makes from its config ({type(first_err).__name__}"
+                                             f": {msg})") from None
         else:
             raise SpecError("model", f"{cls}: no set of inputs sigprop can make runs it "
                                      f"(tried {', '.join(names)})")
     finally:
         for h in handles:
             h.remove()
-    extra = [n for n in names if n not in main]
+    extra = [n.split("@")[0] for n in names if n not in main]
     note = (f"inputs: {', '.join(names)} ({', '.join(extra)} added: the model's forward "
             "needs them)") if extra else None
     return Settled(names, [c for c in candidates if ran[c]], note)

@@ -17,10 +17,10 @@ from typing import Any
 __all__ = ["model_types", "small_config", "shrink_dict", "buildable", "has_self_attention"]
 
 #: keys that size something, by role; a nested dict holding ``model_type`` is shrunk the same way
-_WIDTH = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "word_embed_proj_dim", "emb_dim",
-          "hidden_size_per_layer_input",
-          "embedding_size", "projection_dim", "out_hidden_size", "text_hidden_size",
-          "vision_hidden_size", "encoder_hidden_size", "decoder_hidden_size")
+_WIDTH = ("hidden_size", "d_model", "n_embd", "dim", "embed_dim", "word_embed_proj_dim",
+          "emb_dim", "hidden_size_per_layer_input", "embedding_size", "projection_dim",
+          "projection_size", "out_hidden_size", "text_hidden_size", "vision_hidden_size",
+          "encoder_hidden_size", "decoder_hidden_size")
 _LAYERS = ("num_hidden_layers", "num_layers", "n_layer", "n_layers", "encoder_layers",
            "decoder_layers", "num_decoder_layers", "num_encoder_layers", "depth")
 _HEADS = ("num_attention_heads", "n_head", "n_heads", "num_heads", "encoder_attention_heads",
@@ -72,7 +72,8 @@ def shrink_dict(d: dict[str, Any], width: int = 64, layers: int = 2, heads: int 
         elif k in _HEADS and _int(v) and v > heads:
             out[k] = heads
         elif k in _KV and _int(v) and v > kv_heads:
-            out[k] = kv_heads
+            h0 = next((d[x] for x in _HEADS if _int(d.get(x))), None)
+            out[k] = min(heads, h0) if h0 == v else kv_heads  # no GQA where there was none
         elif k in _FF and _int(v) and v > ff:
             out[k] = ff
         elif k in ("depths", "encoder_depths") and isinstance(v, list) and all(map(_int, v)):
