@@ -116,3 +116,19 @@ def test_gemma4_per_layer_beta_and_qk_norm_advice():
     assert "QK-norm" in rec["text"] and "qk_std_max" not in rec
     assert rec["gain_product_max"] * dg.spec.multiplier / math.sqrt(math.log(32)) == \
         pytest.approx(rec["limit"], rel=1e-12)
+
+
+def test_composite_language_stack_by_default_and_vision_tower_on_request():
+    """LLaVA: text reaches the language model's blocks (the default stack, named in the
+    result); --stack vision_tower diagnoses the CLIP vision tower as a model of its own, on
+    images: its blocks see (image_size / patch_size)^2 patches + CLS, read from the vision
+    config here."""
+    d = _small("llava")
+    base = diagnose(d, seq_len=16, seeds=1, sequences=1)
+    assert base.stack_path.startswith("language_model")
+    vt = diagnose(d, seq_len=16, seeds=1, sequences=1, stack="vision_tower")
+    assert vt.stack_path.startswith("vision_tower")
+    vc = load_config(d).vision_config
+    assert vt.spec.seq_len == (vc.image_size // vc.patch_size) ** 2 + 1
+    with pytest.raises(SpecError, match="no block list named"):
+        diagnose(d, seq_len=16, seeds=1, sequences=1, stack="no_such_tower")

@@ -221,6 +221,40 @@ def _main_inputs(model, kind: str, decoder: bool) -> list[str]:
     return names + (["decoder_input_ids"] if decoder else [])
 
 
+def sub_models(model) -> list[tuple[str, Any]]:
+    """``[(path, module)]``: the HF models inside a composite model (a vision tower, an audio
+    encoder, a language model: sub-modules that are ``PreTrainedModel``s with a config of
+    their own), outermost first."""
+    from transformers import PreTrainedModel
+
+    out = []
+    for n, m in model.named_modules():
+        if n and isinstance(m, PreTrainedModel) and not any(
+                n.startswith(p + ".") for p, _ in out):
+            out.append((n, m))
+    return out
+
+
+def _sub_model(model, stack: str, seed: int, device: str):
+    """``(module, path)`` of the sub-model ``stack`` names (its path or last component), or
+    None where ``stack`` names no sub-model (a block list, then)."""
+    from torch import nn
+
+    from .. import models as hf
+
+    if isinstance(model, nn.Module):
+        m = model
+    else:
+        config = hf.load_config(model)
+        m = hf.model_at_init(config, seed=seed, attn_implementation="eager").to(device)
+        if _folder(model) is not None:
+            hf.load_local_weights(m, _folder(model))
+    for path, sub in sub_models(m):
+        if path == stack or path.split(".")[-1] == stack:
+            return sub, path
+    return None
+
+
 def _settle(m, config, kind: str, enc_dec: bool, decoder: bool, prefer: str | None,
             vocab: int, seed: int, device: str):
     """``(input names, block list to measure, note)`` for model ``m``: refuses a model
@@ -255,6 +289,10 @@ def _settle(m, config, kind: str, enc_dec: bool, decoder: bool, prefer: str | No
     if len(ran) > 1 or best != cands[0]:
         notes.append(f"stack measured: {best} (block lists that ran: {', '.join(ran)}; "
                      "--stack NAME picks another)")
+    subs = [p for p, _ in sub_models(m)]
+    if subs:
+        notes.append(f"composite model: sub-models {', '.join(subs[:6])}; --stack NAME "
+                     "diagnoses one as a model of its own")
     return st.names, best, notes
 
 
@@ -460,6 +498,22 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     if device == "cuda" and not torch.cuda.is_available():
         raise SpecError("device", "cuda requested but no CUDA device is available")
     t0 = time.perf_counter()
+    if stack not in ("encoder", "decoder"):  # a sub-model of a composite, as a model of its own
+        sub = _sub_model(model, stack, seed, device)
+        if sub is not None:
+            part, path = sub
+            d = diagnose(part, seq_len=seq_len, seeds=1, sequences=sequences, device=device,
+                         seed=seed, on_seed=on_seed, recommendations=recommendations)
+            d.model = f"{model if isinstance(model, str | Path) else type(model).__name__}:" \
+                      f"{path}"
+            d.stack_path = f"{path}.{d.stack_path}" if d.stack_path else path
+            d.notes.append(f"sub-model {path} ({type(part).__name__}) diagnosed as a model of "
+                           "its own, with its own config and inputs" + (
+                               ", at its init under --seed" if not isinstance(model, nn.Module)
+                               else ""))
+            d.weights = "init" if not isinstance(model, nn.Module) else d.weights
+            d.trained = isinstance(model, nn.Module) or d.trained
+            return d
     module = model if isinstance(model, nn.Module) else None
     config = _module_config(module) if module is not None else hf.load_config(model)
     name = type(module).__name__ if module is not None else (
