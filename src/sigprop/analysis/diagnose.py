@@ -193,6 +193,17 @@ def _run(model, inputs: dict, enc_dec: bool, returned: bool = False,
         raise forward_error(model, inputs, err) from None
 
 
+def _takes(module, inputs: dict) -> bool:
+    """Whether ``module.forward`` names every one of ``inputs`` as a parameter."""
+    import inspect
+
+    try:
+        params = inspect.signature(module.forward).parameters
+    except (TypeError, ValueError, AttributeError):
+        return False
+    return all(k in params for k in inputs)  # named: **kwargs alone may swallow them
+
+
 def _forward(model, inputs: dict, enc_dec: bool, returned: bool = False,
              decoder: bool = False) -> None:
     """One forward pass; an encoder-decoder model runs its encoder only. ``returned``: ask
@@ -201,7 +212,9 @@ def _forward(model, inputs: dict, enc_dec: bool, returned: bool = False,
     returns them only on request (DeBERTa-v2). ``decoder``: the whole encoder-decoder model
     runs (``inputs`` then hold ``decoder_input_ids``)."""
     if enc_dec and not decoder and hasattr(model, "get_encoder"):
-        model = model.get_encoder()
+        enc = model.get_encoder()
+        if _takes(enc, inputs):  # DETR-like encoders read backbone features: the whole model
+            model = enc
     if returned:
         try:
             model(**inputs, output_attentions=True)

@@ -170,10 +170,25 @@ def _takes_grid(model) -> bool:
     return any(n in names for n in ("grid_thw", "image_grid_thw"))
 
 
+def _takes(model, name: str) -> bool:
+    names, _ = _forward_params(model)
+    return name in names
+
+
+def _side(cfg) -> int:
+    """Patches per side of a patch-sequence vision tower (SigLIP 2's NaFlex input)."""
+    n = config_value(cfg, ("num_patches", "max_num_patches"), 64)
+    return max(int(math.isqrt(int(n))), 2)
+
+
 def _patches_or(cfg, model, B, T, g, video=False):
     if _takes_grid(model):
         side, feat = _grid(cfg, B)
         return torch.randn(B * side * side, feat, generator=g)
+    if _takes(model, "spatial_shapes"):  # (B, patches, C p^2) with their grid shape
+        p = int(config_value(cfg, ("patch_size",), 16))
+        c = int(config_value(cfg, ("num_channels", "in_channels"), 3))
+        return torch.randn(B, _side(cfg) ** 2, c * p * p, generator=g)
     return _pixels(cfg, B, T, g, video)
 
 
@@ -202,6 +217,13 @@ MAKERS: dict[str, Callable] = {
     "image_grid_thw": lambda c, m, B, T, V, s, g: _grid_rows(c, B),
     "qformer_input_ids": lambda c, m, B, T, V, s, g: text_ids(c, B, T, V, s + 17),
     "past_values": lambda c, m, B, T, V, s, g: _series(c, B, T, g),
+    "spatial_shapes": lambda c, m, B, T, V, s, g: torch.tensor([[_side(c)] * 2] * B),
+    "pixel_attention_mask": lambda c, m, B, T, V, s, g: torch.ones(B, _side(c) ** 2,
+                                                                   dtype=torch.long),
+    "merge_sizes": lambda c, m, B, T, V, s, g: torch.tensor(
+        [int(config_value(c, ("spatial_merge_size", "merge_size"), 2))] * B),
+    "past_values_padding": lambda c, m, B, T, V, s, g: torch.zeros_like(_series(c, B, T, g)),
+    "freq": lambda c, m, B, T, V, s, g: torch.zeros(B, 1, dtype=torch.long),
     "input_features_mask": lambda c, m, B, T, V, s, g: torch.ones(
         B, _features(c, B, T, g).shape[-1], dtype=torch.long),
     "pixel_values_videos": lambda c, m, B, T, V, s, g: _pixels(c, B, T, g, True),
@@ -213,6 +235,10 @@ MAKERS: dict[str, Callable] = {
 
 #: inputs of another modality, offered together when a forward fails without naming one
 _MODAL = ("pixel_values", "input_ids", "input_values", "input_features", "bbox")
+
+#: optional inputs that give a modality its shape (NaFlex patch grids, Qwen-VL grids)
+_COMPANIONS = {"pixel_values": ("spatial_shapes", "pixel_attention_mask", "image_grid_thw",
+                                "grid_thw")}
 
 #: another layout of an input, tried when the forward fails on the first one
 _ALT = {"input_features": "input_features@t", "input_values": "input_values@c"}
@@ -310,10 +336,14 @@ def settle(model: nn.Module, cfg, main: list[str], candidates: list[str],
             handles.append(first.register_forward_pre_hook(
                 lambda m, a, c=c: ran.__setitem__(c, ran[c] + 1)))
     base, first_err = list(names), None
+    def modal(ns):  # every modality the forward takes, with the inputs that shape them
+        add = [n for n in _MODAL if n in params and n not in ns]
+        add += [c for n in add for c in _COMPANIONS.get(n, ()) if c in params]
+        return ns + add
+
     fallbacks = [lambda ns: [_ALT.get(n, n) for n in ns],  # another layout (frames x mel)
-                 lambda ns: ns + [n for n in _MODAL if n in params and n not in ns],  # CLIP
-                 lambda ns: [_ALT.get(n, n) for n in ns] + [n for n in _MODAL if n in params
-                                                             and n not in ns]]
+                 modal,  # a dual encoder (CLIP, SigLIP 2) wants text and images
+                 lambda ns: modal([_ALT.get(n, n) for n in ns])]
     try:
         for _ in range(10):
             inputs = {n.split("@")[0]: make_input(n, cfg, model, B, T, vocab, seed)
