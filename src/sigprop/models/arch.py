@@ -363,6 +363,30 @@ _OUTSIDE = (
 )
 
 
+def _layer_type_notes(config, T: int) -> list[str]:
+    """One note on a config's per-layer attention types (``layer_types``: sliding vs full
+    attention, linear attention ...): which layers are which, and where a sliding window is
+    shorter than T (the theory then lets those layers' queries see every earlier key)."""
+    from collections import Counter
+
+    from .config import _safe
+
+    kinds = _safe(config, "layer_types")
+    if not isinstance(kinds, list | tuple) or len(set(map(str, kinds))) < 2:
+        return []
+    count = Counter(map(str, kinds))
+    text = ", ".join(f"{k} x {n}" for k, n in count.items())
+    out = [f"per-layer attention types: {text} (layers "
+           + "; ".join(f"{k}: " + ",".join(str(i + 1) for i, t in enumerate(kinds) if str(t) == k)
+                       for k in count) + ")"]
+    w = _safe(config, "sliding_window")
+    if isinstance(w, int) and not isinstance(w, bool) and 0 < w < T and any(
+            "sliding" in str(t) for t in kinds):
+        out.append(f"sliding layers see a window of {w} < T = {T} keys; their theory rows let "
+                   "every query see all earlier keys")
+    return out
+
+
 def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = None, *,
                    rope: bool = False, position_bias: bool = False
                    ) -> tuple[ArchSpec | None, list[str]]:
@@ -418,6 +442,7 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
         if text and isinstance(v, int | float) and not isinstance(v, bool) and v:
             if key != "sliding_window" or v < spec.seq_len:
                 notes.append(text.format(v=v))
+    notes += _layer_type_notes(config, spec.seq_len)
     if rope:
         notes.append("RoPE: the theory ignores the positional rotation (score variance "
                      "unchanged)")
