@@ -33,6 +33,10 @@ ARGS = ["--seq-len", "32", "--seeds", "1", "--sequences", "1", "--format", "json
         "--no-timing"]
 
 
+#: how configs shrink: "width" (width 64, 2 layers) or "layers" (2 layers, default widths)
+SHRINK = ["width"]
+
+
 class _Timeout(Exception):
     pass
 
@@ -52,7 +56,7 @@ def one(mt: str, root: Path, timeout: int) -> dict:
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(timeout)
     try:
-        d, why = zoo.small_config(mt)
+        d, why = zoo.small_config(mt, mode=SHRINK[0])
         if d is None:
             rec.update(outcome="no_build", reason=why)
             return rec
@@ -140,7 +144,9 @@ def main() -> None:
     ap.add_argument("--timeout", type=int, default=180)
     ap.add_argument("--shard", default=None, help="i/n (internal)")
     ap.add_argument("--summary", default=None)
+    ap.add_argument("--shrink", default="width", choices=("width", "layers"))
     a = ap.parse_args()
+    SHRINK[0] = a.shrink
     if a.summary:
         print(json.dumps(summary(Path(a.summary)), indent=1))
         return
@@ -157,7 +163,8 @@ def main() -> None:
     for p in root.glob("results*.jsonl"):
         p.unlink()
     procs = [subprocess.Popen([sys.executable, __file__, "--out", str(root), "--timeout",
-                               str(a.timeout), "--shard", f"{i}/{a.jobs}"]
+                               str(a.timeout), "--shard", f"{i}/{a.jobs}", "--shrink",
+                               a.shrink]
                               + (["--types", a.types] if a.types else []))
              for i in range(a.jobs)]
     for p in procs:

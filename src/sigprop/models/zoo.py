@@ -194,9 +194,22 @@ def buildable(d: dict[str, Any]) -> tuple[bool, str]:
     return True, ""
 
 
-def small_config(model_type: str) -> tuple[dict[str, Any] | None, str]:
+def _cap_vocab(d: dict[str, Any], cap: int = 4096) -> dict[str, Any]:
+    out = copy.deepcopy(d)
+    for k, v in out.items():
+        if isinstance(v, dict):
+            out[k] = _cap_vocab(v, cap)
+        elif k == "vocab_size" and _int(v) and v > cap:
+            out[k] = cap
+    return out
+
+
+def small_config(model_type: str, mode: str = "width") -> tuple[dict[str, Any] | None, str]:
     """``(config dict, "")`` for the smallest of (full shrink, layers-only shrink, default)
-    whose model builds within :data:`MAX_PARAMS`, or ``(None, reason)``."""
+    whose model builds within :data:`MAX_PARAMS`, or ``(None, reason)``. ``mode="layers"``:
+    only the depth shrinks (widths, heads and head dims as the default config has them) and
+    vocabularies are capped at 4096, so derived sizes the config does not state (multimodal
+    RoPE sections, subsampling widths) stay consistent."""
     from transformers import CONFIG_MAPPING
 
     try:
@@ -205,8 +218,9 @@ def small_config(model_type: str) -> tuple[dict[str, Any] | None, str]:
         return None, f"default config: {type(err).__name__}"
     base["model_type"] = model_type
     base.pop("transformers_version", None)
-    tries = (shrink_dict(base), shrink_dict(base, width=10**9, heads=10**9, kv_heads=10**9,
-                                            ff=10**9), base)
+    layers_only = shrink_dict(base, width=10**9, heads=10**9, kv_heads=10**9, ff=10**9)
+    tries = (shrink_dict(base), layers_only, base) if mode == "width" else (
+        _cap_vocab(layers_only), layers_only)
     whys = []
     for d in tries:
         ok, why = buildable(d)
