@@ -35,7 +35,7 @@ def _sites(model):
 
 def _text(config, T, seed=0):
     vocab = dg.vocab_at_init(config, config.vocab_size)
-    return dg._inputs(config, "text", T, 1, vocab, seed, "cpu")[0]
+    return dg._inputs(1, T, vocab, seed, "cpu")
 
 
 # ---------------------------------------------------------------------------------- RoPE

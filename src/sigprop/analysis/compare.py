@@ -155,27 +155,22 @@ class _Kept:
     """Hooks on a model's first and last block recording :func:`sigprop.measurement.
     observables.kept` between the first block's input and the last block's output (its last
     application: ALBERT reapplies shared blocks), mean over sequences, during one forward
-    pass: ``with _Kept(model) as k: ...``, then ``k.value`` (None if no block was found or
+    pass: ``with _Kept(model, stack) as k: ...`` (``stack``: the block list diagnose
+    measures, :func:`~sigprop.analysis.diagnose.model_inputs`), then ``k.value`` (None if
     the shapes differ). The input is the first one of the last output's shape: ``diagnose``
     runs a small forward first to learn the model's inputs."""
 
-    def __init__(self, model):
-        from ..measurement.probe import find_blocks
+    def __init__(self, model, stack: str):
+        from ..measurement.probe_sites import blocks_of
 
-        try:
-            blocks = find_blocks(model)
-        except (ValueError, RuntimeError):
-            blocks = []
-        self._ends = (blocks[0][1], blocks[-1][1]) if blocks else None
+        blocks = blocks_of(model, stack)
+        self._ends = (blocks[0][1], blocks[-1][1])
         self._x0s: list = []  # diagnose runs a small forward first (its inputs' check)
         self._xl = None
         self._handles: list = []
 
     def __enter__(self):
         from ..measurement.probe import _as_tensor
-
-        if self._ends is None:
-            return self
 
         def pre(_m, args, kwargs):
             x = _as_tensor(list(args) + list(kwargs.values()))
@@ -270,7 +265,7 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
     from .. import models as hf
     from ..models import methods as M
     from ..models.arch import input_kind
-    from .diagnose import _folder, _forward, _inputs, _verdict, diagnose
+    from .diagnose import _folder, _forward, _verdict, diagnose, model_inputs
 
     t0 = time.perf_counter()
     names = M.parse_methods(methods if isinstance(methods, str) else ",".join(methods))
@@ -301,10 +296,13 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
         if folder is not None:
             hf.load_local_weights(built, folder)
         ctx = M.context_for(built, spec, rho0, base.embed_q)
-        with _Kept(built) as k, torch.no_grad():
-            _forward(built, _inputs(config, input_kind(config), spec.seq_len, sequences,
-                                    _vocab(config, base), seed + s, device)[0],
-                     bool(getattr(config, "is_encoder_decoder", False)))
+        enc_dec = bool(getattr(config, "is_encoder_decoder", False))
+        inputs, stack, _ = model_inputs(built, config, input_kind(config),
+                                        sequences=sequences, T=spec.seq_len,
+                                        vocab=_vocab(config, base), seed=seed + s,
+                                        device=device, enc_dec=enc_dec)
+        with _Kept(built, stack) as k, torch.no_grad():
+            _forward(built, inputs, enc_dec)
         if k.value is not None:
             kept_base.append(k.value)
         for name in names:
@@ -320,7 +318,7 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
                 rows[name] = MethodRow(name, meth.title, {}, meth.theory, None, {}, "n/a",
                                        error=str(err))
                 continue
-            with _Kept(m) as k:
+            with _Kept(m, stack) as k:
                 d = diagnose(m, seq_len=spec.seq_len, sequences=sequences, device=device,
                              seed=seed + s, recommendations=False)
             del m

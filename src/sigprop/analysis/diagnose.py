@@ -114,9 +114,9 @@ def check_memory(config, spec: ArchSpec, sequences: int, vocab: int) -> float:
     """Refuse (``SpecError``) a diagnosis that would not fit in memory, before building any
     model: :func:`sigprop.measurement.memory.check` with the ``diagnose`` model."""
     from ..measurement import memory
-    from ..models.config import _safe
+    from ..models.config import config_attr
 
-    kv = _safe(config, "num_key_value_heads") or spec.heads
+    kv = config_attr(config, "num_key_value_heads") or spec.heads
     return memory.check("diagnose", spec=spec, sequences=sequences, vocab=vocab, kv_heads=kv,
                         have=available_memory(), shrink={"seq_len": 16, "sequences": 1})
 
@@ -124,9 +124,9 @@ def check_memory(config, spec: ArchSpec, sequences: int, vocab: int) -> float:
 def vocab_at_init(config, vocab_size: int) -> int:
     """Embedding rows to build: at most ``VOCAB_AT_INIT`` (rows are i.i.d. at init), at least
     ``pad_token_id + 1`` (the padding row must exist)."""
-    from ..models.config import _safe
+    from ..models.config import config_attr
 
-    pad = _safe(config, "pad_token_id")
+    pad = config_attr(config, "pad_token_id")
     low = pad + 1 if isinstance(pad, int) and not isinstance(pad, bool) and \
         0 <= pad < vocab_size else 1
     return min(vocab_size, max(VOCAB_AT_INIT, low))
@@ -151,32 +151,41 @@ def _repeats(config) -> int:
     return 1
 
 
-def _inputs(config, kind: str, T: int, sequences: int, vocab: int, seed: int,
-            device: str) -> tuple[dict, str | None]:
-    """The model's inputs (and a note saying what they are where they are not text):
-    ``input_ids`` + ``attention_mask`` of built-in text; images: ``pixel_values`` N(0, 1) per
-    pixel (a normalised image's scale); audio: ``input_features`` N(0, 1) over the
-    ``2 * max_source_positions`` frames the encoder requires."""
+def _inputs(sequences: int, T: int, vocab: int, seed: int, device) -> dict:
+    """``input_ids`` + ``attention_mask`` of built-in text (every other input, and what a
+    model of another kind takes, comes from :func:`model_inputs`)."""
     import torch
 
-    if kind == "text":
-        ids = _text_ids(sequences, T, vocab, seed).to(device)
-        return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}, None
-    g = torch.Generator().manual_seed(int(seed))
-    if kind == "image":
-        size = getattr(config, "image_size", 224)
-        size = size if isinstance(size, int) else size[0]
-        c = getattr(config, "num_channels", 3)
-        x = torch.randn(sequences, c, size, size, generator=g)
-        return {"pixel_values": x.to(device)}, (
-            f"image input: pixel_values i.i.d. N(0, 1) ({c}x{size}x{size}, a normalised "
-            f"image's scale), {T - 1} patches + CLS = T {T}")
-    mel = getattr(config, "num_mel_bins", 80)
-    frames = 2 * T
-    x = torch.randn(sequences, mel, frames, generator=g)
-    return {"input_features": x.to(device)}, (
-        f"audio input: input_features i.i.d. N(0, 1) ({mel} mel bins x {frames} frames = "
-        f"2 x max_source_positions, the length the encoder requires), T = {T}")
+    ids = _text_ids(sequences, T, vocab, seed).to(device)
+    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+
+
+#: what a made input is, for the notes (text needs none)
+_INPUT_KINDS = {"pixel_values": "image", "pixel_values_videos": "video",
+                "input_values": "audio", "input_features": "audio", "hidden_states": "image"}
+
+
+def model_inputs(m, config, kind: str, *, sequences: int, T: int, vocab: int, seed: int,
+                 device, enc_dec: bool = False, decoder: bool = False,
+                 prefer: str | None = None, decoder_ids=None) -> tuple[dict, str, list[str]]:
+    """``(inputs, block list, notes)`` for model ``m``: :func:`_settle` learns what its
+    forward needs and which block list those inputs reach, then the inputs are made at full
+    size (``sequences`` x ``T`` tokens of built-in text where it takes text; images, audio
+    ... from :mod:`sigprop.models.inputs`), each non-text one named in a note."""
+    from ..models.inputs import make_input
+
+    names, stack, notes = _settle(m, config, kind, enc_dec, decoder, prefer, vocab, seed,
+                                  str(device))
+    text = _inputs(sequences, T, vocab, seed, device)
+    out = {n.split("@")[0]: text[n] if n in text else
+           make_input(n, config, m, sequences, T, vocab, seed)
+           for n in names if n != "decoder_input_ids"}
+    if decoder:
+        out["decoder_input_ids"] = decoder_ids
+    out = {k: v.to(device) for k, v in out.items() if v is not None}
+    made = [f"{_INPUT_KINDS[k]} input: {k} i.i.d. N(0, 1) ({'x'.join(map(str, v.shape[1:]))} "
+            "per sequence)" for k, v in out.items() if k in _INPUT_KINDS]
+    return out, stack, made + notes
 
 
 def _run(model, inputs: dict, enc_dec: bool, returned: bool = False,
@@ -193,17 +202,6 @@ def _run(model, inputs: dict, enc_dec: bool, returned: bool = False,
         raise forward_error(model, inputs, err) from None
 
 
-def _takes(module, inputs: dict) -> bool:
-    """Whether ``module.forward`` names every one of ``inputs`` as a parameter."""
-    import inspect
-
-    try:
-        params = inspect.signature(module.forward).parameters
-    except (TypeError, ValueError, AttributeError):
-        return False
-    return all(k in params for k in inputs)  # named: **kwargs alone may swallow them
-
-
 def _forward(model, inputs: dict, enc_dec: bool, returned: bool = False,
              decoder: bool = False) -> None:
     """One forward pass; an encoder-decoder model runs its encoder only. ``returned``: ask
@@ -212,8 +210,10 @@ def _forward(model, inputs: dict, enc_dec: bool, returned: bool = False,
     returns them only on request (DeBERTa-v2). ``decoder``: the whole encoder-decoder model
     runs (``inputs`` then hold ``decoder_input_ids``)."""
     if enc_dec and not decoder and hasattr(model, "get_encoder"):
-        enc = model.get_encoder()
-        if _takes(enc, inputs):  # DETR-like encoders read backbone features: the whole model
+        from ..models.inputs import forward_params
+
+        enc = model.get_encoder()  # DETR-like encoders read backbone features: the whole model
+        if set(inputs) <= set(forward_params(enc)[0]):  # named: **kwargs may swallow them
             model = enc
     if returned:
         try:
@@ -307,21 +307,6 @@ def _settle(m, config, kind: str, enc_dec: bool, decoder: bool, prefer: str | No
         notes.append(f"composite model: sub-models {', '.join(subs[:6])}; --stack NAME "
                      "diagnoses one as a model of its own")
     return st.names, best, notes
-
-
-def _stack_inputs(names: list[str], config, m, sequences: int, T: int, vocab: int, seed: int,
-                  device, first: dict, decoder: bool) -> dict:
-    """The full-size inputs named by :func:`_settle`: the kind's own (``first``, built by
-    :func:`_inputs`) where it made them, the others from :mod:`sigprop.models.inputs`."""
-    from ..models.inputs import make_input
-
-    own = ("input_ids", "attention_mask")
-    out = {n.split("@")[0]: first[n] if n in first and n in own else
-           make_input(n, config, m, sequences, T, vocab, seed)
-           for n in names if n != "decoder_input_ids"}
-    if decoder:
-        out["decoder_input_ids"] = first["decoder_input_ids"]
-    return {k: v.to(device) for k, v in out.items() if v is not None}
 
 
 def _probe_notes(probe, meas) -> list[str]:
@@ -538,9 +523,6 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     vocab = vocab_at_init(config, info.vocab_size)
     check_memory(config, spec, sequences, vocab)
     kind = input_kind(config)
-    inputs, input_note = _inputs(config, kind, spec.seq_len, sequences, vocab, seed, device)
-    if input_note:
-        notes.append(input_note)
     if seq_len is not None and kind != "text" and seq_len != spec.seq_len and \
             stack == "encoder":
         notes.append(f"seq_len {seq_len} ignored: the {kind} input fixes T={spec.seq_len}")
@@ -550,15 +532,16 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         raise SpecError("stack", f"decoder needs an encoder-decoder model ({config.model_type} "
                                  "has one stack: use encoder)")
     prefer = "decoder" if decoder else None if stack == "encoder" else stack
-    T_in = spec.seq_len
+    T_in, dec_ids = spec.seq_len, None
     if decoder:
         spec, dec_note = _decoder_spec(config, spec, seq_len)
-        inputs["decoder_input_ids"] = _text_ids(sequences, spec.seq_len, vocab, seed + 7919
-                                                ).to(device)
+        dec_ids = _text_ids(sequences, spec.seq_len, vocab, seed + 7919)
         notes.append(dec_note)
     elif enc_dec:
         notes.append("encoder-decoder: the encoder stack is measured (model.get_encoder()); "
                      "the decoder: --stack decoder")
+    made = dict(kind=kind, sequences=sequences, T=T_in, vocab=vocab, seed=seed,
+                enc_dec=enc_dec, decoder=decoder, prefer=prefer, decoder_ids=dec_ids)
     repeats = _repeats(config)
     if repeats > 1:
         notes.append(f"shared layers ({config.model_type}): each of "
@@ -577,12 +560,9 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         was_training = module.training
         module.eval()
         try:
-            dev = next(module.parameters()).device
-            names, stack_name, snotes = _settle(module, config, kind, enc_dec, decoder,
-                                                prefer, vocab, seed, str(dev))
+            inputs, stack_name, snotes = model_inputs(
+                module, config, device=next(module.parameters()).device, **made)
             notes += snotes
-            inputs = _stack_inputs(names, config, module, sequences, T_in, vocab, seed, dev,
-                                   inputs, decoder)
             p = Probe(module, layers=blocks_of(module, stack_name), keep_hidden=False,
                       repeats=repeats, dtype=getattr(torch, STATS_DTYPE))
             w = WeightReader(module, blocks=p.blocks, sites=p.sites, repeats=repeats)
@@ -592,8 +572,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             pc = _cross_probe(p) if decoder else None
             br = _bounds(module, p, spec, decoder)
             with p, w, (pc if pc is not None else nullcontext()), br, torch.no_grad():
-                _run(module, {k: v.to(dev) for k, v in inputs.items()}, enc_dec,
-                     decoder=decoder)
+                _run(module, inputs, enc_dec, decoder=decoder)
             bounds.append(br.bounds() if br is not nullcontext_ else None)
         finally:
             module.train(was_training)
@@ -621,11 +600,8 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         if folder is not None:
             trained = hf.load_local_weights(m, folder).trained or trained
         if s == 0:  # the inputs the forward needs and the block list they reach
-            names, stack_name, snotes = _settle(m, config, kind, enc_dec, decoder, prefer,
-                                                vocab, seed, device)
+            inputs, stack_name, snotes = model_inputs(m, config, device=device, **made)
             notes += snotes
-            inputs = _stack_inputs(names, config, m, sequences, T_in, vocab, seed, device,
-                                   inputs, decoder)
         p = Probe(m, layers=blocks_of(m, stack_name), keep_hidden=False, repeats=repeats,
                   dtype=getattr(torch, STATS_DTYPE))
         w = WeightReader(m, blocks=p.blocks, sites=p.sites, repeats=repeats)
@@ -660,10 +636,11 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     if "cos" not in probes[0].hidden_stats[0]:
         raise SpecError("model", f"{name}: the measured block list did not run")
     t_seen = grams[0].xs[0].shape[-2] if grams and grams[0].xs else None
-    if t_seen and t_seen >= 2 and t_seen != spec.seq_len and not decoder and kind != "text":
-        notes.append(f"T = {t_seen} tokens reach the blocks ({kind} input); the theory "
-                     f"runs at that length")
-        spec = spec.replace(seq_len=int(t_seen))
+    if t_seen and t_seen >= 2 and not decoder and kind != "text":
+        again = t_seen != spec.seq_len
+        notes.append(f"T = {t_seen} tokens reach the blocks ({kind} input)"
+                     + ("; the theory runs at that length" if again else ""))
+        spec = spec.replace(seq_len=int(t_seen)) if again else spec
     meas_all = to_trajectory(probes, spec=spec, per_head=True)
     has_head = "head" in meas_all.columns
     heads = meas_all[meas_all["head"].notna()] if has_head else meas_all.iloc[:0]

@@ -1143,7 +1143,7 @@ def sweep_model(model, lengths: Sequence[int] | None = None, *, queries: int = 1
         raise SpecError("model", f"long context needs a text model ({config.model_type} "
                                  f"takes {kind} input)")
     vocab = dg.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
-    inputs, _ = dg._inputs(config, "text", T_ref, sequences, vocab, seed, "cpu")
+    inputs = dg._inputs(sequences, T_ref, vocab, seed, "cpu")
     enc_dec = bool(getattr(config, "is_encoder_decoder", False))
     if enc_dec:
         notes.append("encoder-decoder: the encoder's self-attention layers are streamed")

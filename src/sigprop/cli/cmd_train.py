@@ -204,13 +204,6 @@ def train_cmd(spec: ArchSpec,
         fail_spec(err)
     except ValueError as err:
         fail(str(err))
-    except (RuntimeError, MemoryError) as err:  # the last line of defence behind the check
-        from ..measurement.memory import allocation_failure
-
-        msg = allocation_failure(err)
-        if msg is None:
-            raise
-        fail(msg)
     except OSError as err:
         fail(f"--checkpoint: cannot write {checkpoint!r} ({err.strerror or err})")
     _report_collapse(res.events)

@@ -269,10 +269,10 @@ def spec_with_record(spec: ArchSpec, rec: dict[str, Any]) -> ArchSpec:
 
 
 def _first_attr(cfg, names, default=None):
-    from .config import _safe
+    from .config import config_attr
 
     for n in names:
-        v = _safe(cfg, n)
+        v = config_attr(cfg, n)
         if isinstance(v, int | float) and not isinstance(v, bool) and v > 0:
             return v
     return default
@@ -369,9 +369,9 @@ def _layer_type_notes(config, T: int) -> list[str]:
     shorter than T (the theory then lets those layers' queries see every earlier key)."""
     from collections import Counter
 
-    from .config import _safe
+    from .config import config_attr
 
-    kinds = _safe(config, "layer_types")
+    kinds = config_attr(config, "layer_types")
     if not isinstance(kinds, list | tuple) or len(set(map(str, kinds))) < 2:
         return []
     count = Counter(map(str, kinds))
@@ -379,7 +379,7 @@ def _layer_type_notes(config, T: int) -> list[str]:
     out = [f"per-layer attention types: {text} (layers "
            + "; ".join(f"{k}: " + ",".join(str(i + 1) for i, t in enumerate(kinds) if str(t) == k)
                        for k in count) + ")"]
-    w = _safe(config, "sliding_window")
+    w = config_attr(config, "sliding_window")
     if isinstance(w, int) and not isinstance(w, bool) and 0 < w < T and any(
             "sliding" in str(t) for t in kinds):
         out.append(f"sliding layers see a window of {w} < T = {T} keys; their theory rows let "

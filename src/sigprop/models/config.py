@@ -12,7 +12,7 @@ from ..spec import SpecError
 from .presets import PRESETS
 from .presets import shrink as _shrink_dict
 
-__all__ = ["load_config", "shrink"]
+__all__ = ["config_attr", "load_config", "shrink"]
 
 
 #: config fields that count or size something: integers in [1, upper bound] (the bounds are
@@ -58,7 +58,7 @@ def _check_fields(cls, d: dict[str, Any], where: str) -> None:
         defaults = None
     for key, val in d.items():
         name = canon[key]
-        ref = _safe(defaults, key) if defaults is not None else None
+        ref = config_attr(defaults, key) if defaults is not None else None
         if name in _SIZE_FIELDS or key in _SIZE_FIELDS:
             hi = _SIZE_FIELDS.get(name, _SIZE_FIELDS.get(key))
             if val is None and (name in ("num_key_value_heads", "head_dim") or ref is None):
@@ -85,12 +85,18 @@ def _check_fields(cls, d: dict[str, Any], where: str) -> None:
 
 
 
-def _safe(cfg, name):
-    """A config attribute, or None (per-layer configs raise on a global read of a per-layer
-    attribute: such a field is checked by transformers per layer, not here)."""
+def config_attr(cfg, name: str, *, first_layer: bool = False):
+    """``getattr(cfg, name, None)`` that never raises: transformers' per-layer configs raise
+    on a global read of a per-layer attribute (``AmbiguousGlobalPerLayerAttributeError``);
+    such a read gives None, or with ``first_layer`` layer 0's value."""
     try:
         return getattr(cfg, name, None)
-    except Exception:  # noqa: BLE001 - AmbiguousGlobalPerLayerAttributeError
+    except Exception:  # noqa: BLE001 - AmbiguousGlobalPerLayerAttributeError and kin
+        if not first_layer:
+            return None
+    try:
+        return getattr(cfg.per_layer_config[0], name, None)
+    except Exception:  # noqa: BLE001
         return None
 
 
@@ -106,12 +112,11 @@ def _from_dict(d: dict[str, Any], where: str):
                                  f"{_known_types_hint()}")
     _check_fields(CONFIG_MAPPING[mt], d, where)
     try:
-        cfg = AutoConfig.for_model(mt, **d)
+        return AutoConfig.for_model(mt, **d)
     except Exception as err:  # noqa: BLE001 - third-party validation of an arbitrary config
         lines = [x.strip() for x in str(err).splitlines() if x.strip()]
         msg = " ".join(lines[-2:])[:200] if lines else type(err).__name__
         raise SpecError("model", f"{where}: cannot build a {mt!r} config ({msg})") from None
-    return cfg
 
 
 def _unknown(name: str) -> SpecError:

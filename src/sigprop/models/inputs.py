@@ -26,23 +26,24 @@ import torch
 from torch import nn
 
 from ..spec import SpecError
+from .config import config_attr
 
-__all__ = ["MAKERS", "Settled", "config_value", "forward_error", "make_input", "settle"]
+__all__ = ["MAKERS", "Settled", "config_value", "forward_error", "forward_params", "make_input",
+           "settle"]
 
 _SUBCONFIGS = ("vision_config", "audio_config", "text_config", "encoder_config",
                "speech_config", "backbone_config", "encoder", "vision_tower_config")
 
 
-def _get(cfg, name):
-    """``getattr`` that never raises: transformers' per-layer configs raise on a global read
-    of a per-layer attribute (then layer 0's value is the answer)."""
-    try:
-        return getattr(cfg, name, None)
-    except Exception:  # noqa: BLE001 - AmbiguousGlobalPerLayerAttributeError and kin
-        try:
-            return getattr(cfg.per_layer_config[0], name, None)
-        except Exception:  # noqa: BLE001
-            return None
+def _attr(cfg, name):
+    """A config attribute, layer 0's where the config holds it per layer."""
+    return config_attr(cfg, name, first_layer=True)
+
+
+def _configs(cfg) -> list:
+    """``cfg`` and its sub-config objects (vision tower, audio encoder, text model ...)."""
+    subs = (_attr(cfg, n) for n in _SUBCONFIGS)
+    return [cfg] + [c for c in subs if c is not None and not isinstance(c, dict | str)]
 
 
 def config_value(cfg, names, default=None, *, positive: bool = True):
@@ -55,11 +56,9 @@ def config_value(cfg, names, default=None, *, positive: bool = True):
             return v
         return None
 
-    for c in [cfg] + [_get(cfg, s) for s in _SUBCONFIGS]:
-        if c is None or isinstance(c, dict | str):
-            continue
+    for c in _configs(cfg):
         for n in names:
-            v = ok(_get(c, n))
+            v = ok(_attr(c, n))
             if v is not None:
                 return v
     return default
@@ -69,9 +68,7 @@ def _special_ids(cfg) -> set[int]:
     """Token ids with a role (image / audio / video placeholders, bos, eos ...) anywhere in the
     config: text inputs avoid them so no placeholder asks for features that were not given."""
     out = set()
-    for c in [cfg] + [_get(cfg, s) for s in _SUBCONFIGS]:
-        if c is None or isinstance(c, dict | str):
-            continue
+    for c in _configs(cfg):
         try:
             items = c.to_dict().items()
         except Exception:  # noqa: BLE001
@@ -98,13 +95,8 @@ def text_ids(cfg, B: int, T: int, vocab: int, seed: int) -> torch.Tensor:
 
 
 def image_size(cfg) -> tuple[int, int]:
-    s = _get(cfg, "image_size")
-    for c in [cfg] + [_get(cfg, n) for n in _SUBCONFIGS]:
-        if c is None or isinstance(c, dict | str):
-            continue
-        s = _get(c, "image_size")
-        if s is not None:
-            break
+    """(height, width) of the config's images (its own, else a sub-config's; 224 x 224)."""
+    s = next((x for x in (_attr(c, "image_size") for c in _configs(cfg)) if x is not None), None)
     if isinstance(s, dict):  # {"height": h, "width": w} or {"shortest_edge": s}
         vals = [v for v in s.values() if isinstance(v, int)]
         s = vals[:2] if vals else None
@@ -126,7 +118,7 @@ def _pixels(cfg, B, T, g, video: bool):
 
 def _samples(cfg, T: int) -> int:
     """Raw audio samples whose convolutional feature extractor gives at least T frames."""
-    stride, kernel = _get(cfg, "conv_stride"), _get(cfg, "conv_kernel")
+    stride, kernel = _attr(cfg, "conv_stride"), _attr(cfg, "conv_kernel")
     if isinstance(stride, list | tuple) and stride and all(isinstance(x, int) for x in stride):
         kern = kernel if isinstance(kernel, list | tuple) else [k * 2 for k in stride]
         n = T
@@ -155,6 +147,9 @@ def _is_video(cfg, model) -> bool:
             or "video" in type(model).__name__.lower())
 
 
+_GRID = ("grid_thw", "image_grid_thw")
+
+
 def _grid(cfg, B: int) -> tuple[int, int]:
     """(grid side g, patch features) of a flattened-patch vision tower (Qwen2-VL and the towers
     that share its input: ``(B g^2, C t p^2)`` patches and ``grid_thw`` rows ``[1, g, g]``)."""
@@ -165,14 +160,10 @@ def _grid(cfg, B: int) -> tuple[int, int]:
     return 4 * merge, c * t * p * p
 
 
-def _takes_grid(model) -> bool:
-    names, _ = _forward_params(model)
-    return any(n in names for n in ("grid_thw", "image_grid_thw"))
-
-
-def _takes(model, name: str) -> bool:
-    names, _ = _forward_params(model)
-    return name in names
+def _takes(model, *names: str) -> bool:
+    """Whether ``model.forward`` names one of ``names`` as a parameter."""
+    params, _ = forward_params(model)
+    return any(n in params for n in names)
 
 
 def _side(cfg) -> int:
@@ -182,7 +173,7 @@ def _side(cfg) -> int:
 
 
 def _patches_or(cfg, model, B, T, g, video=False):
-    if _takes_grid(model):
+    if _takes(model, *_GRID):
         side, feat = _grid(cfg, B)
         return torch.randn(B * side * side, feat, generator=g)
     if _takes(model, "spatial_shapes"):  # (B, patches, C p^2) with their grid shape
@@ -200,7 +191,7 @@ def _grid_rows(cfg, B):
 def _series(cfg, B, T, g):
     n = int(config_value(cfg, ("context_length", "context_len"), T))
     ch = int(config_value(cfg, ("num_input_channels",), 1))
-    return torch.randn(B, n, ch, generator=g) if ch > 1 or _get(
+    return torch.randn(B, n, ch, generator=g) if ch > 1 or _attr(
         cfg, "num_input_channels") else torch.randn(B, n, generator=g)
 
 
@@ -212,7 +203,7 @@ MAKERS: dict[str, Callable] = {
     "token_type_ids": lambda c, m, B, T, V, s, g: torch.zeros(B, T, dtype=torch.long),
     "pixel_values": lambda c, m, B, T, V, s, g: _patches_or(c, m, B, T, g, _is_video(c, m)),
     "hidden_states": lambda c, m, B, T, V, s, g: (_patches_or(c, m, B, T, g)
-                                                  if _takes_grid(m) else None),
+                                                  if _takes(m, *_GRID) else None),
     "grid_thw": lambda c, m, B, T, V, s, g: _grid_rows(c, B),
     "image_grid_thw": lambda c, m, B, T, V, s, g: _grid_rows(c, B),
     "qformer_input_ids": lambda c, m, B, T, V, s, g: text_ids(c, B, T, V, s + 17),
@@ -237,8 +228,7 @@ MAKERS: dict[str, Callable] = {
 _MODAL = ("pixel_values", "input_ids", "input_values", "input_features", "bbox")
 
 #: optional inputs that give a modality its shape (NaFlex patch grids, Qwen-VL grids)
-_COMPANIONS = {"pixel_values": ("spatial_shapes", "pixel_attention_mask", "image_grid_thw",
-                                "grid_thw")}
+_COMPANIONS = {"pixel_values": ("spatial_shapes", "pixel_attention_mask", *_GRID)}
 
 #: another layout of an input, tried when the forward fails on the first one
 _ALT = {"input_features": "input_features@t", "input_values": "input_values@c"}
@@ -264,11 +254,12 @@ def make_input(name: str, cfg, model, B: int, T: int, vocab: int, seed: int):
     return x.transpose(-1, -2).contiguous() if variant == "t" else x.unsqueeze(1)
 
 
-def _forward_params(model) -> tuple[list[str], set[str]]:
-    """(parameter names, required ones) of ``model.forward``."""
+def forward_params(model) -> tuple[list[str], set[str]]:
+    """(parameter names, required ones) of ``model.forward``, ``*args`` / ``**kwargs`` left
+    out (they name nothing)."""
     try:
         sig = inspect.signature(model.forward)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, AttributeError):
         return [], set()
     names, req = [], set()
     for n, p in sig.parameters.items():
@@ -318,7 +309,7 @@ def settle(model: nn.Module, cfg, main: list[str], candidates: list[str],
     which of the ``candidates`` (qualified names of block lists) ran. Refuses in one line
     (``SpecError``) when the forward needs an input sigprop cannot make, or fails on the
     inputs made."""
-    params, required = _forward_params(model)
+    params, required = forward_params(model)
     names = [n for n in main if not params or n in params]
     names += [n for n in params if n in required and n in MAKERS and n not in names]
     unknown = [n for n in params if n in required and n not in MAKERS]

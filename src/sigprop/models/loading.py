@@ -69,11 +69,11 @@ def model_at_init(config, seed: int = 0, attn_implementation: str = "eager",
     if hf_fix.needs_runtime(cfg):  # centred attention / length scaling from `sigprop fix`
         hf_fix.register_attention()
         attn_implementation = hf_fix.ATTN_NAME
-    from .config import _safe
+    from .config import config_attr
 
-    own = _safe(cfg, "vocab_size")
+    own = config_attr(cfg, "vocab_size")
     if vocab_size is not None and isinstance(own, int) and not isinstance(own, bool):
-        pad = _safe(cfg, "pad_token_id")  # a pad id outside the table indexes another one's
+        pad = config_attr(cfg, "pad_token_id")  # a pad id outside the table indexes another one's
         low = pad + 1 if isinstance(pad, int) and 0 <= pad < own else 1
         if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < low:
             raise SpecError("vocab_size", f"must be an integer >= {low} (pad_token_id + 1; "
