@@ -564,11 +564,12 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                 module, config, device=next(module.parameters()).device, **made)
             notes += snotes
             p = Probe(module, layers=blocks_of(module, stack_name), keep_hidden=False,
-                      repeats=repeats, dtype=getattr(torch, STATS_DTYPE))
+                      repeats=repeats, dtype=getattr(torch, STATS_DTYPE),
+                      batch=_batch_of(inputs))
             w = WeightReader(module, blocks=p.blocks, sites=p.sites, repeats=repeats)
             if decoder:
                 memories.append(_Memory(module))
-            grams.append(_InputGram(p.blocks[0][1]))
+            grams.append(_InputGram(p.blocks[0][1], p))
             pc = _cross_probe(p) if decoder else None
             br = _bounds(module, p, spec, decoder)
             with p, w, (pc if pc is not None else nullcontext()), br, torch.no_grad():
@@ -603,11 +604,11 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             inputs, stack_name, snotes = model_inputs(m, config, device=device, **made)
             notes += snotes
         p = Probe(m, layers=blocks_of(m, stack_name), keep_hidden=False, repeats=repeats,
-                  dtype=getattr(torch, STATS_DTYPE))
+                  dtype=getattr(torch, STATS_DTYPE), batch=_batch_of(inputs))
         w = WeightReader(m, blocks=p.blocks, sites=p.sites, repeats=repeats)
         if decoder:
             memories.append(_Memory(m))
-        grams.append(_InputGram(p.blocks[0][1]))
+        grams.append(_InputGram(p.blocks[0][1], p))
         pc = _cross_probe(p) if decoder else None
         br = _bounds(m, p, spec, decoder)
         with p, w, (pc if pc is not None else nullcontext()), br, torch.no_grad():
@@ -807,23 +808,38 @@ def _cross_probe(probe):
                  hidden_stats=())
 
 
+def _batch_of(inputs: dict) -> int | None:
+    """The batch size of the inputs made for a model (the leading size of the first tensor)."""
+    import torch
+
+    t = next((v for v in inputs.values() if torch.is_tensor(v) and v.dim() >= 1), None)
+    return int(t.shape[0]) if t is not None else None
+
+
 class _InputGram:
     """Forward pre-hook on the first block: the cosine matrix of its input tokens per
     sequence (the embeddings the theory starts from), averaged over draws. The inputs are
     kept and the matrices formed in :meth:`mean`, which only causal stacks call (~40 ms per
     draw of 2 x 512 tokens saved elsewhere)."""
 
-    def __init__(self, block):
-        self.xs: list = []
+    def __init__(self, block, probe=None):
+        self._xs: list = []
+        self.probe = probe  # whose layout (batch-first or time-major) the inputs have
         self.handle = block.register_forward_pre_hook(self._hook, with_kwargs=True)
+
+    @property
+    def xs(self) -> list:
+        if self.probe is not None and self.probe.time_major:
+            return [x.transpose(0, 1) for x in self._xs]
+        return self._xs
 
     def _hook(self, m, args, kwargs):
         from ..measurement.probe import _as_tensor
 
         x = _as_tensor(list(args) + list(kwargs.values()))
-        if x is None or x.ndim != 3 or self.xs and self.xs[0].shape[-2] != x.shape[-2]:
+        if x is None or x.ndim != 3 or self._xs and self._xs[0].shape[-2] != x.shape[-2]:
             return
-        self.xs.append(x.detach().clone())
+        self._xs.append(x.detach().clone())
 
     def close(self):
         self.handle.remove()

@@ -108,7 +108,7 @@ class Probe(_RecomputeMixin):
     def __init__(self, model: nn.Module, layers=None, attention="auto", *, keep_probs=False,
                  keep_hidden=True, probs="auto", causal: bool | None = None, rope=True,
                  spectral=False, hidden_stats: Sequence[str] = HIDDEN_STATS,
-                 dtype=torch.float64, repeats: int = 1):
+                 dtype=torch.float64, repeats: int = 1, batch: int | None = None):
         if probs not in ("auto", "returned", "recomputed"):
             raise ValueError(f"probs must be auto, returned or recomputed (got {probs!r})")
         self.model, self.keep_probs, self.keep_hidden = model, keep_probs, keep_hidden
@@ -119,6 +119,7 @@ class Probe(_RecomputeMixin):
         if isinstance(repeats, bool) or not isinstance(repeats, int) or repeats < 1:
             raise ValueError(f"repeats must be a positive integer (got {repeats!r})")
         self.repeats = repeats
+        self.batch, self.time_major = batch, False
         self._calls = [0] * len(self.blocks)
         self.model_has_rope = any("rotary" in type(m).__name__.lower() for m in model.modules())
         self._handles: list = []
@@ -169,7 +170,11 @@ class Probe(_RecomputeMixin):
 
         def first_in(m, a, kw):
             if self._calls[0] % self.repeats == 0:  # a shared block: its first application
-                self._record_hidden(0, _as_tensor(list(a) + list(kw.values())))
+                x = _as_tensor(list(a) + list(kw.values()))
+                B = self.batch  # (tokens, batch, width) states: FSMT, XLNet, fairseq ports
+                if torch.is_tensor(x) and x.dim() == 3 and B and x.shape[1] == B != x.shape[0]:
+                    self.time_major = True
+                self._record_hidden(0, x)
 
         def block_out(i, out):
             self._record_hidden(self._layer(i) + 1, _as_tensor(out))
@@ -210,12 +215,12 @@ class Probe(_RecomputeMixin):
             pend["bias"] = any(torch.is_tensor(b.get(n)) for n in ("alibi", "position_bias"))
 
         def grab(key):
-            return lambda m, a, out: pends[self._layer(i)].__setitem__(key, out)
+            return lambda m, a, out: pends[self._layer(i)].__setitem__(key, self._batch_first(out))
 
         H, Hkv, dh = s.n_heads, s.n_kv_heads, s.head_dim
 
         def grab_fused(m, a, out):
-            pend = pends[self._layer(i)]
+            pend, out = pends[self._layer(i)], self._batch_first(out)
             if not torch.is_tensor(out) or out.shape[-1] < (H + 2 * Hkv) * dh:
                 return  # not the layout read from the module: the layer is noted unreadable
             if s.fused == "per_head":
@@ -234,11 +239,21 @@ class Probe(_RecomputeMixin):
         reg(s.module.register_forward_hook(
             lambda m, a, out: self._attention_done(self._layer(i), s, out)))
 
+    def _batch_first(self, t):
+        """``t`` with its batch axis first: in a time-major model (``(tokens, batch, width)``
+        at the first block's input) a tensor laid out that way is transposed; one the module
+        has already made batch-first is left as it is."""
+        B = self.batch
+        if self.time_major and torch.is_tensor(t) and t.dim() >= 3 and t.shape[1] == B != \
+                t.shape[0]:
+            return t.transpose(0, 1)
+        return t
+
     @torch.no_grad()
     def _record_hidden(self, layer, x):
         if x is None:
             return
-        x = x.detach()
+        x = self._batch_first(x.detach())
         if x.dim() == 2:  # (tokens, d): a vision tower over flattened patches, one sequence
             x = x.unsqueeze(0)
         if self.keep_hidden:

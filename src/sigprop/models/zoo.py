@@ -95,8 +95,12 @@ def shrink_dict(d: dict[str, Any], width: int = 64, layers: int = 2, heads: int 
         out["rotary_dim"] = dh
     rp = out.get("rope_parameters") or out.get("rope_scaling")
     sec = rp.get("mrope_section") if isinstance(rp, dict) else None
-    if dh and isinstance(sec, list) and sec and all(map(_int, sec)) and sum(sec) != dh // 2:
-        half, tot = dh // 2, sum(sec)  # multimodal RoPE sections sum to head_dim / 2
+    if dh and sec is None and isinstance(rp, dict) and _reads_mrope(out.get("model_type")):
+        sec = rp["mrope_section"] = [1, 1, 1]  # the model's own default assumes its head dim
+    prf = (rp or {}).get("partial_rotary_factor") or out.get("partial_rotary_factor") or 1.0
+    half = int(dh * prf) // 2 if dh and isinstance(prf, int | float) else None
+    if half and isinstance(sec, list) and sec and all(map(_int, sec)) and sum(sec) != half:
+        tot = sum(sec)  # multimodal RoPE sections sum to half the rotated head dim
         new = [max(1, x * half // tot) for x in sec]
         new[0] += half - sum(new)
         rp["mrope_section"] = new
@@ -142,6 +146,24 @@ def shrink_dict(d: dict[str, Any], width: int = 64, layers: int = 2, heads: int 
     if _int(out.get("max_window_layers")) and n:
         out["max_window_layers"] = min(out["max_window_layers"], n)
     return out
+
+
+def _reads_mrope(model_type) -> bool:
+    """Whether the modelling code of ``model_type`` reads multimodal RoPE sections from the
+    config's rope parameters (with a default sized for the default head dim)."""
+    import importlib.util
+
+    from transformers import CONFIG_MAPPING
+
+    try:
+        mod = CONFIG_MAPPING[model_type].__module__.replace(".configuration_", ".modeling_")
+        spec = importlib.util.find_spec(mod)
+    except Exception:  # noqa: BLE001 - an unknown type, a module that is not there
+        return False
+    if spec is None or not spec.origin:
+        return False
+    with open(spec.origin, encoding="utf-8") as f:
+        return '"mrope_section"' in f.read()
 
 
 def _kept_layers(d: dict[str, Any], layers: int) -> list[int] | None:

@@ -1,0 +1,86 @@
+"""Time-major models (FSMT, XLNet and other fairseq ports pass ``(tokens, batch, width)``
+states between blocks): the probe reads them as the same model laid out batch-first."""
+
+import pytest
+import torch
+from torch import nn
+
+from sigprop.measurement.probe import Probe
+
+
+class _Attention(nn.Module):
+    def __init__(self, d, heads, time_major):
+        super().__init__()
+        self.num_heads, self.head_dim, self.time_major = heads, d // heads, time_major
+        self.q_proj, self.k_proj = nn.Linear(d, d), nn.Linear(d, d)
+        self.v_proj, self.o_proj = nn.Linear(d, d), nn.Linear(d, d)
+
+    def forward(self, x):
+        if self.time_major == "inside":  # batch-first inside the module
+            x = x.transpose(0, 1)
+        q, k, v = (p(x) for p in (self.q_proj, self.k_proj, self.v_proj))
+        if self.time_major == "projected":  # projections on time-major states (FSMT)
+            q, k, v = (t.transpose(0, 1) for t in (q, k, v))
+        q, k, v = (t.unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
+                   for t in (q, k, v))
+        a = torch.softmax(q @ k.transpose(-1, -2) / self.head_dim**0.5, dim=-1)
+        out = self.o_proj((a @ v).transpose(1, 2).flatten(-2))
+        return out.transpose(0, 1) if self.time_major else out
+
+
+class _Block(nn.Module):
+    def __init__(self, d, heads, time_major):
+        super().__init__()
+        self.self_attn = _Attention(d, heads, time_major)
+        self.norm = nn.LayerNorm(d)
+
+    def forward(self, x):
+        return self.norm(x + self.self_attn(x))
+
+
+class _Stack(nn.Module):
+    def __init__(self, time_major, d=32, heads=4):
+        super().__init__()
+        self.layers = nn.ModuleList(_Block(d, heads, time_major) for _ in range(2))
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+def _probe(model, x):
+    p = Probe(model, layers=list(model.layers), batch=2, keep_hidden=False)
+    with p, torch.no_grad():
+        model(x)
+    return p
+
+
+@pytest.mark.parametrize("where", ["inside", "projected"])
+def test_time_major_states_read_as_batch_first(where):
+    torch.manual_seed(0)
+    bf, tm = _Stack(False).eval(), _Stack(where).eval()
+    tm.load_state_dict(bf.state_dict())
+    for lin in bf.modules():  # scores large enough that the entropy is far from uniform
+        if isinstance(lin, nn.Linear):
+            nn.init.normal_(lin.weight, std=0.5)
+    tm.load_state_dict(bf.state_dict())
+    x = torch.randn(2, 16, 32)  # batch 2, 16 tokens: the two layouts differ in shape
+    a, b = _probe(bf, x), _probe(tm, x.transpose(0, 1))
+    assert b.time_major and not a.time_major
+    for ha, hb in zip(a.hidden_stats, b.hidden_stats, strict=True):
+        torch.testing.assert_close(ha["cos"], hb["cos"])
+    assert a.attention_stats[0], "the attention layer was read"
+    for sa, sb in zip(a.attention_stats, b.attention_stats, strict=True):
+        assert set(sa) == set(sb)
+        for key in sa:
+            torch.testing.assert_close(sa[key], sb[key])
+    ent = a.attention_stats[0]["entropy"]
+    assert float(ent.mean()) < 0.9  # not uniform: a batch/token mix-up would show
+
+
+def test_batch_first_model_with_batch_equal_to_width_is_not_transposed():
+    torch.manual_seed(1)
+    m = _Stack(False).eval()
+    p = _probe(m, torch.randn(2, 2, 32))  # tokens == batch: ambiguous, read as batch-first
+    assert not p.time_major
