@@ -33,6 +33,8 @@ SCALINGS = ("none", "log-n", "sqrt-log-n", "qwen", "sqrt-qwen", "ssmax", "yarn",
 
 #: Default reference length for the length scalings (training context of BERT-base).
 DEFAULT_TRAIN_LEN = 512
+#: largest |attention sink logit| a LayerSpec accepts (docs/theory.md §2.4.3)
+SINK_MAX = 50.0
 MAX_SEQ_LEN = 2**30
 
 
@@ -147,6 +149,12 @@ class LayerSpec:
     score std (queries at q = 1, keys at q = 1) and value / output variances.
     ``branch_gain2``: pre-LN blocks whose branch outputs are normalised before the residual
     add (Gemma 2, OLMo 2): the mean squared gains of those two norms (attention, MLP).
+    ``sink_logit``: learned attention sinks (gpt-oss, "off-by-one softmax"), one logit per
+    query head added to the softmax denominator only, in the units of the final (scaled)
+    logits (docs/theory.md §2.4.3). ``gate_var``: output-gated attention (Qwen3-Next): each
+    head's output is multiplied elementwise by ``sigmoid(x W_g + b_g)`` before ``W_O``;
+    ``gate_var`` is ``W_g``'s variance times fan-in (with the gains of the norm in front),
+    ``gate_bias2`` the mean square of ``b_g`` (docs/theory.md §2.4.4).
     """
 
     sigma_s: tuple[float, ...]
@@ -160,6 +168,9 @@ class LayerSpec:
     cross_var_v: float | None = None
     cross_var_o: float | None = None
     branch_gain2: tuple[float, float] | None = None
+    sink_logit: tuple[float, ...] | None = None
+    gate_var: float | None = None
+    gate_bias2: float = 0.0
 
     def __post_init__(self) -> None:
         if self.branch_gain2 is not None:
@@ -198,6 +209,21 @@ class LayerSpec:
             for x in w:
                 _check_float("layers.head_weights", x, 0.0, 1e6)
             object.__setattr__(self, "head_weights", w)
+        if self.sink_logit is not None:
+            sk = tuple(float(x) for x in np.atleast_1d(np.asarray(self.sink_logit,
+                                                                   dtype=float)))
+            if len(sk) != len(sig):
+                raise SpecError("layers.sink_logit", f"needs {len(sig)} entries, one per "
+                                                     f"head (got {len(sk)})")
+            for x in sk:
+                _check_float("layers.sink_logit", x, -SINK_MAX, SINK_MAX)
+            object.__setattr__(self, "sink_logit", sk)
+        if self.gate_var is not None:
+            _check_float("layers.gate_var", self.gate_var, 0.0, 1e6)
+            object.__setattr__(self, "gate_var", float(self.gate_var))
+        _check_float("layers.gate_bias2", self.gate_bias2, 0.0, 1e6)
+        if self.gate_bias2 and self.gate_var is None:
+            raise SpecError("layers.gate_bias2", "needs gate_var (an output gate)")
 
     @property
     def sigma_rms(self) -> float:
@@ -309,6 +335,9 @@ class ArchSpec:
             if len(lay) != self.depth:
                 raise SpecError("layers", f"needs depth={self.depth} entries (got {len(lay)})")
             object.__setattr__(self, "layers", lay)
+            if self.attention != "softmax" and any(x.sink_logit is not None for x in lay):
+                raise SpecError("layers.sink_logit", "attention sinks need softmax attention "
+                                                     f"(got attention={self.attention!r})")
         if self.memory_len is not None:
             _check_int("memory_len", self.memory_len, 1, MAX_SEQ_LEN)
             _check_float("memory_q", self.memory_q, 0.0, 1e12, lo_open=True)

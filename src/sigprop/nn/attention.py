@@ -16,6 +16,15 @@ Variants (docs/theory.md §2.4): ``softmax``; ``centred`` = ``A - 1 1^T / n`` on
 (computed as ``A v`` minus the running mean of the values, never as a matrix); ``uniform`` =
 every visible key weighted ``1 / n``; ``identity`` = each token attends only to itself (shaped
 attention at init, docs/fixes.md): the output is the token's own value.
+
+Per layer (a spec's ``layers``, docs/theory.md §2.4.3-2.4.4): **attention sinks**
+(``LayerSpec.sink_logit``: one logit per head in the softmax's denominator, no value), so a
+row's key weights are the softmax times its mass ``W = sigmoid(logsumexp(z) - sink)``; the
+row statistics are those of the renormalised rows ``w / W`` (the ordinary softmax, which the
+sink does not change) and ``probs`` the weights themselves (the sink's column dropped, as HF
+gpt-oss returns them). **Output gate** (``LayerSpec.gate_var``): the head outputs are
+multiplied elementwise by ``sigmoid(x W_g + b_g)`` (``x`` the attention's input) before
+``W_O``.
 """
 
 from __future__ import annotations
@@ -27,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..spec import ArchSpec, score_multiplier
+from ..spec import ArchSpec, LayerSpec, score_multiplier
 
 STAT_NAMES = ("ipr", "ipr_cross", "entropy", "wmax")
 
@@ -129,9 +138,11 @@ class BatchedAttention(nn.Module):
     (:func:`sigprop.nn.init.init_batched`).
     """
 
-    def __init__(self, spec: ArchSpec, n_seeds: int = 1, dtype: torch.dtype = torch.float32):
+    def __init__(self, spec: ArchSpec, n_seeds: int = 1, dtype: torch.dtype = torch.float32,
+                 layer: LayerSpec | None = None):
         super().__init__()
         self.spec = spec
+        self.layer = layer
         self.n_seeds = int(n_seeds)
         self.heads = spec.heads
         self.d_head = spec.d_head
@@ -145,6 +156,17 @@ class BatchedAttention(nn.Module):
         self.has_out = spec.var_o is not None
         if self.has_out:
             self.w_o, self.b_o = p(S, d, d), p(S, d)
+        # per-layer designs (module docstring): sinks are set from the spec, not drawn
+        self.sink = None
+        if layer is not None and layer.sink_logit is not None:
+            if len(layer.sink_logit) != self.heads:
+                raise ValueError(f"layers.sink_logit: {len(layer.sink_logit)} heads, the spec "
+                                 f"has {self.heads}")
+            self.sink = nn.Parameter(torch.tensor(layer.sink_logit, dtype=dtype)
+                                     .expand(S, self.heads).clone())
+        self.has_gate = layer is not None and layer.gate_var is not None
+        if self.has_gate:
+            self.w_g, self.b_g = p(S, d, d), p(S, d)
 
     def init_targets(self):
         """(param, role, fan_in, fan_out) in a fixed draw order (see nn.init)."""
@@ -153,6 +175,8 @@ class BatchedAttention(nn.Module):
                (self.b_v, "bias", d, d)]
         if self.has_out:
             out += [(self.w_o, "o", d, d), (self.b_o, "bias", d, d)]
+        if self.has_gate:  # last, so that models without a gate draw as before
+            out += [(self.w_g, "gate", d, d), (self.b_g, "gate_bias", d, d)]
         return out
 
     # ---------------------------------------------------------------- pieces
@@ -199,7 +223,8 @@ class BatchedAttention(nn.Module):
         x2 = x.reshape(S, B * T, d)
         causal = self.spec.causal
         kind = self.spec.attention
-        if (return_stats and not return_probs and not torch.is_grad_enabled()
+        plain = self.sink is None and not self.has_gate
+        if (return_stats and not return_probs and not torch.is_grad_enabled() and plain
                 and x.device.type == "cpu" and S * B > 1 and kind == "softmax"):
             mask = causal_mask(T, x.device) if causal else None
             return self._chunked(x2, B, T, mask, visible_keys(T, causal, x.dtype, x.device))
@@ -224,7 +249,7 @@ class BatchedAttention(nn.Module):
                              for k, val in row_stats(a, logp, n_keys).items()}
                 if return_probs:
                     probs = a.expand(S, B, self.heads, T, T)
-        elif not (return_stats or return_probs) and isinstance(
+        elif not (return_stats or return_probs) and self.sink is None and isinstance(
                 scale := self._scale(T, x.dtype, x.device), float):
             out = self._fused(x2, v, B, T, scale, causal)
             if kind == "centred":
@@ -240,10 +265,12 @@ class BatchedAttention(nn.Module):
                 logits = logits.masked_fill(mask, torch.finfo(logits.dtype).min)
             if return_stats:
                 a, stats = softmax_with_stats(logits, n_keys)
-                del logits
             else:
                 a = torch.softmax(logits, dim=-1)
-                del logits
+            if self.sink is not None:  # the rows' mass on the keys, W = 1 - p0
+                sk = self.sink.to(logits.dtype).view(S, 1, self.heads, 1)
+                a = a * torch.sigmoid(torch.logsumexp(logits, dim=-1) - sk).unsqueeze(-1)
+            del logits
             out = torch.matmul(a, v)
             if kind == "centred":
                 out = out - self._running_mean(v, n_keys)
@@ -252,6 +279,8 @@ class BatchedAttention(nn.Module):
             del a
 
         out = out.transpose(2, 3).reshape(S, B * T, d)
+        if self.has_gate:
+            out = out * torch.sigmoid(torch.baddbmm(self.b_g.unsqueeze(1), x2, self.w_g))
         if self.has_out:
             out = torch.baddbmm(self.b_o.unsqueeze(1), out, self.w_o)
         return AttentionOutput(out.view(S, B, T, d), stats, probs)

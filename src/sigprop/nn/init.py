@@ -37,7 +37,7 @@ from torch import nn
 from ..spec import ArchSpec
 
 SCHEMES = ("spec", "rem", "hf", "xavier", "xavier_uniform", "he")
-ROLES = ("q", "k", "v", "o", "mlp_in", "mlp_out", "bias", "embed")
+ROLES = ("q", "k", "v", "o", "mlp_in", "mlp_out", "bias", "embed", "gate", "gate_bias")
 
 
 def rem_qk_std(beta: float, seq_len: int, d_model: int) -> float:
@@ -71,6 +71,10 @@ def law(scheme: str, role: str, fan_in: int, fan_out: int, *, spec: ArchSpec | N
         raise ValueError(f"role must be one of {', '.join(ROLES)} (got {role!r})")
     if role == "embed":
         return 1.0, False
+    if role in ("gate", "gate_bias") and (scheme in ("spec", "rem") or role == "gate_bias"):
+        # an output gate's law comes from its LayerSpec (init_batched); without one it is
+        # drawn like any weight (HF law) and its bias is 0
+        return (0.0 if role == "gate_bias" else hf_std_default(std, spec)), False
     if scheme in ("xavier", "xavier_uniform", "he"):
         if role == "bias":
             return 0.0, False
@@ -99,6 +103,11 @@ def law(scheme: str, role: str, fan_in: int, fan_out: int, *, spec: ArchSpec | N
     if var is None:  # the spec has no W_O; a foreign model's W_O gets the HF law
         return hf_std, False
     return math.sqrt(var / fan_in), False
+
+
+def hf_std_default(std: float | None, spec: ArchSpec | None) -> float:
+    """The ``hf`` scheme's weight std: ``std``, else the spec's ``init_std``, else 0.02."""
+    return std if std is not None else (spec.init_std if spec is not None else 0.02)
 
 
 def _draw(shape: Sequence[int], std: float, uniform: bool,
@@ -136,8 +145,13 @@ def init_batched(model: nn.Module, scheme: str = "spec", seed: int = 0, *,
         g = torch.Generator().manual_seed(int(seed) + i)
         for param, role, fan_in, fan_out in targets:
             bs = per_block.get(id(param))
-            s, uni = law(scheme, role, fan_in, fan_out, spec=bs[0] if bs else spec, beta=beta,
-                         seq_len=seq_len, std=std)
+            lay = bs[2] if bs else None
+            if role in ("gate", "gate_bias") and lay is not None and scheme in ("spec", "rem"):
+                s, uni = (math.sqrt(lay.gate_var / fan_in) if role == "gate"
+                          else math.sqrt(lay.gate_bias2)), False
+            else:
+                s, uni = law(scheme, role, fan_in, fan_out, spec=bs[0] if bs else spec,
+                             beta=beta, seq_len=seq_len, std=std)
             w = _draw(param.shape[1:], s, uni, g)
             if bs is not None and role in ("q", "k", "o") and bs[1] is not None:
                 w = _scale_heads(w, bs[1], role, spec.heads)
@@ -161,7 +175,7 @@ def _block_specs(model: nn.Module, spec: ArchSpec) -> dict:
         rel = sig / lay.sigma_rms if lay.sigma_rms > 0 else torch.ones_like(sig)
         share = torch.tensor(lay.head_weights or [1.0] * len(sig), dtype=torch.float64)
         for param, _, _, _ in blk.init_targets():
-            out[id(param)] = (bs, (rel, share / share.mean()))
+            out[id(param)] = (bs, (rel, share / share.mean()), lay)
     return out
 
 

@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ..spec import ArchSpec
+from ..spec import ArchSpec, LayerSpec
 from . import init as _init
 from .attention import AttentionOutput, BatchedAttention
 
@@ -156,11 +156,11 @@ class BatchedBlock(nn.Module):
     """One transformer block (module docstring) for S seeds."""
 
     def __init__(self, spec: ArchSpec, n_seeds: int = 1, dtype: torch.dtype = torch.float32,
-                 ln_eps: float = LN_EPS):
+                 ln_eps: float = LN_EPS, layer: LayerSpec | None = None):
         super().__init__()
         self.spec = spec
         self.ln_eps = ln_eps
-        self.attn = BatchedAttention(spec, n_seeds, dtype)
+        self.attn = BatchedAttention(spec, n_seeds, dtype, layer)
         self.mlp = BatchedMLP(spec, n_seeds, dtype)
 
     def init_targets(self):
@@ -249,7 +249,9 @@ class SigpropTransformer(nn.Module):
             self.tok_emb = _param(n_seeds, self.vocab_size, spec.d_model, dtype=dtype)
             self.pos_emb = _param(n_seeds, spec.seq_len, spec.d_model, dtype=dtype)
         self.blocks = nn.ModuleList(
-            BatchedBlock(spec, n_seeds, dtype, ln_eps) for _ in range(spec.depth))
+            BatchedBlock(spec, n_seeds, dtype, ln_eps,
+                         None if spec.layers is None else spec.layers[i])
+            for i in range(spec.depth))
         self.init_scheme = init
         if init is not None:
             _init.init_batched(self, init, seed, spec=spec, beta=beta, std=std)

@@ -18,7 +18,7 @@ import numpy as np
 
 from ..spec import ArchSpec
 from . import causal as causal_nodes
-from . import fluct, kernels, rem
+from . import fluct, kernels, rem, sink
 from .causal import CAUSAL_POSITIONS, _causal_grid, _causal_pair_weights  # noqa: F401
 
 
@@ -30,7 +30,10 @@ class AttentionStats(NamedTuple):
     finite T, one score std per row): ``(v, rho, Y2_t, Yx_t)`` at the causal positions, flat,
     which the LayerNorm average of the same block reuses (:func:`_ln_fluct_cos_causal`); with
     the position-averaged tables (:data:`.causal.TABULATED`) ``("tab", v, rho, Yx average,
-    indices off the tables, their Y2_t, Yx_t)``."""
+    indices off the tables, their Y2_t, Yx_t)``. ``w2``, ``wx`` (attention sinks,
+    docs/theory.md §2.4.3; None without): ``E W_a^2`` and ``E W_a W_c`` of the rows' masses on
+    the keys, which the map's mean terms carry (``y2``, ``yx`` are then the sinked rows'
+    ``E sum_b w_ab^2`` and ``E sum_b w_ab w_cb``)."""
 
     y2: np.ndarray
     yx: np.ndarray
@@ -39,6 +42,8 @@ class AttentionStats(NamedTuple):
     inv_t: np.ndarray
     inv_t_cross: np.ndarray
     nodes: tuple | None = None
+    w2: np.ndarray | None = None
+    wx: np.ndarray | None = None
 
 
 def _causal_nodes(T: int, k: int = CAUSAL_POSITIONS) -> tuple[np.ndarray, np.ndarray]:
@@ -144,12 +149,17 @@ def identity_stats(shape) -> AttentionStats:
     return AttentionStats(one, zero, zero, one, zero, zero)
 
 
-def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o=None):
+def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o=None,
+                  gate=None):
     """(q, p) after one attention layer (docs/theory.md §2.4), before the residual.
 
     softmax/uniform: ``q_att = s_v^2 [p + (q-p) Y2] + s_b^2``, ``p_att = s_v^2 [p + (q-p) Yx]
     + s_b^2``; centred (A - 11^T/T): ``s_v^2 (q-p)(Y2 - 1/T)`` and ``s_v^2 (q-p)(Yx - 1/T)``
-    (causal: the row means 1/t, see :class:`AttentionStats`).
+    (causal: the row means 1/t, see :class:`AttentionStats`). Attention sinks (``st.w2``,
+    ``st.wx``, §2.4.3): the mean and value-bias terms carry the rows' masses,
+    ``s_v^2 [p E W^2 + (q-p) Y2s] + s_b^2 E W^2`` (pairs: ``E W_a W_c``, ``Yxs``). ``gate``:
+    ``(E sigmoid(g)^2, E sigmoid(g) sigmoid(g'))`` of an output gate (§2.4.4), multiplying
+    the head outputs' moments before ``W_O``.
     With an output projection: ``q -> s_o^2 q + s_b^2`` (same for p).
     """
     if variant == "centred":
@@ -159,8 +169,12 @@ def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o
         qa = var_v * (q - p) * y2c
         pa = var_v * (q - p) * np.clip(st.yx - st.inv_t_cross, -y2c, y2c)
     else:
-        qa = var_v * (p + (q - p) * st.y2) + var_b
-        pa = var_v * (p + (q - p) * st.yx) + var_b
+        w2 = 1.0 if st.w2 is None else st.w2
+        wx = 1.0 if st.wx is None else st.wx
+        qa = var_v * (p * w2 + (q - p) * st.y2) + var_b * w2
+        pa = var_v * (p * wx + (q - p) * st.yx) + var_b * wx
+    if gate is not None:
+        qa, pa = gate[0] * qa, gate[1] * pa
     if var_o is not None:
         qa, pa = var_o * qa + var_b, var_o * pa + var_b
     return qa, pa
@@ -201,6 +215,10 @@ class BlockParams:
     branch_gain2: tuple | None = None
     head_scale: np.ndarray | None = None  # per-head score std / sigma_s0 (RMS 1)
     head_w: np.ndarray | None = None  # per-head share of the attention output (mean 1)
+    #: per-head attention sink logits (docs/theory.md §2.4.3), or None
+    sink: np.ndarray | None = None
+    #: output gate ``(var_g, gate bias mean square)`` (docs/theory.md §2.4.4), or None
+    gate: tuple | None = None
 
     @classmethod
     def from_spec(cls, spec: ArchSpec, layer: int | None = None, **override) -> BlockParams:
@@ -228,6 +246,10 @@ class BlockParams:
                 base["head_w"] = w / w.mean() if w.mean() > 0 else None
             if lay.branch_gain2 is not None:
                 base["branch_gain2"] = lay.branch_gain2
+            if lay.sink_logit is not None:
+                base["sink"] = np.asarray(lay.sink_logit, dtype=np.float64)
+            if lay.gate_var is not None:
+                base["gate"] = (lay.gate_var, lay.gate_bias2)
             if lay.cross_sigma_s is not None:
                 base["cross"] = (np.asarray(lay.cross_sigma_s, dtype=np.float64),
                                  lay.cross_var_v, lay.cross_var_o, spec.memory_len,
@@ -331,6 +353,8 @@ def _head_stats(bp: BlockParams, qa, pa, *, asymptotic: bool, full: bool
     output (``bp.head_w``); the reported ipr, entropy, ... are the plain head means, as
     measured."""
     sig, rho = bp.sigma_s0 * qa, _cos(pa, qa)
+    if bp.sink is not None and not asymptotic:
+        return _sink_head_stats(bp, sig, rho, full)
     if bp.head_scale is None and bp.head_w is None:
         st = attention_stats(sig, rho, bp.seq_len, d_head=bp.d_head, causal=bp.causal,
                              asymptotic=asymptotic, full=full)
@@ -351,11 +375,48 @@ def _head_stats(bp: BlockParams, qa, pa, *, asymptotic: bool, full: bool
             AttentionStats(*(avg(x, 1.0) for x in st)))
 
 
+def _sink_head_stats(bp: BlockParams, sig, rho, full: bool):
+    """:func:`_head_stats` for heads with attention sinks (docs/theory.md §2.4.3): the map
+    takes each head's sinked moments (``Y2s``, ``Yxs``, ``E W^2``, ``E W_a W_c``,
+    :func:`.sink.sink_stats`) averaged with the output shares; the reported ipr, entropy,
+    ... are those of the renormalised rows ``w / W``, the ordinary softmax's (the sink does
+    not change them)."""
+    hs = (np.ones(np.size(bp.sink)) if bp.head_scale is None
+          else np.asarray(bp.head_scale, dtype=np.float64))
+    sg = np.asarray(sig, dtype=np.float64)[..., None] * hs
+    rh = np.asarray(rho, dtype=np.float64)[..., None]
+    rep = attention_stats(sg, rh, bp.seq_len, d_head=bp.d_head, causal=bp.causal,
+                          full=full)._replace(nodes=None)
+    y2s, yxs, w2, wx = sink.sink_stats(sg, rh, bp.sink, bp.seq_len, d_head=bp.d_head,
+                                       causal=bp.causal)
+    w = np.ones(sg.shape[-1]) if bp.head_w is None else np.asarray(bp.head_w, dtype=np.float64)
+    w = w / np.mean(w)
+
+    def avg(x, weights):
+        return None if x is None else np.mean(np.asarray(x) * weights, axis=-1)
+
+    st = AttentionStats(*(avg(x, w) for x in rep))
+    st = st._replace(y2=avg(y2s, w), yx=avg(yxs, w), w2=avg(w2, w), wx=avg(wx, w))
+    return st, AttentionStats(*(avg(x, 1.0) for x in rep))
+
+
+def gate_factors(bp: BlockParams, qa, pa):
+    """``(E sigmoid(g_a)^2, E sigmoid(g_a) sigmoid(g_c))`` of the block's output gate for
+    gate inputs at ``(qa, pa)`` (docs/theory.md §2.4.4), or None without a gate."""
+    if bp.gate is None:
+        return None
+    var_g, b2 = bp.gate
+    qa = np.asarray(qa, dtype=np.float64)
+    pa = np.clip(np.asarray(pa, dtype=np.float64), -qa, qa)
+    return kernels.gate_kernel(var_g * qa + b2, var_g * pa + b2)
+
+
 def _branch_norm_cos(q_att, p_att, qa, pa, bp: BlockParams, st, asymptotic: bool):
     """Cosine of the attention branch's output after a per-token norm: the LayerNorm averages
     of :func:`_ln_fluct_cos` / :func:`_ln_fluct_cos_causal` where they apply (finite T,
     softmax or uniform attention), else the ratio of averages."""
-    if bp.ln_fluct and not asymptotic and bp.cross is None:
+    if bp.ln_fluct and not asymptotic and bp.cross is None and bp.sink is None \
+            and bp.gate is None:
         if bp.causal and bp.attention in ("softmax", "uniform"):
             return _ln_fluct_cos_causal(q_att, p_att, qa, pa, bp, st)
         if not bp.causal and bp.attention == "softmax":
@@ -428,7 +489,8 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     else:
         st, rep = _head_stats(bp, qa, pa, asymptotic=asymptotic, full=full)
     q_att, p_att = attention_map(qa, pa, st, variant=bp.attention, var_v=bp.var_v,
-                                 var_b=bp.var_b, var_o=bp.var_o)
+                                 var_b=bp.var_b, var_o=bp.var_o,
+                                 gate=gate_factors(bp, qa, pa))
     if bp.branch_gain2 is not None:  # the branch output is normalised before the add:
         # per token, so its cosine is the LayerNorm average of the post-LN path (causal rows'
         # norms differ with position), not the ratio of averages
@@ -452,7 +514,10 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
         q_c, p_c = cross_map(qc_in, pc_in, bp)
         q, p = q + branch_scale * q_c, p + branch_scale * p_c
     if bp.norm == "post":
-        ln_avg = bp.ln_fluct and not asymptotic and bp.cross is None
+        # sinks and gates: the ratio of averages (the LN averages of §2.3.3 do not carry
+        # the rows' masses or the gates' per-token factors)
+        ln_avg = (bp.ln_fluct and not asymptotic and bp.cross is None and bp.sink is None
+                  and bp.gate is None)
         if ln_avg and bp.causal and bp.attention in ("softmax", "uniform"):
             p = _ln_fluct_cos_causal(q, p, qa, pa, bp, st)
         elif ln_avg and not bp.causal and bp.attention == "softmax":

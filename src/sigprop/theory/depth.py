@@ -66,8 +66,8 @@ def scale_mode(bp: BlockParams) -> str | None:
         return "pre"
     if (bp.norm == "none" and bp.attention in ("uniform", "identity")
             and bp.activation in ("relu", "linear")
-            and np.all(np.asarray(bp.var_b) == 0)):
-        return "homogeneous"
+            and np.all(np.asarray(bp.var_b) == 0) and bp.gate is None):
+        return "homogeneous"  # (a sigmoid output gate is not homogeneous)
     return None
 
 

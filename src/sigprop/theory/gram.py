@@ -34,6 +34,10 @@ blocks with the same ingredients as :mod:`.blocks`:
     §2.4.1). Exact enough for distinct tokens; blind to copies of one token sharing their
     score (a row concentrates on token *types*), 0.15-0.2 too high on LLaMA text;
 
+* attention sinks (docs/theory.md §2.4.3): the sampled heads' softmax gets each head's sink
+  logit in its denominator (the other forms do not take sinks); an output gate (§2.4.4)
+  multiplies the heads' Gram matrix entrywise by the gate kernel of ``C``
+  (:func:`gate_gram`);
 * MLP: the kernel of :mod:`.kernels` applied entrywise to ``C`` (each pair has its own
   overlap);
 * residual: sums (zero-mean weights: no cross terms).
@@ -225,14 +229,32 @@ def mlp_gram(C: np.ndarray, bp: BlockParams) -> np.ndarray:
     return out
 
 
+def gate_gram(C: np.ndarray, bp: BlockParams) -> np.ndarray:
+    """``E[sigmoid(g_a) sigmoid(g_c)]`` of the block's output gate for unit tokens with
+    cosine matrix ``C`` (docs/theory.md §2.4.4): the gate kernel at ``q1 = var_g + b2``,
+    evaluated on 2049 cosines in [-1, 1] and interpolated linearly (error ~1e-8: the kernel
+    is analytic in the cosine), the diagonal exact."""
+    var_g, b2 = bp.gate
+    q1 = var_g + b2
+    c = np.linspace(-1.0, 1.0, 2049)
+    kd, ko = kernels.gate_kernel(np.full(c.shape, q1), var_g * c + b2)
+    out = np.interp(np.clip(C, -1.0, 1.0), c, ko)
+    idx = np.arange(C.shape[-1])
+    out[..., idx, idx] = kd[-1]
+    return out
+
+
 def _attn_out(C, bp: BlockParams, rope, fluct, attn="sampled"):
     """The attention branch's Gram matrix; ``rope``: the model's RoPE frequencies or None."""
     T = C.shape[-1]
+    if bp.sink is not None and (attn != "sampled" or not fluct):
+        raise ValueError("attention sinks are taken only by attn='sampled'")
     if not fluct:
         att = attention_gram(C, bp.sigma_s0, causal=bp.causal, fluct=False)
     elif attn == "sampled":
         att = attention_gram_sampled(C, bp.sigma_s0, causal=bp.causal,
-                                     d_head=int(bp.d_head or 64), inv_freq=rope)
+                                     d_head=int(bp.d_head or 64), inv_freq=rope,
+                                     sink=bp.sink, head_scale=bp.head_scale)
     elif attn in ("corr", "tilt"):
         r = None if rope is None else rope_corr(rope, T)
         fn = attention_gram_corr if attn == "corr" else attention_gram_tilt
@@ -242,7 +264,13 @@ def _attn_out(C, bp: BlockParams, rope, fluct, attn="sampled"):
                              rope=None if rope is None else rope_gamma(rope, T))
     else:
         raise ValueError(f"attn must be sampled, corr, tilt or exch (got {attn!r})")
-    g = bp.var_v * att + bp.var_b
+    if bp.sink is not None:  # the value bias is carried by the rows' masses (sampled, exact)
+        att, mass = att
+        g = bp.var_v * att + bp.var_b * mass
+    else:
+        g = bp.var_v * att + bp.var_b
+    if bp.gate is not None:
+        g = g * gate_gram(C, bp)
     if bp.var_o is not None:
         g = bp.var_o * g + bp.var_b
     return g
@@ -397,18 +425,27 @@ def attention_gram_tilt(C: np.ndarray, sigma_s, *, causal: bool,
 
 
 def attention_gram_sampled(C: np.ndarray, sigma_s, *, causal: bool, d_head: int = 64,
-                           inv_freq=None, draws: int = 32, seed: int = 0) -> np.ndarray:
+                           inv_freq=None, draws: int = 32, seed: int = 0, sink=None,
+                           head_scale=None):
     """``E[A C A^T]`` by sampling the attention weights: query and key heads of width
     ``d_head`` drawn as ``F W`` with ``F F^T = C`` (so every score covariance is exactly
     ``sigma_s^2 C_ac C_bb'``, the chi2 spread of finite heads included), RoPE rotations at
     the model's frequencies ``inv_freq`` (pairs (i, i + d_head/2), as HF), causal mask,
     softmax. The mean field of the values and the MLP stays analytic; only the attention
-    expectation is sampled (``draws`` heads, fixed ``seed``: deterministic)."""
+    expectation is sampled (``draws`` heads, fixed ``seed``: deterministic).
+
+    ``sink``: per-head attention sink logits (docs/theory.md §2.4.3): draw i takes head
+    ``i mod H``'s sink (and score std factor ``head_scale``); the rows' weights are then the
+    softmax times their mass ``W = sigmoid(logsumexp - sink)``, and the function returns
+    ``(E[A C A^T], E[W W^T])`` (the second carries the value bias)."""
     C = np.asarray(C, dtype=np.float64)
     if C.ndim > 2:
-        return np.stack([attention_gram_sampled(c, sigma_s, causal=causal, d_head=d_head,
-                                                inv_freq=inv_freq, draws=draws, seed=seed)
-                         for c in C])
+        res = [attention_gram_sampled(c, sigma_s, causal=causal, d_head=d_head,
+                                      inv_freq=inv_freq, draws=draws, seed=seed, sink=sink,
+                                      head_scale=head_scale) for c in C]
+        if sink is None:
+            return np.stack(res)
+        return np.stack([r[0] for r in res]), np.stack([r[1] for r in res])
     T = C.shape[-1]
     w, V = np.linalg.eigh((C + C.T) / 2)
     F = V * np.sqrt(np.clip(w, 0.0, None))
@@ -427,10 +464,22 @@ def attention_gram_sampled(C: np.ndarray, sigma_s, *, causal: bool, d_head: int 
                                   axis=-1)
 
         q, k = rot(q), rot(k)
-    s = float(np.asarray(sigma_s)) * (q @ k.transpose(0, 2, 1)) / np.sqrt(d_head)
+    scale = float(np.asarray(sigma_s)) / np.sqrt(d_head)
+    if head_scale is not None and sink is not None:
+        hs = np.asarray(head_scale, dtype=np.float64)
+        scale = scale * hs[np.arange(draws) % hs.size][:, None, None]
+    s = scale * (q @ k.transpose(0, 2, 1))
     if causal:
         s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
-    s -= s.max(axis=-1, keepdims=True)
-    A = np.exp(s)
-    A /= A.sum(axis=-1, keepdims=True)
+    top = s.max(axis=-1, keepdims=True)
+    A = np.exp(s - top)
+    Z = A.sum(axis=-1, keepdims=True)
+    A /= Z
+    if sink is not None:
+        sk = np.asarray(sink, dtype=np.float64)
+        sk = sk[np.arange(draws) % sk.size][:, None, None]
+        W = 1.0 / (1.0 + np.exp(sk - top - np.log(Z)))  # (draws, T, 1)
+        A *= W
+        return (np.mean(A @ C @ A.transpose(0, 2, 1), axis=0),
+                np.mean(W @ W.transpose(0, 2, 1), axis=0))
     return np.mean(A @ C @ A.transpose(0, 2, 1), axis=0)

@@ -386,3 +386,21 @@ def dblquad_kernel(activation: str, q1: float, p1: float, epsabs: float = 1e-10,
     zlo = (lambda x: min(-cv * x / s, big)) if activation == "relu" else -big
     off = integrate.dblquad(f, lo, big, zlo, big, **kw)[0]
     return np.float64(diag), np.float64(off)
+
+
+def gate_kernel(q1, p1) -> tuple[np.ndarray, np.ndarray]:
+    """Output-gate kernel ``(E[sigmoid(g)^2], E[sigmoid(g) sigmoid(g')])`` for gate
+    pre-activations ``(g, g') ~ N(0, [[q1, p1], [p1, q1]])`` (docs/theory.md §2.4.4): the
+    factor by which a sigmoid output gate multiplies the attention branch's second moments
+    (diagonal, off-diagonal). ``q1 = var_g q + b2``, ``p1 = var_g p + b2`` with ``b2`` the gate
+    bias's mean square. The same 2-D trapezoid quadrature as the MLP kernels (sigmoid is
+    analytic in the strip ``|Im x| < pi / sqrt(q1)``, wider than tanh's, so tanh's step
+    suffices); ``q1 = 0`` gives ``(1/4, 1/4)`` (sigmoid's mean 1/2)."""
+    q1, _, c = _moments(q1, p1)
+    shape = q1.shape
+    q1f, cf = q1.ravel(), c.ravel()
+    if q1f.size == 0:
+        return np.zeros(shape), np.zeros(shape)
+    n = _auto_n(float(np.max(q1f)))
+    diag, off = _quad(special.expit, q1f, cf, "trapezoid", n)
+    return _finish(diag, off, cf, shape)
