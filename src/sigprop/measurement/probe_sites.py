@@ -53,6 +53,9 @@ class AttentionSite:
     q_post: nn.Module | None = None
     k_post: nn.Module | None = None
     name: str = ""
+    #: ``"per_head"``: the query projection's rows are ``(H, 2, d_H)``, each head's query
+    #: followed by its output gate (Qwen3-Next's gated attention); None: no gate in it
+    q_gate: str | None = None
 
 
 def _first_int(objs, names):
@@ -76,7 +79,7 @@ def describe_attention(module: nn.Module, name: str = "", causal: bool | None = 
     projections' output widths; ``causal`` overrides the module's ``is_causal``.
     """
     kids = dict(module.named_children())
-    v = None
+    v = q_gate = None
     for qn, kn, vn in _SPLIT_NAMES:
         if qn in kids and kn in kids and _out_features(kids[qn]) is not None:
             q, k, v, fused = kids[qn], kids[kn], kids.get(vn), None
@@ -109,8 +112,14 @@ def describe_attention(module: nn.Module, name: str = "", causal: bool | None = 
         if head_dim is None and n_heads is None:
             return None
         head_dim = head_dim or q_out // n_heads
+        cfg_heads = n_heads
         n_heads = q_out // head_dim
         n_kv = _out_features(k) // head_dim
+        # an output gate folded into the query projection: twice the configured heads' width
+        # (Qwen3-Next; its config's attn_output_gate, where present, must not say no)
+        if (cfg_heads is not None and q_out == 2 * cfg_heads * head_dim
+                and getattr(cfg, "attn_output_gate", True) is not False):
+            n_heads, q_gate = cfg_heads, "per_head"
     scale = getattr(module, "scaling", None)
     scale = scale if isinstance(scale, float | int) and scale > 0 else head_dim ** -0.5
     is_causal = bool(getattr(module, "is_causal", False)) if causal is None else causal
@@ -119,7 +128,7 @@ def describe_attention(module: nn.Module, name: str = "", causal: bool | None = 
         qp, kp = kids.get("q_layernorm"), kids.get("k_layernorm")
     return AttentionSite(module, q, k, v, n_heads, n_kv, head_dim, float(scale), is_causal,
                          fused, qp if kp is not None else None, kp if qp is not None else None,
-                         name)
+                         name, q_gate)
 
 
 def find_attention(block: nn.Module, causal: bool | None = None, prefix: str = ""):

@@ -25,7 +25,15 @@ one called is the output, the earlier ones the inputs: one plain, two gated, or 
 * ``var_v = |W_V G|_F^2 / rows``, ``var_o = |W_O|_F^2 / rows`` (weight variance times fan-in),
   MLP ``var_w_in`` (the gate's, for a gated MLP; the up branch's variance multiplies the
   output, folded into ``var_w_out``), ``var_w_out``; ``var_b``: the mean squared bias of the
-  value, output and MLP maps; ``head_weights``: ``|W_O^h|^2 |W_V^g G|^2`` per head.
+  value, output and MLP maps; ``head_weights``: ``|W_O^h|^2 |W_V^g G|^2`` per head;
+* attention sinks (gpt-oss): a 1-D parameter of the attention module itself (not of a
+  submodule), one entry per query head, whose name says sink -- ``sink_logit``, in the
+  model's final logit units (docs/theory.md §2.4.3);
+* output gate (Qwen3-Next): the query projection's rows are ``(H, 2, d_H)`` [query | gate]
+  per head (:class:`~.probe_sites.AttentionSite` ``q_gate``), or the attention module holds
+  its own gate projection (a child named ``*gate*`` mapping the model width to ``H d_H``):
+  ``gate_var = |W_g G|_F^2 / rows``, ``gate_bias2`` the mean square of its bias
+  (docs/theory.md §2.4.4).
 """
 
 from __future__ import annotations
@@ -258,6 +266,12 @@ class WeightTable:
             if per[0].branch_gain2 is not None:
                 cross["branch_gain2"] = tuple(np.mean([x.branch_gain2 for x in per],
                                                       axis=0).tolist())
+            if per[0].sink_logit is not None:
+                cross["sink_logit"] = tuple(np.mean([x.sink_logit for x in per],
+                                                    axis=0).tolist())
+            if per[0].gate_var is not None:
+                cross["gate_var"] = float(np.mean([x.gate_var for x in per]))
+                cross["gate_bias2"] = float(np.mean([x.gate_bias2 for x in per]))
             lay.append(LayerSpec(sigma_s=tuple(sig.tolist()),
                                  var_v=float(np.mean([x.var_v for x in per])), var_o=vo,
                                  var_w_in=float(np.mean([x.var_w_in for x in per])),
@@ -403,6 +417,15 @@ class WeightReader:
         def f64(t):
             return None if t is None else t.to(torch.float64).cpu()
 
+        if s.q_gate == "per_head":  # [query | gate] per head: the query rows only
+            Wq, bq = (f64(t) for t in matrix(s.q))
+            Wq = Wq.unflatten(0, (H, 2, dh))[:, 0].flatten(0, 1)
+            bq = None if bq is None else bq.unflatten(0, (H, 2, dh))[:, 0].flatten()
+            out = [Wq, bq]
+            for m in (s.k, s.v):
+                mat = matrix(m) if m is not None else None
+                out += [None, None] if mat is None else [f64(mat[0]), f64(mat[1])]
+            return tuple(out)
         if s.fused:
             W, b = (f64(t) for t in matrix(s.q))
             if s.fused == "per_head":
@@ -490,11 +513,42 @@ class WeightReader:
         var_b = float(np.mean([float(b.to(torch.float64).pow(2).mean()) for b in biases])) \
             if biases else 0.0
         cross = self._read_cross(parts.block, s)
+        cross.update(self._sinks_and_gate(s, G))
         branch = self._branch_norms(parts, d)
         lay = LayerSpec(sigma_s=tuple(sig.tolist()), var_v=var_v, var_o=var_o,
                         var_w_in=var_w_in, var_w_out=var_w_out, var_b=var_b, head_weights=hw,
                         branch_gain2=branch, **cross)
         return lay, sig, float(s.scale * math.sqrt(dh)), notes
+
+    @staticmethod
+    def _sinks_and_gate(s: AttentionSite, G: torch.Tensor) -> dict:
+        """``sink_logit``, ``gate_var``, ``gate_bias2`` of one attention module (module
+        docstring), as far as it has them."""
+        out: dict = {}
+        H, dh = s.n_heads, s.head_dim
+        for name, prm in s.module.named_parameters(recurse=False):
+            if prm.ndim == 1 and prm.numel() == H and "sink" in name.lower():
+                out["sink_logit"] = tuple(prm.detach().to(torch.float64).cpu().tolist())
+                break
+        gate = None
+        if s.q_gate == "per_head":
+            W, b = matrix(s.q)
+            W = W.to(torch.float64).cpu().unflatten(0, (H, 2, dh))[:, 1].flatten(0, 1)
+            b = None if b is None else b.to(torch.float64).cpu().unflatten(0, (H, 2, dh))[:, 1]
+            gate = (W, b)
+        else:
+            for name, child in s.module.named_children():
+                mat = matrix(child)
+                if ("gate" in name.lower() and mat is not None and mat[0].shape[0] == H * dh
+                        and mat[0].shape[1] == G.numel()):
+                    gate = (mat[0].to(torch.float64).cpu(),
+                            None if mat[1] is None else mat[1].to(torch.float64).cpu())
+                    break
+        if gate is not None:
+            W, b = gate
+            out["gate_var"] = float((W * G).pow(2).sum() / W.shape[0])
+            out["gate_bias2"] = 0.0 if b is None else float(b.pow(2).mean())
+        return out
 
     def _branch_norms(self, parts: _Parts, d: int):
         """Pre-LN blocks that normalise their branch outputs (the block's last operation is

@@ -449,6 +449,13 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
     if position_bias:
         notes.append("position bias added to the logits (ALiBi / relative): not in the theory "
                      "(the measurement includes it)")
+    lays = table.layers or ()
+    if any(x.sink_logit is not None for x in lays):
+        notes.append("attention sinks: per-head sink logits read from the weights, in the "
+                     "theory (docs/theory.md §2.4.3)")
+    if any(x.gate_var is not None for x in lays):
+        notes.append("output-gated attention: the sigmoid gate's variance read from the "
+                     "weights, in the theory (docs/theory.md §2.4.4)")
     notes.append(f"block layout read from the model: {norm}-LN"
                  f"{', normalised branch outputs' if first['sandwich'] else ''}"
                  f"{', parallel attention + MLP' if first['parallel'] else ''}, {act}"
