@@ -7,7 +7,11 @@ Each type's default config is shrunk (:func:`sigprop.models.zoo.small_config`), 
 ``verdict`` (exit 0 and a verdict), ``refusal`` (exit 2, one line on stderr), ``traceback``
 (an exception escaped the command: its class, message and innermost frames), ``timeout``, or
 ``no_build`` (transformers builds no small model of the type: not a sigprop outcome).
-``has_attention`` says whether the built model holds self-attention.
+``has_attention`` says whether the built model holds self-attention. ``--shrink auto`` (the
+default) retries a type whose width-shrunk model does not run on the inputs made for it with
+the layers-only shrink (default widths: the width shrink can leave coupled sizes such as a
+stage width and the hidden size inconsistent); the record keeps ``width_outcome``, and the
+summary gives the share with and without those retries.
 
     python benchmarks/breadth.py --jobs 2 --out out/breadth          # every type
     python benchmarks/breadth.py --types bert,whisper --out out/b    # some
@@ -33,8 +37,10 @@ ARGS = ["--seq-len", "32", "--seeds", "1", "--sequences", "1", "--format", "json
         "--no-timing"]
 
 
-#: how configs shrink: "width" (width 64, 2 layers) or "layers" (2 layers, default widths)
-SHRINK = ["width"]
+#: how configs shrink: "width" (width 64, 2 layers), "layers" (2 layers, default widths), or
+#: "auto" (width first; where the shrunk model does not run on the inputs made for it --
+#: widths the shrink left inconsistent, such as a stage width and the hidden size -- layers)
+SHRINK = ["auto"]
 
 
 class _Timeout(Exception):
@@ -46,17 +52,32 @@ def _alarm(signum, frame):
 
 
 def one(mt: str, root: Path, timeout: int) -> dict:
+    """The outcome for type ``mt`` under :data:`SHRINK`; ``"auto"`` records the width-shrink
+    outcome it replaced as ``width_outcome``."""
+    if SHRINK[0] != "auto":
+        return _one(mt, root, timeout, SHRINK[0])
+    rec = _one(mt, root, timeout, "width")
+    if rec["outcome"] == "refusal" and "does not run on the" in rec.get("message", ""):
+        again = _one(mt, root, timeout, "layers")
+        if again["outcome"] not in ("no_build", "timeout"):
+            again.update(width_outcome=rec["outcome"], width_message=rec["message"],
+                         seconds=round(rec["seconds"] + again["seconds"], 2))
+            return again
+    return rec
+
+
+def _one(mt: str, root: Path, timeout: int, mode: str) -> dict:
     import torch
 
     from sigprop.cli import run
     from sigprop.models import zoo
 
-    rec: dict = {"type": mt}
+    rec: dict = {"type": mt, "shrink": mode}
     t0 = time.perf_counter()
     signal.signal(signal.SIGALRM, _alarm)
     signal.alarm(timeout)
     try:
-        d, why = zoo.small_config(mt, mode=SHRINK[0])
+        d, why = zoo.small_config(mt, mode=mode)
         if d is None:
             rec.update(outcome="no_build", reason=why)
             return rec
@@ -133,6 +154,13 @@ def summary(root: Path) -> dict:
            "verdict_self_attention": sum(r["outcome"] == "verdict" for r in att),
            "theory": sum(bool(r.get("theory")) for r in built)}
     out["verdict_share"] = round(out["verdict_self_attention"] / max(len(att), 1), 3)
+    redone = [r for r in att if "width_outcome" in r]  # shrink "auto": the layers-only retries
+    if redone:
+        out["layers_retries"] = {"tried": len(redone), "verdict": sum(
+            r["outcome"] == "verdict" for r in redone)}
+        out["verdict_share_width_only"] = round(
+            (out["verdict_self_attention"] - out["layers_retries"]["verdict"])
+            / max(len(att), 1), 3)
     return out
 
 
@@ -144,7 +172,7 @@ def main() -> None:
     ap.add_argument("--timeout", type=int, default=180)
     ap.add_argument("--shard", default=None, help="i/n (internal)")
     ap.add_argument("--summary", default=None)
-    ap.add_argument("--shrink", default="width", choices=("width", "layers"))
+    ap.add_argument("--shrink", default="auto", choices=("auto", "width", "layers"))
     a = ap.parse_args()
     SHRINK[0] = a.shrink
     if a.summary:

@@ -176,7 +176,14 @@ def model_inputs(m, config, kind: str, *, sequences: int, T: int, vocab: int, se
 
     names, stack, notes = _settle(m, config, kind, enc_dec, decoder, prefer, vocab, seed,
                                   str(device))
-    text = _inputs(sequences, T, vocab, seed, device)
+    t_text = T
+    if kind != "text" and "input_ids" in names:  # text beside an image / audio stack: at
+        cap = _text_positions(config)  # most the text tower's positions
+        if cap is not None and cap < T:
+            t_text = cap
+            notes = notes + [f"text input beside the {kind} input: {cap} tokens (the text "
+                             "model's max_position_embeddings)"]
+    text = _inputs(sequences, t_text, vocab, seed, device)
     out = {n.split("@")[0]: text[n] if n in text else
            make_input(n, config, m, sequences, T, vocab, seed)
            for n in names if n != "decoder_input_ids"}
@@ -186,6 +193,18 @@ def model_inputs(m, config, kind: str, *, sequences: int, T: int, vocab: int, se
     made = [f"{_INPUT_KINDS[k]} input: {k} i.i.d. N(0, 1) ({'x'.join(map(str, v.shape[1:]))} "
             "per sequence)" for k, v in out.items() if k in _INPUT_KINDS]
     return out, stack, made + notes
+
+
+def _text_positions(config) -> int | None:
+    """The fewest positions any (sub-)config's text embeddings hold (``max_position_embeddings``
+    and the like), or None when none says."""
+    from ..models.config import config_attr
+    from ..models.inputs import sub_configs
+
+    caps = [config_attr(c, n) for c in sub_configs(config)
+            for n in ("max_position_embeddings", "max_text_len", "max_text_length")]
+    caps = [c for c in caps if isinstance(c, int) and not isinstance(c, bool) and c > 0]
+    return min(caps) if caps else None
 
 
 def _run(model, inputs: dict, enc_dec: bool, returned: bool = False,

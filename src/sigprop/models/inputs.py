@@ -29,6 +29,7 @@ from ..spec import SpecError
 from .config import config_attr
 
 __all__ = ["MAKERS", "Settled", "config_value", "forward_error", "forward_params", "make_input",
+           "sub_configs",
            "settle"]
 
 _SUBCONFIGS = ("vision_config", "audio_config", "text_config", "encoder_config",
@@ -40,7 +41,7 @@ def _attr(cfg, name):
     return config_attr(cfg, name, first_layer=True)
 
 
-def _configs(cfg) -> list:
+def sub_configs(cfg) -> list:
     """``cfg`` and its sub-config objects (vision tower, audio encoder, text model ...)."""
     subs = (_attr(cfg, n) for n in _SUBCONFIGS)
     return [cfg] + [c for c in subs if c is not None and not isinstance(c, dict | str)]
@@ -56,7 +57,7 @@ def config_value(cfg, names, default=None, *, positive: bool = True):
             return v
         return None
 
-    for c in _configs(cfg):
+    for c in sub_configs(cfg):
         for n in names:
             v = ok(_attr(c, n))
             if v is not None:
@@ -68,7 +69,7 @@ def _special_ids(cfg) -> set[int]:
     """Token ids with a role (image / audio / video placeholders, bos, eos ...) anywhere in the
     config: text inputs avoid them so no placeholder asks for features that were not given."""
     out = set()
-    for c in _configs(cfg):
+    for c in sub_configs(cfg):
         try:
             items = c.to_dict().items()
         except Exception:  # noqa: BLE001
@@ -96,7 +97,7 @@ def text_ids(cfg, B: int, T: int, vocab: int, seed: int) -> torch.Tensor:
 
 def image_size(cfg) -> tuple[int, int]:
     """(height, width) of the config's images (its own, else a sub-config's; 224 x 224)."""
-    s = next((x for x in (_attr(c, "image_size") for c in _configs(cfg)) if x is not None), None)
+    s = next((x for x in (_attr(c, "image_size") for c in sub_configs(cfg)) if x is not None), None)
     if isinstance(s, dict):  # {"height": h, "width": w} or {"shortest_edge": s}
         vals = [v for v in s.values() if isinstance(v, int)]
         s = vals[:2] if vals else None
@@ -130,8 +131,9 @@ def _samples(cfg, T: int) -> int:
 
 
 def _features(cfg, B, T, g):
-    mel = int(config_value(cfg, ("num_mel_bins", "feature_size", "input_feat_per_channel",
-                                 "n_mels", "num_mel_filters"), 80))
+    mel = int(config_value(cfg, ("feature_projection_input_dim", "num_mel_bins",
+                                 "feature_size", "input_feat_per_channel", "n_mels",
+                                 "num_mel_filters"), 80))
     src = config_value(cfg, ("max_source_positions",))
     frames = int(2 * src) if src else 4 * T
     return torch.randn(B, mel, frames, generator=g)
@@ -139,6 +141,22 @@ def _features(cfg, B, T, g):
 
 def _boxes(B, T, g):
     a = torch.randint(0, 1000, (B, T, 2, 2), generator=g).sort(dim=2).values
+    return torch.stack([a[..., 0, 0], a[..., 0, 1], a[..., 1, 0], a[..., 1, 1]], -1)
+
+
+def _region_features(cfg, B, T, g):
+    """Detected-region features of a vision-and-language encoder (LXMERT: ``(B, regions,
+    visual_feat_dim)``), i.i.d. N(0, 1); as many regions as text tokens."""
+    dim = config_value(cfg, ("visual_feat_dim", "visual_embedding_dim"))
+    return None if dim is None else torch.randn(B, T, int(dim), generator=g)
+
+
+def _region_boxes(cfg, B, T, g):
+    """The regions' boxes, normalised corner coordinates ``(x0, y0, x1, y1)`` in [0, 1]."""
+    dim = int(config_value(cfg, ("visual_pos_dim",), 4))
+    if dim != 4:
+        return torch.rand(B, T, dim, generator=g)
+    a = torch.rand(B, T, 2, 2, generator=g).sort(dim=2).values
     return torch.stack([a[..., 0, 0], a[..., 0, 1], a[..., 1, 0], a[..., 1, 1]], -1)
 
 
@@ -154,7 +172,7 @@ def _grid(cfg, B: int) -> tuple[int, int]:
     """(grid side g, patch features) of a flattened-patch vision tower (Qwen2-VL and the towers
     that share its input: ``(B g^2, C t p^2)`` patches and ``grid_thw`` rows ``[1, g, g]``)."""
     p = int(config_value(cfg, ("patch_size",), 14))
-    t = int(config_value(cfg, ("temporal_patch_size",), 1))
+    t = int(config_value(cfg, ("temporal_patch_size", "patch_temporal"), 1))
     c = int(config_value(cfg, ("in_channels", "num_channels", "in_chans"), 3))
     merge = int(config_value(cfg, ("spatial_merge_size", "merge_size"), 2))
     return 4 * merge, c * t * p * p
@@ -222,6 +240,9 @@ MAKERS: dict[str, Callable] = {
     "input_values": lambda c, m, B, T, V, s, g: torch.randn(B, _samples(c, T), generator=g),
     "input_features": lambda c, m, B, T, V, s, g: _features(c, B, T, g),
     "bbox": lambda c, m, B, T, V, s, g: _boxes(B, T, g),
+    "lang_ids": lambda c, m, B, T, V, s, g: torch.zeros(B, dtype=torch.long),  # language 0
+    "visual_feats": lambda c, m, B, T, V, s, g: _region_features(c, B, T, g),
+    "visual_pos": lambda c, m, B, T, V, s, g: _region_boxes(c, B, T, g),
 }
 
 #: inputs of another modality, offered together when a forward fails without naming one
@@ -332,9 +353,15 @@ def settle(model: nn.Module, cfg, main: list[str], candidates: list[str],
         add += [c for n in add for c in _COMPANIONS.get(n, ()) if c in params]
         return ns + add
 
+    def every(ns):  # and every optional input sigprop can make (Q-Former ids, region feats)
+        have = {n.split("@")[0] for n in ns}
+        return ns + [n for n in params if n in MAKERS and n not in have]
+
     fallbacks = [lambda ns: [_ALT.get(n, n) for n in ns],  # another layout (frames x mel)
                  modal,  # a dual encoder (CLIP, SigLIP 2) wants text and images
-                 lambda ns: modal([_ALT.get(n, n) for n in ns])]
+                 lambda ns: modal([_ALT.get(n, n) for n in ns]),
+                 lambda ns: every(modal(ns)), lambda ns: every(modal([_ALT.get(n, n)
+                                                                      for n in ns]))]
     try:
         for _ in range(10):
             inputs = {n.split("@")[0]: make_input(n, cfg, model, B, T, vocab, seed)
