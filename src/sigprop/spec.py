@@ -33,6 +33,8 @@ SCALINGS = ("none", "log-n", "sqrt-log-n", "qwen", "sqrt-qwen", "ssmax", "yarn",
 
 #: Default reference length for the length scalings (training context of BERT-base).
 DEFAULT_TRAIN_LEN = 512
+#: routing-weight rules of a mixture-of-experts MLP (docs/theory.md §2.5.2)
+MOE_WEIGHTINGS = ("softmax_norm", "softmax", "sigmoid_norm", "sigmoid")
 #: largest |attention sink logit| a LayerSpec accepts (docs/theory.md §2.4.3)
 SINK_MAX = 50.0
 MAX_SEQ_LEN = 2**30
@@ -155,6 +157,13 @@ class LayerSpec:
     head's output is multiplied elementwise by ``sigmoid(x W_g + b_g)`` before ``W_O``;
     ``gate_var`` is ``W_g``'s variance times fan-in (with the gains of the norm in front),
     ``gate_bias2`` the mean square of ``b_g`` (docs/theory.md §2.4.4).
+    ``moe_*``: a mixture-of-experts MLP (docs/theory.md §2.5.2): ``moe_experts`` routed
+    experts (each an MLP with ``var_w_in`` / ``var_w_out``), ``moe_top_k`` of them per
+    token, a router ``W_r`` of variance times fan-in ``moe_router_var``, routing weights by
+    ``moe_weighting`` (:data:`MOE_WEIGHTINGS`) times ``moe_scale``; a shared expert (an MLP
+    of the same activation every token passes through) with ``moe_shared_var_in`` /
+    ``moe_shared_var_out``, its output times ``sigmoid(x w_s)`` where ``moe_shared_gate_var``
+    (``w_s``'s variance times fan-in) is given.
     """
 
     sigma_s: tuple[float, ...]
@@ -171,8 +180,17 @@ class LayerSpec:
     sink_logit: tuple[float, ...] | None = None
     gate_var: float | None = None
     gate_bias2: float = 0.0
+    moe_experts: int | None = None
+    moe_top_k: int = 1
+    moe_router_var: float = 0.0
+    moe_weighting: str = "softmax_norm"
+    moe_scale: float = 1.0
+    moe_shared_var_in: float | None = None
+    moe_shared_var_out: float | None = None
+    moe_shared_gate_var: float | None = None
 
     def __post_init__(self) -> None:
+        self._check_moe()
         if self.branch_gain2 is not None:
             g = tuple(float(x) for x in self.branch_gain2)
             if len(g) != 2:
@@ -224,6 +242,34 @@ class LayerSpec:
         _check_float("layers.gate_bias2", self.gate_bias2, 0.0, 1e6)
         if self.gate_bias2 and self.gate_var is None:
             raise SpecError("layers.gate_bias2", "needs gate_var (an output gate)")
+
+    def _check_moe(self) -> None:
+        if self.moe_experts is None:
+            for name, default in (("moe_top_k", 1), ("moe_router_var", 0.0),
+                                  ("moe_weighting", "softmax_norm"), ("moe_scale", 1.0),
+                                  ("moe_shared_var_in", None), ("moe_shared_var_out", None),
+                                  ("moe_shared_gate_var", None)):
+                if getattr(self, name) != default:
+                    raise SpecError(f"layers.{name}", "needs moe_experts (a mixture-of-"
+                                                      "experts MLP)")
+            return
+        _check_int("layers.moe_experts", self.moe_experts, 1, 1_000_000)
+        _check_int("layers.moe_top_k", self.moe_top_k, 1, int(self.moe_experts))
+        _check_float("layers.moe_router_var", self.moe_router_var, 0.0, 1e8)
+        _check_choice("layers.moe_weighting", self.moe_weighting, MOE_WEIGHTINGS)
+        _check_float("layers.moe_scale", self.moe_scale, 0.0, 1e6)
+        object.__setattr__(self, "moe_router_var", float(self.moe_router_var))
+        object.__setattr__(self, "moe_scale", float(self.moe_scale))
+        if (self.moe_shared_var_in is None) != (self.moe_shared_var_out is None):
+            raise SpecError("layers.moe_shared_var_out", "give both moe_shared_var_in and "
+                                                         "moe_shared_var_out, or neither")
+        for name in ("moe_shared_var_in", "moe_shared_var_out", "moe_shared_gate_var"):
+            if getattr(self, name) is not None:
+                _check_float(f"layers.{name}", getattr(self, name), 0.0, 1e12)
+                object.__setattr__(self, name, float(getattr(self, name)))
+        if self.moe_shared_gate_var is not None and self.moe_shared_var_in is None:
+            raise SpecError("layers.moe_shared_gate_var", "needs a shared expert "
+                                                          "(moe_shared_var_in)")
 
     @property
     def sigma_rms(self) -> float:

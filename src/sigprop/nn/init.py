@@ -37,7 +37,10 @@ from torch import nn
 from ..spec import ArchSpec
 
 SCHEMES = ("spec", "rem", "hf", "xavier", "xavier_uniform", "he")
-ROLES = ("q", "k", "v", "o", "mlp_in", "mlp_out", "bias", "embed", "gate", "gate_bias")
+ROLES = ("q", "k", "v", "o", "mlp_in", "mlp_out", "bias", "embed", "gate", "gate_bias",
+         "router", "shared_in", "shared_out", "shared_gate")
+#: roles whose law comes from the block's LayerSpec (output gate, mixture of experts)
+_LAYER_ROLES = ("gate", "gate_bias", "router", "shared_in", "shared_out", "shared_gate")
 
 
 def rem_qk_std(beta: float, seq_len: int, d_model: int) -> float:
@@ -71,7 +74,7 @@ def law(scheme: str, role: str, fan_in: int, fan_out: int, *, spec: ArchSpec | N
         raise ValueError(f"role must be one of {', '.join(ROLES)} (got {role!r})")
     if role == "embed":
         return 1.0, False
-    if role in ("gate", "gate_bias") and (scheme in ("spec", "rem") or role == "gate_bias"):
+    if role in _LAYER_ROLES and (scheme in ("spec", "rem") or role == "gate_bias"):
         # an output gate's law comes from its LayerSpec (init_batched); without one it is
         # drawn like any weight (HF law) and its bias is 0
         return (0.0 if role == "gate_bias" else hf_std_default(std, spec)), False
@@ -146,9 +149,12 @@ def init_batched(model: nn.Module, scheme: str = "spec", seed: int = 0, *,
         for param, role, fan_in, fan_out in targets:
             bs = per_block.get(id(param))
             lay = bs[2] if bs else None
-            if role in ("gate", "gate_bias") and lay is not None and scheme in ("spec", "rem"):
-                s, uni = (math.sqrt(lay.gate_var / fan_in) if role == "gate"
-                          else math.sqrt(lay.gate_bias2)), False
+            if role in _LAYER_ROLES and lay is not None and scheme in ("spec", "rem"):
+                var = {"gate": lay.gate_var, "router": lay.moe_router_var,
+                       "shared_in": lay.moe_shared_var_in, "shared_out": lay.moe_shared_var_out,
+                       "shared_gate": lay.moe_shared_gate_var}.get(role)
+                s, uni = (math.sqrt(lay.gate_bias2) if role == "gate_bias"
+                          else math.sqrt(var / fan_in)), False
             else:
                 s, uni = law(scheme, role, fan_in, fan_out, spec=bs[0] if bs else spec,
                              beta=beta, seq_len=seq_len, std=std)

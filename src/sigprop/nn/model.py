@@ -114,10 +114,16 @@ class BatchedMLP(nn.Module):
     """Two-layer MLP (or SwiGLU) for S seeds: ``w1`` / ``w_gate`` + ``w_up`` (S, d, ff),
     biases (S, ff), ``w2`` (S, ff, d), ``b2`` (S, d)."""
 
-    def __init__(self, spec: ArchSpec, n_seeds: int = 1, dtype: torch.dtype = torch.float32):
+    def __init__(self, spec: ArchSpec, n_seeds: int = 1, dtype: torch.dtype = torch.float32,
+                 layer: LayerSpec | None = None):
         super().__init__()
         S, d, ff = n_seeds, spec.d_model, spec.ff
         self.spec = spec
+        self.layer = layer
+        self.moe = layer is not None and layer.moe_experts is not None
+        if self.moe:  # docs/theory.md §2.5.2: E experts (S, E, ...), a router, a shared MLP
+            self.experts = _MoEExperts(spec, n_seeds, dtype, layer)
+            return
         self.swiglu = spec.activation in ("swiglu", "geglu")  # gated: gate * up
         self.gate_act = F.silu if spec.activation == "swiglu" else _ACTIVATIONS["gelu"]
         if self.swiglu:
@@ -129,6 +135,8 @@ class BatchedMLP(nn.Module):
         self.w2, self.b2 = _param(S, ff, d, dtype=dtype), _param(S, d, dtype=dtype)
 
     def init_targets(self):
+        if self.moe:
+            return self.experts.init_targets()
         d, ff = self.spec.d_model, self.spec.ff
         if self.swiglu:
             first = [(self.w_gate, "mlp_in", d, ff), (self.b_gate, "bias", d, ff),
@@ -138,6 +146,8 @@ class BatchedMLP(nn.Module):
         return first + [(self.w2, "mlp_out", ff, d), (self.b2, "bias", ff, d)]
 
     def forward(self, x: Tensor) -> Tensor:
+        if self.moe:
+            return self.experts(x)
         S, B, T, d = x.shape
         x2 = x.reshape(S, B * T, d)
         if self.swiglu:
@@ -152,6 +162,83 @@ class BatchedMLP(nn.Module):
         return torch.baddbmm(self.b2.unsqueeze(1), h, self.w2).view(S, B, T, d)
 
 
+def moe_gates(logits: Tensor, k: int, weighting: str) -> Tensor:
+    """Routing weights (..., E) of router logits (..., E) (docs/theory.md §2.5.2, the same
+    rule as :func:`sigprop.theory.moe.gates`): softmax over all E or sigmoid scores, the top-k
+    kept (others 0), renormalised to sum 1 for the ``*_norm`` rules."""
+    sc = torch.softmax(logits, dim=-1) if weighting.startswith("softmax") \
+        else torch.sigmoid(logits)
+    if k < logits.shape[-1]:
+        idx = torch.topk(logits, k, dim=-1).indices
+        mask = torch.zeros_like(sc, dtype=torch.bool).scatter_(-1, idx, True)
+        sc = torch.where(mask, sc, torch.zeros_like(sc))
+    if weighting.endswith("_norm"):
+        sc = sc / sc.sum(-1, keepdim=True)
+    return sc
+
+
+class _MoEExperts(nn.Module):
+    """A mixture-of-experts MLP for S seeds (``LayerSpec.moe_*``): E experts with the
+    block's MLP variances, ``w1`` / ``w_gate`` + ``w_up`` (S, E, d, ff), ``w2`` (S, E, ff,
+    d) and biases; a Gaussian router ``w_r`` (S, d, E); a shared expert (``ws1`` ... of
+    width ``ff``) with an optional sigmoid gate ``w_sg`` (S, d, 1). Every expert runs on
+    every token (dense compute, E times a dense MLP's), weighted by :func:`moe_gates`."""
+
+    def __init__(self, spec: ArchSpec, n_seeds: int, dtype: torch.dtype, layer: LayerSpec):
+        super().__init__()
+        S, d, ff, E = n_seeds, spec.d_model, spec.ff, int(layer.moe_experts)
+        self.spec, self.layer, self.E = spec, layer, E
+        self.swiglu = spec.activation in ("swiglu", "geglu")
+        self.act = F.silu if spec.activation == "swiglu" else (
+            _ACTIVATIONS["gelu"] if spec.activation == "geglu" else _ACTIVATIONS[spec.activation])
+        n_in = 2 if self.swiglu else 1
+        self.w_in = nn.ParameterList(_param(S, E, d, ff, dtype=dtype) for _ in range(n_in))
+        self.b_in = nn.ParameterList(_param(S, E, ff, dtype=dtype) for _ in range(n_in))
+        self.w2, self.b2 = _param(S, E, ff, d, dtype=dtype), _param(S, E, d, dtype=dtype)
+        self.w_r = _param(S, d, E, dtype=dtype)
+        self.shared = layer.moe_shared_var_in is not None
+        if self.shared:
+            self.ws_in = nn.ParameterList(_param(S, d, ff, dtype=dtype) for _ in range(n_in))
+            self.ws2 = _param(S, ff, d, dtype=dtype)
+            self.has_sgate = layer.moe_shared_gate_var is not None
+            if self.has_sgate:
+                self.w_sg = _param(S, d, 1, dtype=dtype)
+
+    def init_targets(self):
+        d, ff = self.spec.d_model, self.spec.ff
+        out = []
+        for w, b in zip(self.w_in, self.b_in, strict=True):
+            out += [(w, "mlp_in", d, ff), (b, "bias", d, ff)]
+        out += [(self.w2, "mlp_out", ff, d), (self.b2, "bias", ff, d),
+                (self.w_r, "router", d, self.E)]
+        if self.shared:
+            out += [(w, "shared_in", d, ff) for w in self.ws_in]
+            out += [(self.ws2, "shared_out", ff, d)]
+            if self.has_sgate:
+                out += [(self.w_sg, "shared_gate", d, 1)]
+        return out
+
+    def _hidden(self, pre: list[Tensor]) -> Tensor:
+        return self.act(pre[0]) * pre[1] if self.swiglu else self.act(pre[0])
+
+    def forward(self, x: Tensor) -> Tensor:
+        S, B, T, d = x.shape
+        lay = self.layer
+        x2 = x.reshape(S, B * T, d)
+        g = moe_gates(torch.bmm(x2, self.w_r), lay.moe_top_k, lay.moe_weighting)
+        pre = [torch.einsum("snd,sedf->senf", x2, w) + b.unsqueeze(2)
+               for w, b in zip(self.w_in, self.b_in, strict=True)]
+        y = torch.einsum("senf,sefd->send", self._hidden(pre), self.w2) + self.b2.unsqueeze(2)
+        out = lay.moe_scale * torch.einsum("send,sne->snd", y, g)
+        if self.shared:
+            h = self._hidden([torch.bmm(x2, w) for w in self.ws_in])
+            ys = torch.bmm(h, self.ws2)
+            if self.has_sgate:
+                ys = ys * torch.sigmoid(torch.bmm(x2, self.w_sg))
+            out = out + ys
+        return out.view(S, B, T, d)
+
+
 class BatchedBlock(nn.Module):
     """One transformer block (module docstring) for S seeds."""
 
@@ -161,7 +248,7 @@ class BatchedBlock(nn.Module):
         self.spec = spec
         self.ln_eps = ln_eps
         self.attn = BatchedAttention(spec, n_seeds, dtype, layer)
-        self.mlp = BatchedMLP(spec, n_seeds, dtype)
+        self.mlp = BatchedMLP(spec, n_seeds, dtype, layer)
 
     def init_targets(self):
         return self.attn.init_targets() + self.mlp.init_targets()

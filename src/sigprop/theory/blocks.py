@@ -19,6 +19,7 @@ import numpy as np
 from ..spec import ArchSpec
 from . import causal as causal_nodes
 from . import fluct, kernels, rem, sink
+from . import moe as _moe
 from .causal import CAUSAL_POSITIONS, _causal_grid, _causal_pair_weights  # noqa: F401
 
 
@@ -180,11 +181,28 @@ def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o
     return qa, pa
 
 
-def mlp_map(q, p, *, activation: str, var_w_in, var_w_out, var_b):
-    """(q, p) after the two-layer MLP (docs/theory.md §2.5, gg25 Eqs. 17-18)."""
+def mlp_map(q, p, *, activation: str, var_w_in, var_w_out, var_b, moe=None):
+    """(q, p) after the two-layer MLP (docs/theory.md §2.5, gg25 Eqs. 17-18). ``moe``
+    (:attr:`BlockParams.moe`, docs/theory.md §2.5.2): a mixture of experts, whose routed
+    part is the dense map times the routing factors ``c^2 (A, B)`` of :func:`.moe.factors`,
+    plus the shared expert's dense map (times its sigmoid gate's kernel)."""
     q1, p1 = var_w_in * q + var_b, var_w_in * p + var_b
     k_diag, k_off = kernels.kernel(activation, q1, p1)
-    return var_w_out * k_diag + var_b, var_w_out * k_off + var_b
+    qh, ph = var_w_out * k_diag + var_b, var_w_out * k_off + var_b
+    if moe is None:
+        return qh, ph
+    E, k, var_r, weighting, scale, sh_in, sh_out, sh_gate = moe
+    A, B = _moe.factors(E, k, var_r, weighting, q, p)
+    qh, ph = scale**2 * A * qh, scale**2 * B * ph
+    if sh_in is not None:
+        qs, ps = mlp_map(q, p, activation=activation, var_w_in=sh_in, var_w_out=sh_out,
+                         var_b=var_b)
+        if sh_gate is not None:
+            qq = np.asarray(q, dtype=np.float64)
+            gd, go = kernels.gate_kernel(sh_gate * qq, sh_gate * np.clip(p, -qq, qq))
+            qs, ps = gd * qs, go * ps
+        qh, ph = qh + qs, ph + ps
+    return qh, ph
 
 
 @dataclass(frozen=True)
@@ -219,6 +237,9 @@ class BlockParams:
     sink: np.ndarray | None = None
     #: output gate ``(var_g, gate bias mean square)`` (docs/theory.md §2.4.4), or None
     gate: tuple | None = None
+    #: mixture-of-experts MLP ``(E, k, router var, weighting, scale, shared var_in,
+    #: shared var_out, shared gate var)`` (docs/theory.md §2.5.2), or None
+    moe: tuple | None = None
 
     @classmethod
     def from_spec(cls, spec: ArchSpec, layer: int | None = None, **override) -> BlockParams:
@@ -250,6 +271,10 @@ class BlockParams:
                 base["sink"] = np.asarray(lay.sink_logit, dtype=np.float64)
             if lay.gate_var is not None:
                 base["gate"] = (lay.gate_var, lay.gate_bias2)
+            if lay.moe_experts is not None:
+                base["moe"] = (lay.moe_experts, lay.moe_top_k, lay.moe_router_var,
+                               lay.moe_weighting, lay.moe_scale, lay.moe_shared_var_in,
+                               lay.moe_shared_var_out, lay.moe_shared_gate_var)
             if lay.cross_sigma_s is not None:
                 base["cross"] = (np.asarray(lay.cross_sigma_s, dtype=np.float64),
                                  lay.cross_var_v, lay.cross_var_o, spec.memory_len,
@@ -500,7 +525,7 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     a2 = np.asarray(bp.alpha_attn, dtype=np.float64) ** 2
     if bp.parallel:  # one skip; the MLP reads the attention's input (cross terms vanish)
         q_h, p_h = mlp_map(qa, pa, activation=bp.activation, var_w_in=bp.var_w_in,
-                           var_w_out=bp.var_w_out, var_b=bp.var_b)
+                           var_w_out=bp.var_w_out, var_b=bp.var_b, moe=bp.moe)
         if bp.branch_gain2 is not None:
             q_h, p_h = _renorm(q_h, p_h, bp.branch_gain2[1])
         q = a2 * q + branch_scale * (q_att + q_h)
@@ -530,7 +555,7 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
             q, p = np.ones_like(q), _cos(p + p_c, q + q_c)
     qm, pm = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
     q_h, p_h = mlp_map(qm, pm, activation=bp.activation, var_w_in=bp.var_w_in,
-                       var_w_out=bp.var_w_out, var_b=bp.var_b)
+                       var_w_out=bp.var_w_out, var_b=bp.var_b, moe=bp.moe)
     if bp.branch_gain2 is not None:
         q_h, p_h = _renorm(q_h, p_h, bp.branch_gain2[1])
     m2 = np.asarray(bp.alpha_mlp, dtype=np.float64) ** 2

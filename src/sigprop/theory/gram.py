@@ -53,7 +53,7 @@ import numpy as np
 
 from ..spec import ArchSpec
 from . import kernels, rem
-from .blocks import BlockParams
+from .blocks import BlockParams, mlp_map
 
 #: number of log-spaced row lengths at which the REM tables are evaluated (then interpolated)
 N_NODES = 16
@@ -219,7 +219,17 @@ def attention_gram(C: np.ndarray, sigma_s, *, causal: bool, d_head: int | None =
 # blocks and depth
 # --------------------------------------------------------------------------------------------
 def mlp_gram(C: np.ndarray, bp: BlockParams) -> np.ndarray:
-    """Entrywise MLP kernel on unit tokens with cosine matrix C."""
+    """Entrywise MLP kernel on unit tokens with cosine matrix C; a mixture of experts
+    (``bp.moe``, docs/theory.md §2.5.2) through :func:`.blocks.mlp_map` entrywise (routing
+    factors ``A`` on the diagonal, ``B(C)`` off it, plus the shared expert)."""
+    if bp.moe is not None:
+        qd, pd = mlp_map(np.ones(C.shape), C, activation=bp.activation,
+                         var_w_in=bp.var_w_in, var_w_out=bp.var_w_out, var_b=bp.var_b,
+                         moe=bp.moe)
+        out = np.array(pd, dtype=np.float64)
+        idx = np.arange(C.shape[-1])
+        out[..., idx, idx] = qd[..., idx, idx]
+        return out
     q1 = np.full(C.shape, float(bp.var_w_in)) + bp.var_b
     p1 = bp.var_w_in * C + bp.var_b
     kd, ko = kernels.kernel(bp.activation, q1, p1)
