@@ -33,7 +33,16 @@ one called is the output, the earlier ones the inputs: one plain, two gated, or 
   per head (:class:`~.probe_sites.AttentionSite` ``q_gate``), or the attention module holds
   its own gate projection (a child named ``*gate*`` mapping the model width to ``H d_H``):
   ``gate_var = |W_g G|_F^2 / rows``, ``gate_bias2`` the mean square of its bias
-  (docs/theory.md §2.4.4).
+  (docs/theory.md §2.4.4);
+* mixture-of-experts MLP (docs/theory.md §2.5.2): a module of the block holding a router (a
+  child whose 2-D ``weight`` is ``(E, d)``) beside E experts, either a ModuleList of E MLPs
+  or 3-D stacked parameters ``(E, ., .)`` (HF's fused ``gate_up_proj`` / ``down_proj``, in
+  either orientation): the experts' variances averaged over experts, ``moe_router_var =
+  |W_r G|_F^2 / E``; ``moe_top_k``, the weighting rule and ``moe_scale`` measured from the
+  router's output in the forward pass (the routing weights' row sums: constant c means
+  renormalised, times c; softmax or sigmoid from which reproduces them), else from the
+  config attributes the model carries (:meth:`WeightReader.read` ``config``); a shared expert
+  (the block's remaining linear maps) and its 1-output sigmoid gate.
 """
 
 from __future__ import annotations
@@ -196,6 +205,132 @@ def _fingerprint(args, kwargs):
         torch.linalg.vecdot(t, t).double().sum())
 
 
+def _router_weight(m: nn.Module) -> torch.Tensor | None:
+    """A router candidate's ``(E, d)`` weight: a module's own 2-D ``weight`` that
+    :func:`matrix` does not take as a linear map (HF's ``*TopKRouter``), or a Linear named
+    as a gate whose siblings hold experts (checked in :meth:`WeightReader._moe`)."""
+    w = getattr(m, "weight", None)
+    if isinstance(w, torch.Tensor) and w.ndim == 2 and matrix(m) is None and not _is_norm(m):
+        return w.detach()
+    return None
+
+
+def _detach(out):
+    if torch.is_tensor(out):
+        return out.detach()
+    if isinstance(out, tuple | list):
+        return type(out)(_detach(x) for x in out)
+    return None
+
+
+def _stacked_experts(mod: nn.Module, E: int, d: int):
+    """``(ins, out)`` of experts stored as 3-D parameters ``(E, ., .)`` directly in ``mod``
+    or one of its descendants, as ``(E, out, in)`` float64 tensors (biases ``(E, out)`` or
+    None): the input map has the model width ``d`` on one side, the output map maps back to
+    ``d``; a fused input of twice the output's fan-in is split into [gate | up]. None when
+    absent."""
+    params = {n: p.detach() for n, p in mod.named_parameters()}
+    three = {n: p for n, p in params.items() if p.ndim == 3 and p.shape[0] == E}
+    if len(three) < 2:
+        return None
+
+    def orient(W, fan_in):  # (E, out, in)
+        return W if W.shape[2] == fan_in else W.transpose(1, 2)
+
+    names = sorted(three)
+    down = next((n for n in names if "down" in n.lower() or n.lower().endswith("w2")), None)
+    if down is None:
+        return None
+    Wd = three[down].to(torch.float64).cpu()
+    ff = Wd.shape[2] if Wd.shape[1] == d else Wd.shape[1]
+    Wd = orient(Wd, ff)
+    ins = []
+    for n in names:
+        if n == down:
+            continue
+        W = three[n].to(torch.float64).cpu()
+        if d not in W.shape[1:]:
+            continue
+        W = orient(W, d)
+        b = params.get(n + "_bias")
+        b = None if b is None else b.to(torch.float64).cpu()
+        if W.shape[1] == 2 * ff:
+            ins += [(W[:, :ff], None if b is None else b[:, :ff]),
+                    (W[:, ff:], None if b is None else b[:, ff:])]
+        elif W.shape[1] == ff:
+            ins.append((W, b))
+    bd = params.get(down + "_bias")
+    return (ins[:2], (Wd, None if bd is None else bd.to(torch.float64).cpu())) if ins else None
+
+
+def _listed_experts(mod: nn.Module, E: int, d: int):
+    """The same as :func:`_stacked_experts` for a ModuleList of E expert MLPs (their Linear
+    maps: the output maps to ``d`` from another width, the inputs read ``d``, a map named
+    gate or w1 first)."""
+    for child in mod.modules():
+        if not isinstance(child, nn.ModuleList) or len(child) != E:
+            continue
+        ins_all, outs = [], []
+        for ex in child:
+            mats = [(n, matrix(m)) for n, m in ex.named_modules() if matrix(m) is not None]
+            o = [mt for _, mt in mats if mt[0].shape[0] == d and mt[0].shape[1] != d]
+            i = sorted(((n, mt) for n, mt in mats if mt[0].shape[1] == d
+                        and mt[0].shape[0] != d),
+                       key=lambda x: ("gate" not in x[0].lower() and "w1" not in x[0], x[0]))
+            if len(o) != 1 or not i:
+                break
+            ins_all.append([mt for _, mt in i[:2]])
+            outs.append(o[0])
+        else:
+            def stack(ts):
+                return None if ts[0] is None else torch.stack([t.to(torch.float64).cpu()
+                                                               for t in ts])
+
+            ins = [(stack([x[j][0] for x in ins_all]), stack([x[j][1] for x in ins_all]))
+                   for j in range(len(ins_all[0]))]
+            return ins, (stack([o[0] for o in outs]), stack([o[1] for o in outs]))
+    return None
+
+
+def _routing_rule(out, E: int, config) -> tuple[int, str, float, str]:
+    """``(top_k, weighting, scale, source)`` of a router from its forward output ``out``
+    (logits ``(N, E)`` and routing weights ``(N, k)``, k < E): the weights' row sums
+    constant (relative spread < 1e-4) mean renormalised weights times that constant, else
+    unnormalised times the median ratio to the top-k scores; softmax or sigmoid scores
+    whichever reproduces the weights. Without such an output: the config's
+    ``num_experts_per_tok``, ``norm_topk_prob`` (None: renormalised), ``scoring_func``,
+    ``routed_scaling_factor``."""
+    ts = [t for t in (out if isinstance(out, tuple | list) else (out,))
+          if torch.is_tensor(t) and t.is_floating_point() and t.ndim >= 2]
+    logits = next((t for t in ts if t.shape[-1] == E), None)
+    wts = next((t for t in ts if t.shape[-1] < E), None)
+    if logits is not None and wts is not None:
+        L = logits.reshape(-1, E).to(torch.float64).cpu()
+        W = wts.reshape(-1, wts.shape[-1]).to(torch.float64).cpu().sort(-1, descending=True)[0]
+        k = W.shape[-1]
+        sums = W.sum(-1)
+        norm = bool(sums.std() <= 1e-4 * sums.mean().abs()) if len(sums) > 1 else True
+        best = None
+        for score in ("softmax", "sigmoid"):
+            sc = torch.softmax(L, -1) if score == "softmax" else torch.sigmoid(L)
+            top = sc.gather(-1, L.topk(k, -1).indices).sort(-1, descending=True)[0]
+            if norm:
+                top = top / top.sum(-1, keepdim=True)
+                c = float(sums.mean())
+            else:
+                c = float((sums / top.sum(-1)).median())
+            err = float((W - c * top).abs().max())
+            if best is None or err < best[0]:
+                best = (err, score, c)
+        c = 1.0 if abs(best[2] - 1.0) < 1e-5 else best[2]  # float32 rounding of 1
+        return k, best[1] + ("_norm" if norm else ""), c, "measured"
+    k = int(getattr(config, "num_experts_per_tok", None) or 1)
+    norm = getattr(config, "norm_topk_prob", None)
+    score = "sigmoid" if getattr(config, "scoring_func", None) == "sigmoid" else "softmax"
+    scale = float(getattr(config, "routed_scaling_factor", None) or 1.0)
+    return k, score + ("" if norm is False else "_norm"), scale, "config"
+
+
 def _mlp_group(block: nn.Module, rest: list[nn.Module]) -> list[nn.Module]:
     """The linear maps of the block's MLP among ``rest`` (its linear maps outside attention,
     in call order): where a child module of the block holds two or more of them and the
@@ -272,6 +407,13 @@ class WeightTable:
             if per[0].gate_var is not None:
                 cross["gate_var"] = float(np.mean([x.gate_var for x in per]))
                 cross["gate_bias2"] = float(np.mean([x.gate_bias2 for x in per]))
+            if per[0].moe_experts is not None:
+                cross.update(moe_experts=per[0].moe_experts, moe_top_k=per[0].moe_top_k,
+                             moe_weighting=per[0].moe_weighting, moe_scale=per[0].moe_scale)
+                for name in ("moe_router_var", "moe_shared_var_in", "moe_shared_var_out",
+                             "moe_shared_gate_var"):
+                    if getattr(per[0], name) is not None:
+                        cross[name] = float(np.mean([getattr(x, name) for x in per]))
             lay.append(LayerSpec(sigma_s=tuple(sig.tolist()),
                                  var_v=float(np.mean([x.var_v for x in per])), var_o=vo,
                                  var_w_in=float(np.mean([x.var_w_in for x in per])),
@@ -310,6 +452,8 @@ class WeightReader:
         self.inputs: dict[int, Any] = {}  # id(module) -> fingerprint of its first input
         self._index: dict[int, int] = {}  # id(module) -> its place in ``order``
         self._handles: list = []
+        #: id(router candidate) -> its first output (mixture of experts, :meth:`_moe`)
+        self.router_out: dict[int, Any] = {}
 
     def __enter__(self):
         def hook(m, args, kwargs):
@@ -319,9 +463,17 @@ class WeightReader:
                 if _is_norm(m):  # the norms' inputs tell parallel blocks (_structure)
                     self.inputs[id(m)] = _fingerprint(args, kwargs)
 
+        def out_hook(m, args, out):
+            if id(m) not in self.router_out:
+                self.router_out[id(m)] = _detach(out)
+
         blocks = {id(b) for _, b in self.blocks}
         inside = {id(x) for _, b in self.blocks for x in b.modules()}
         for m in self.model.modules():
+            if id(m) in inside and _router_weight(m) is not None:  # a router candidate
+                self._handles.append(m.register_forward_pre_hook(hook, with_kwargs=True))
+                self._handles.append(m.register_forward_hook(out_hook))
+                continue
             leaf_fn = (id(m) in inside and not list(m.children()) and not list(m.parameters())
                        and not isinstance(m, nn.Dropout | nn.Identity))
             if _is_norm(m) or matrix(m) is not None or id(m) in blocks or leaf_fn or any(
@@ -386,6 +538,22 @@ class WeightReader:
         out = {"norm": norm, "parallel": False, "gated": False, "activation": None,
                "activation_error": math.inf, "causal": bool(s.causal), "mlp": "missing",
                "sandwich": False}
+        moe = self._moe(parts.block, d)
+        if moe is not None:  # a mixture of experts (docs/theory.md §2.5.2)
+            out.update(mlp="ok", moe=True, gated=len(moe["ins"]) == 2, extra_maps=0,
+                       sandwich=norm == "pre" and parts.last_is_norm)
+            n_mlp = self._norm_module_before(self._pos(moe["router"]), d)
+            fp = self.inputs.get(id(n_mlp)) if n_mlp is not None else None
+            out["parallel"] = n_attn is not None and n_mlp is not None and norm == "pre" and (
+                n_mlp is n_attn or (fp is not None and fp == self.inputs.get(id(n_attn))))
+            own = {id(x) for x in moe["module"].modules()}
+            for m in self.order:  # the experts' activation: a parameter-free leaf inside
+                if id(m) in own and not list(m.parameters()) and not list(m.children()):
+                    name, err = classify_activation(m)
+                    if name is not None:
+                        out.update(activation=name, activation_error=err)
+                        break
+            return out
         if not parts.mlp:
             return out
         # pre-LN with a norm after the MLP output inside the block: the branch outputs are
@@ -489,7 +657,14 @@ class WeightReader:
         elif Wv is not None:
             notes.append("no attention output projection found; var_o = none")
         var_w_in, var_w_out = 1.0, 1.0
-        if mlp:
+        moe = self._moe(parts.block, d)
+        moe_fields: dict = {}
+        if moe is not None:
+            var_w_in, var_w_out, moe_fields = self._moe_read(moe, parts, biases)
+            if moe["source"] == "config":
+                notes.append("mixture of experts: routing rule from the config (the router's "
+                             "output gave no routing weights)")
+        elif mlp:
             ins, out_m, gm = mlp
             Wout, bout = out_m
             bout = None if bout is None else bout.to(torch.float64).cpu()
@@ -517,7 +692,7 @@ class WeightReader:
         branch = self._branch_norms(parts, d)
         lay = LayerSpec(sigma_s=tuple(sig.tolist()), var_v=var_v, var_o=var_o,
                         var_w_in=var_w_in, var_w_out=var_w_out, var_b=var_b, head_weights=hw,
-                        branch_gain2=branch, **cross)
+                        branch_gain2=branch, **cross, **moe_fields)
         return lay, sig, float(s.scale * math.sqrt(dh)), notes
 
     @staticmethod
@@ -640,6 +815,73 @@ class WeightReader:
         rest = [m for m in called if m is not o and id(m) not in attn]
         return _Parts(block, own, in_block, last_is_norm, n_attn, o, rest,
                       self._mlp(_mlp_group(block, rest)))
+
+    def _moe(self, block: nn.Module, d: int) -> dict | None:
+        """A mixture-of-experts MLP in ``block`` (module docstring): ``{"fields": LayerSpec
+        moe_* values, "ins", "out": expert tensors (E, out, in), "module", "router",
+        "source"}``, or None. Read once per block."""
+        cache = self.__dict__.setdefault("_moe_cache", {})
+        if id(block) not in cache:
+            cache[id(block)] = self._find_moe(block, d)
+        return cache[id(block)]
+
+    def _find_moe(self, block: nn.Module, d: int) -> dict | None:
+        for mod in block.modules():
+            for name, child in mod.named_children():
+                W = _router_weight(child)
+                if W is None and matrix(child) is not None and any(
+                        t in name.lower() for t in ("gate", "router")):
+                    W = matrix(child)[0]  # a Linear router (named gate / router)
+                if W is None or W.ndim != 2 or W.shape[1] != d or not 2 <= W.shape[0] != d:
+                    continue
+                E = int(W.shape[0])
+                ex = _stacked_experts(mod, E, d) or _listed_experts(mod, E, d)
+                if ex is None:
+                    continue
+                out = self.router_out.get(id(child))
+                k, weighting, scale, src = _routing_rule(out, E, getattr(self.model,
+                                                                         "config", None))
+                g = self._norm_before(self._pos(child), d) if self._pos(child) >= 0 else None
+                G = torch.ones(d, dtype=torch.float64) if g is None else torch.as_tensor(g)
+                Wr = W.to(torch.float64).cpu() * G
+                fields_ = dict(moe_experts=E, moe_top_k=min(k, E),
+                               moe_router_var=float(Wr.pow(2).sum() / E),
+                               moe_weighting=weighting, moe_scale=scale)
+                return {"fields": fields_, "ins": ex[0], "out": ex[1], "module": mod,
+                        "router": child, "source": src, "gains": G}
+        return None
+
+    def _moe_read(self, moe: dict, parts: _Parts, biases: list) -> tuple[float, float, dict]:
+        """``(var_w_in, var_w_out, LayerSpec moe fields)`` of a mixture of experts: the
+        experts' variances averaged over experts (a gated expert's up branch folded into
+        ``var_w_out`` as for a dense MLP), the shared expert from the block's linear maps
+        inside the MoE module (a 1-output map among them: its sigmoid gate)."""
+        G2 = moe["gains"].square()
+        vin = [float(((W.square() * G2).sum(-1)).mean()) for W, _ in moe["ins"]]
+        Wd, bd = moe["out"]
+        var_out = float(Wd.square().sum(-1).mean())
+        var_in = vin[0]
+        if len(vin) == 2 and vin[0] > 0:
+            var_out *= vin[1] / vin[0]
+        biases += [b for _, b in moe["ins"] if b is not None] + ([bd] if bd is not None else [])
+        fields_ = dict(moe["fields"])
+        own = {id(x) for x in moe["module"].modules()}
+        shared = [m for m in parts.rest if id(m) in own and m is not moe["router"]]
+        sgate = [m for m in shared if matrix(m)[0].shape[0] == 1]
+        sh = self._mlp([m for m in shared if m not in sgate])
+        if sh:
+            ins, (Wo, _), gm = sh
+            g2 = (torch.ones(ins[0][0].shape[1], dtype=torch.float64) if gm is None
+                  else torch.as_tensor(gm)).square()
+            sv = [float((_col_sq(W) * g2).sum() / W.shape[0]) for W, _ in ins]
+            so = float(_col_sq(Wo).sum() / Wo.shape[0])
+            if len(sv) == 2 and sv[0] > 0:
+                so *= sv[1] / sv[0]
+            fields_.update(moe_shared_var_in=sv[0], moe_shared_var_out=so)
+            if sgate:
+                Wg = matrix(sgate[0])[0].to(torch.float64).cpu()
+                fields_["moe_shared_gate_var"] = float((Wg.square() * g2).sum())
+        return var_in, var_out, fields_
 
     def _mlp(self, rest: list[nn.Module]):
         """``(ins, out as (W, b), gains of the norm in front)`` of the MLP maps ``rest`` (in

@@ -395,7 +395,8 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
     placement, parallel blocks, gated MLP, the activation (read functionally), causality (the
     attention module's, or a mask seen to hide every later key), the logit scale. Returns
     ``(spec, notes)``, or ``(None, notes)`` with the reason when the blocks are not all of one
-    layout the theory covers (a mixture-of-experts MLP, an unrecognised activation ...).
+    layout the theory covers (an MLP the reader does not recognise, an unrecognised
+    activation ...); mixture-of-experts MLPs are in the theory (docs/theory.md §2.5.2).
     ``rope`` / ``position_bias``: the model rotates q, k / adds a position bias to the logits
     (noted: outside the theory)."""
     import statistics
@@ -413,7 +414,7 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
                       "branches); verdict read from the measurement"]
     if first["mlp"] != "ok":
         why = ("no MLP found" if first["mlp"] == "missing"
-               else "MLP not recognised (a mixture of experts?)")
+               else "MLP not recognised")
         return None, [f"theory: {why}; verdict read from the measurement"]
     act = first["activation"]
     if act is None:
@@ -453,6 +454,12 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
     if any(x.sink_logit is not None for x in lays):
         notes.append("attention sinks: per-head sink logits read from the weights, in the "
                      "theory (docs/theory.md §2.4.3)")
+    if any(x.moe_experts is not None for x in lays):
+        moe = next(x for x in lays if x.moe_experts is not None)
+        shared = ", a shared expert" if moe.moe_shared_var_in is not None else ""
+        notes.append(f"mixture of experts: top-{moe.moe_top_k} of {moe.moe_experts} experts "
+                     f"({moe.moe_weighting} weights{shared}) read from the weights, in the "
+                     "theory (docs/theory.md §2.5.2)")
     if any(x.gate_var is not None for x in lays):
         notes.append("output-gated attention: the sigmoid gate's variance read from the "
                      "weights, in the theory (docs/theory.md §2.4.4)")
