@@ -7,8 +7,15 @@ import time
 
 import pytest
 
+from .clirun import sigprop
+
 
 def run(*args, timeout=120):
+    return sigprop(*args, timeout=timeout)
+
+
+def run_process(*args, timeout=120):
+    """``python -m sigprop ARGS`` in a fresh process (for what concerns the process itself)."""
     t0 = time.perf_counter()
     p = subprocess.run([sys.executable, "-m", "sigprop", *args], capture_output=True,
                        text=True, timeout=timeout)
@@ -78,7 +85,7 @@ def test_bad_input_exit_2_one_line(args, needle):
 
 def test_diagram_json_and_png_fast(tmp_path):
     png = tmp_path / "d.png"
-    p = run("diagram", "--depth", "60", "--format", "json", "--out", str(png))
+    p = run_process("diagram", "--depth", "60", "--format", "json", "--out", str(png))
     assert p.returncode == 0, p.stderr
     # acceptance: the diagram (256 x 256 grid, depth 60, JSON and PNG) in < 2 s on an idle
     # machine, counted from the command's start-up: importing the package (torch and pandas

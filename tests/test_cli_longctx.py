@@ -7,12 +7,13 @@ import sys
 
 import pytest
 
+from .clirun import sigprop
+
 SMALL = ("--d-model", "64", "--heads", "2", "--beta", "2.0", "--seq-len", "512")
 
 
 def run(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "sigprop", "longctx", *args],
-                          capture_output=True, text=True, timeout=timeout)
+    return sigprop("longctx", *args, timeout=timeout)
 
 
 def rows_of(out, **match):

@@ -8,13 +8,17 @@ import sys
 
 import pytest
 
+from .clirun import sigprop
+
 TINY = ["--depth", "1", "--heads", "1", "--d-model", "16", "--seq-len", "16", "--beta", "0.5",
         "--documents", "200", "--vocab-size", "300"]
 
 
 def run(*args, env=None, timeout=300):
-    return subprocess.run([sys.executable, "-m", "sigprop", *args], capture_output=True,
-                          text=True, timeout=timeout, env={**os.environ, **(env or {})})
+    if env:  # variables read when a library is imported (HF_HUB_OFFLINE): a fresh process
+        return subprocess.run([sys.executable, "-m", "sigprop", *args], capture_output=True,
+                              text=True, timeout=timeout, env={**os.environ, **env})
+    return sigprop(*args, timeout=timeout)
 
 
 def test_train_json_rows_plot_and_checkpoint(tmp_path):

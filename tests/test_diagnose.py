@@ -1,18 +1,17 @@
 """`sigprop diagnose` on HF architectures at init (built from configs, no downloads)."""
 
 import json
-import subprocess
-import sys
 
 import pytest
 
 from sigprop.analysis import diagnose as dg
 from sigprop.models.presets import PRESETS, shrink
 
+from .clirun import sigprop
+
 
 def run(*args, timeout=300):
-    return subprocess.run([sys.executable, "-m", "sigprop", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return sigprop(*args, timeout=timeout)
 
 
 def _small_config(tmp_path, family, layers=4):

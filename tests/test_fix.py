@@ -5,8 +5,6 @@ centred matrix A - 11^T/n), and the written model is reloaded from disk and re-d
 import copy
 import json
 import math
-import subprocess
-import sys
 
 import pytest
 import torch
@@ -15,6 +13,8 @@ from sigprop import models as hf
 from sigprop.models import fixes as hf_fix
 from sigprop.models.presets import PRESETS, shrink
 from sigprop.spec import SpecError, score_multiplier
+
+from .clirun import sigprop
 
 SMALL = dict(layers=2, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=100)
 
@@ -30,8 +30,7 @@ def _ids(T=16, seed=1):
 
 
 def run(*args, timeout=600):
-    return subprocess.run([sys.executable, "-m", "sigprop", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return sigprop(*args, timeout=timeout)
 
 
 # ---- alpha absorbed through LayerNorm's scale invariance --------------------------------------

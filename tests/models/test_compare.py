@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import json
 import math
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,10 +13,11 @@ import pytest
 from sigprop.measurement.bounds import entropy_floor
 from sigprop.models.presets import PRESETS, shrink
 
+from ..clirun import sigprop
+
 
 def run(*args, timeout=900):
-    return subprocess.run([sys.executable, "-m", "sigprop", *args], capture_output=True,
-                          text=True, timeout=timeout)
+    return sigprop(*args, timeout=timeout)
 
 
 def _folder(tmp_path, name, family="bert-base-uncased", std=0.02, **sizes):
