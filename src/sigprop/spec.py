@@ -37,6 +37,8 @@ DEFAULT_TRAIN_LEN = 512
 MOE_WEIGHTINGS = ("softmax_norm", "softmax", "sigmoid_norm", "sigmoid")
 #: largest |attention sink logit| a LayerSpec accepts (docs/theory.md §2.4.3)
 SINK_MAX = 50.0
+#: token mixers a LayerSpec takes from the measurement (docs/theory.md §2.8.1)
+MIXERS = ("measured",)
 MAX_SEQ_LEN = 2**30
 
 
@@ -164,6 +166,13 @@ class LayerSpec:
     of the same activation every token passes through) with ``moe_shared_var_in`` /
     ``moe_shared_var_out``, its output times ``sigmoid(x w_s)`` where ``moe_shared_gate_var``
     (``w_s``'s variance times fan-in) is given.
+    ``mixer``: ``"measured"`` for a block whose token mixer is not attention (Mamba, linear
+    attention, ... in a hybrid stack, docs/theory.md §2.8.1): the whole block (mixer and its
+    MLP) is the measured residual map ``mixer_map = (q_in, cos_in, q_out, cos_out)``, the
+    block's measured input and output squared norm per dimension (in the theory's units)
+    and mean token cosine; its attention and MLP fields are unused (``sigma_s`` (0,) by
+    convention). ``mixer_map`` None: not filled yet (``sigprop diagnose`` fills it); the
+    theory then refuses the layer.
     """
 
     sigma_s: tuple[float, ...]
@@ -188,9 +197,12 @@ class LayerSpec:
     moe_shared_var_in: float | None = None
     moe_shared_var_out: float | None = None
     moe_shared_gate_var: float | None = None
+    mixer: str | None = None
+    mixer_map: tuple[float, float, float, float] | None = None
 
     def __post_init__(self) -> None:
         self._check_moe()
+        self._check_mixer()
         if self.branch_gain2 is not None:
             g = tuple(float(x) for x in self.branch_gain2)
             if len(g) != 2:
@@ -242,6 +254,33 @@ class LayerSpec:
         _check_float("layers.gate_bias2", self.gate_bias2, 0.0, 1e6)
         if self.gate_bias2 and self.gate_var is None:
             raise SpecError("layers.gate_bias2", "needs gate_var (an output gate)")
+
+    def _check_mixer(self) -> None:
+        if self.mixer is None:
+            if self.mixer_map is not None:
+                raise SpecError("layers.mixer_map", "needs mixer='measured'")
+            return
+        _check_choice("layers.mixer", self.mixer, MIXERS)
+        if self.mixer_map is None:
+            return
+        try:
+            m = tuple(float(x) for x in self.mixer_map)
+        except (TypeError, ValueError):
+            raise SpecError("layers.mixer_map", "needs (q_in, cos_in, q_out, cos_out) "
+                                                f"(got {self.mixer_map!r})") from None
+        if len(m) != 4:
+            raise SpecError("layers.mixer_map", "needs (q_in, cos_in, q_out, cos_out) "
+                                                f"(got {len(m)} values)")
+        for i, name in ((0, "q_in"), (2, "q_out")):
+            _check_float(f"layers.mixer_map.{name}", m[i], 0.0, 1e300, lo_open=True)
+        for i, name in ((1, "cos_in"), (3, "cos_out")):
+            _check_float(f"layers.mixer_map.{name}", m[i], -1.0, 1.0)
+        object.__setattr__(self, "mixer_map", m)
+
+    @property
+    def measured(self) -> bool:
+        """Whether this block is a measured residual map (``mixer``), not attention."""
+        return self.mixer is not None
 
     def _check_moe(self) -> None:
         if self.moe_experts is None:
@@ -456,12 +495,13 @@ class ArchSpec:
         """Score std for inputs with q = 1, including the length scaling (docs/theory.md §2.1).
 
         ``layers`` given (read from weights): the root mean square over layers and heads of
-        their score stds; else ``beta`` given: ``sigma_s = beta sqrt(log T)`` (REM
-        initialisation); otherwise ``sigma_s = qk_std^2 d`` (``sigma_q = sigma_k = qk_std``,
-        any number of heads).
+        their score stds (attention layers only: a measured mixer has none); else ``beta``
+        given: ``sigma_s = beta sqrt(log T)`` (REM initialisation); otherwise ``sigma_s =
+        qk_std^2 d`` (``sigma_q = sigma_k = qk_std``, any number of heads).
         """
         if self.layers is not None:
-            base = float(np.sqrt(np.mean([np.mean(np.square(x.sigma_s)) for x in self.layers])))
+            att = [x for x in self.layers if not x.measured] or list(self.layers)
+            base = float(np.sqrt(np.mean([np.mean(np.square(x.sigma_s)) for x in att])))
         elif self.beta is not None:
             base = self.beta * math.sqrt(math.log(self.seq_len))
         else:

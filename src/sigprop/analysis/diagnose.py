@@ -899,6 +899,8 @@ def _gram_applies(spec: ArchSpec, kind: str) -> str | None:
         return "layout"
     if spec.layers is None or spec.memory_len is not None or spec.q0 is not None:
         return "layout"
+    if any(x.measured for x in spec.layers):  # measured mixers: no Gram map (§2.8.1)
+        return "layout"
     if spec.seq_len > GRAM_MAX_LEN:
         return "length"
     return None
@@ -1069,6 +1071,8 @@ def _weights_spec(spec: ArchSpec, table, meas, notes: list[str], memory: dict | 
                                else tuple(g / q0 for g in x.branch_gain2)) for x in layers)
     else:  # the first block reads the embeddings as they are (ALBERT's are projected)
         extra["q0"] = q0
+    if any(x.measured for x in layers):  # hybrid stacks: the other mixers' measured maps
+        layers = _fill_mixers(layers, meas, q0 if spec.norm == "pre" else 1.0)
     if spec.alpha_attn != 1.0:
         notes.append(f"alpha_attn={spec.alpha_attn:g} of the sigprop fix is in the output "
                      "projections: read from the weights")
@@ -1076,6 +1080,31 @@ def _weights_spec(spec: ArchSpec, table, meas, notes: list[str], memory: dict | 
                  "(docs/theory.md §2.8)")
     return spec.replace(layers=layers, qk_std=None, beta=None, alpha_attn=1.0, alpha_mlp=1.0,
                         **extra)
+
+
+def _fill_mixers(layers, meas, unit: float):
+    """``layers`` with each measured mixer's ``mixer_map`` (docs/theory.md §2.8.1) from the
+    measured trajectory: ``(q_in, cos_in, q_out, cos_out)`` of its block (its input: layer
+    l - 1, its output: layer l), q in units of ``unit`` (pre-LN: the embedding norm q0, the
+    theory's unit)."""
+    from dataclasses import replace
+
+    m = meas[meas.source == "measured"] if "source" in meas.columns else meas
+    val = m.groupby(["observable", "layer"])["value"].mean()
+
+    def get(name, layer):
+        try:
+            return float(val.loc[(name, layer)])
+        except KeyError:
+            return math.nan
+
+    out = []
+    for i, x in enumerate(layers):
+        if x.measured:
+            mp = (get("q", i) / unit, get("cos", i), get("q", i + 1) / unit, get("cos", i + 1))
+            x = replace(x, mixer_map=mp)
+        out.append(x)
+    return tuple(out)
 
 
 def _with_weight_heads(heads, table, spec: ArchSpec):

@@ -42,7 +42,12 @@ one called is the output, the earlier ones the inputs: one plain, two gated, or 
   router's output in the forward pass (the routing weights' row sums: constant c means
   renormalised, times c; softmax or sigmoid from which reproduces them), else from the
   config attributes the model carries (:meth:`WeightReader.read` ``config``); a shared expert
-  (the block's remaining linear maps) and its 1-output sigmoid gate.
+  (the block's remaining linear maps) and its 1-output sigmoid gate;
+* hybrid stacks (Jamba, Qwen3-Next, Zamba, ...): a block without an attention site (its token
+  mixer is Mamba, linear attention, ...) gets :data:`MEASURED_MIXER` -- the whole block, MLP
+  included, is a measured residual map (docs/theory.md §2.8.1) -- and the layout entry
+  ``{"mixer": "measured"}``; the attention blocks are read as above. A stack without any
+  attention site is not readable.
 """
 
 from __future__ import annotations
@@ -60,6 +65,10 @@ from .probe_sites import AttentionSite, describe_attention, find_attention, find
 
 __all__ = ["WeightReader", "WeightTable", "matrix", "norm_gains"]
 
+#: the LayerSpec of a block without attention (a hybrid stack's other mixer): the whole block
+#: is a measured residual map (docs/theory.md §2.8.1), filled in by ``sigprop diagnose``
+MEASURED_MIXER = LayerSpec(sigma_s=(0.0,), var_v=0.0, var_o=None, var_w_in=0.0, var_w_out=0.0,
+                           mixer="measured")
 #: rows of the Gaussian input a norm module's gains are read on
 GAIN_ROWS = 64
 #: a norm's fit counts as affine per feature when its residual is below this (relative)
@@ -388,6 +397,9 @@ class WeightTable:
             return tables[0]
         lay = []
         for per in zip(*(t.layers for t in tables), strict=True):
+            if per[0].measured:  # a measured mixer: nothing read from the weights
+                lay.append(per[0])
+                continue
             sig = np.sqrt(np.mean([np.square(x.sigma_s) for x in per], axis=0))
             hw = None if per[0].head_weights is None else tuple(
                 np.mean([x.head_weights for x in per], axis=0).tolist())
@@ -420,9 +432,8 @@ class WeightTable:
                                  var_w_out=float(np.mean([x.var_w_out for x in per])),
                                  var_b=float(np.mean([x.var_b for x in per])), head_weights=hw,
                                  **cross))
-        heads = [dict(h, sigma_s=float(x.sigma_s[h["head"]]))
-                 for x, lay_heads in zip(lay, _by_layer(tables[0].heads), strict=True)
-                 for h in lay_heads]
+        heads = [dict(h, sigma_s=float(lay[h["layer"] - 1].sigma_s[h["head"]]))
+                 for lay_heads in _by_layer(tables[0].heads) for h in lay_heads]
         return WeightTable(tuple(lay), heads, tables[0].scale, tables[0].notes,
                            tables[0].structure)
 
@@ -508,13 +519,20 @@ class WeightReader:
         """Per-layer :class:`LayerSpec` and per-head score stds (module docstring)."""
         layers, heads, scales, notes = [], [], [], []
         self.structure: list[dict] = []
+        if all(site is None for site in self.sites):
+            raise ValueError("no block has an attention with recognised Q/K projections")
         for i, ((_, block), site) in enumerate(zip(self.blocks, self.sites, strict=True)):
-            if site is None:
-                raise ValueError(f"block {i + 1}: no attention with recognised Q/K projections")
-            parts = self._parts(block, site)
-            lay, sig, sc, note = self._read_block(site, parts)
-            notes += [f"layer {i + 1}: {n}" for n in note]
-            self.structure.append(self._structure(site, parts))
+            if site is None:  # a hybrid stack's other mixer: a measured residual map
+                lay, sig, sc = MEASURED_MIXER, np.zeros(0), math.nan
+                self.structure.append(self._mixer_structure(block))
+                notes.append(f"layer {i + 1}: no attention with recognised Q/K projections "
+                             f"({self.structure[-1]['mixer_modules']}): a measured residual "
+                             "map (docs/theory.md §2.8.1)")
+            else:
+                parts = self._parts(block, site)
+                lay, sig, sc, note = self._read_block(site, parts)
+                notes += [f"layer {i + 1}: {n}" for n in note]
+                self.structure.append(self._structure(site, parts))
             for r in range(self.repeats):
                 layer = i * self.repeats + r + 1
                 layers.append(lay)
@@ -522,7 +540,18 @@ class WeightReader:
                 heads += [{"layer": layer, "head": h, "sigma_s": float(s)}
                           for h, s in enumerate(sig)]
         structure = [st for st in self.structure for _ in range(self.repeats)]
+        known = [x for x in scales if math.isfinite(x)]
+        fill = float(np.median(known))  # a measured mixer has no logit scale: the median
+        scales = [x if math.isfinite(x) else fill for x in scales]
         return WeightTable(tuple(layers), heads, scales, notes, structure)
+
+    @staticmethod
+    def _mixer_structure(block: nn.Module) -> dict:
+        """The layout entry of a block without attention (a hybrid stack's Mamba, linear
+        attention, xLSTM ... mixer): ``mixer`` ``"measured"`` and the names of its children
+        that are not norms (``mixer_modules``), for the note."""
+        kids = [n for n, c in block.named_children() if not _is_norm(c)]
+        return {"mixer": "measured", "mixer_modules": ", ".join(kids) or type(block).__name__}
 
     def _structure(self, s: AttentionSite, parts: _Parts) -> dict:
         """The block's layout read from the call order and the inputs' fingerprints (see

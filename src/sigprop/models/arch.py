@@ -387,6 +387,17 @@ def _layer_type_notes(config, T: int) -> list[str]:
     return out
 
 
+def _ranges(layers: list[int]) -> str:
+    """``[1, 2, 3, 5]`` -> ``"1-3, 5"``."""
+    out: list[str] = []
+    for x in layers:
+        if out and out[-1].split("-")[-1] == str(x - 1):
+            out[-1] = out[-1].split("-")[0] + f"-{x}"
+        else:
+            out.append(str(x))
+    return ", ".join(out)
+
+
 def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = None, *,
                    rope: bool = False, position_bias: bool = False
                    ) -> tuple[ArchSpec | None, list[str]]:
@@ -397,12 +408,17 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
     ``(spec, notes)``, or ``(None, notes)`` with the reason when the blocks are not all of one
     layout the theory covers (an MLP the reader does not recognise, an unrecognised
     activation ...); mixture-of-experts MLPs are in the theory (docs/theory.md §2.5.2).
+    Hybrid stacks: blocks without attention (layout ``mixer`` ``"measured"``) are measured
+    residual maps (docs/theory.md §2.8.1), noted by layer; the layout is the attention
+    blocks'.
     ``rope`` / ``position_bias``: the model rotates q, k / adds a position bias to the logits
     (noted: outside the theory)."""
     import statistics
     from collections import Counter
 
     st = list(table.structure)
+    mixed = [i + 1 for i, s in enumerate(st) if s.get("mixer") == "measured"]
+    st = [s for s in st if s.get("mixer") != "measured"]  # the attention blocks' layout
     if not st:
         return None, ["theory: no block layout read"]
     body = st[1:] if len(st) > 1 else st  # layer 1 may read the embeddings' norm (ModernBERT)
@@ -463,6 +479,12 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
     if any(x.gate_var is not None for x in lays):
         notes.append("output-gated attention: the sigmoid gate's variance read from the "
                      "weights, in the theory (docs/theory.md §2.4.4)")
+    if mixed:
+        att = [i for i in range(1, len(mixed) + len(st) + 1) if i not in mixed]
+        notes.append(f"hybrid stack: layer(s) {_ranges(mixed)} have no attention (another "
+                     "token mixer): measured residual maps in the theory, mixer and MLP "
+                     f"together (docs/theory.md §2.8.1); layer(s) {_ranges(att)} from the "
+                     "attention theory")
     notes.append(f"block layout read from the model: {norm}-LN"
                  f"{', normalised branch outputs' if first['sandwich'] else ''}"
                  f"{', parallel attention + MLP' if first['parallel'] else ''}, {act}"

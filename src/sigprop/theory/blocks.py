@@ -16,7 +16,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from ..spec import ArchSpec
+from ..spec import ArchSpec, SpecError
 from . import causal as causal_nodes
 from . import fluct, kernels, rem, sink
 from . import moe as _moe
@@ -240,6 +240,9 @@ class BlockParams:
     #: mixture-of-experts MLP ``(E, k, router var, weighting, scale, shared var_in,
     #: shared var_out, shared gate var)`` (docs/theory.md §2.5.2), or None
     moe: tuple | None = None
+    #: a measured residual map ``(q_in, cos_in, q_out, cos_out)`` in place of the whole block
+    #: (a hybrid stack's non-attention mixer, docs/theory.md §2.8.1), or None
+    mixer: tuple | None = None
 
     @classmethod
     def from_spec(cls, spec: ArchSpec, layer: int | None = None, **override) -> BlockParams:
@@ -275,6 +278,12 @@ class BlockParams:
                 base["moe"] = (lay.moe_experts, lay.moe_top_k, lay.moe_router_var,
                                lay.moe_weighting, lay.moe_scale, lay.moe_shared_var_in,
                                lay.moe_shared_var_out, lay.moe_shared_gate_var)
+            if lay.measured:
+                if lay.mixer_map is None:
+                    raise SpecError("layers.mixer_map", f"layer {layer or 1} is a measured "
+                                    "mixer without its measured map (sigprop diagnose fills "
+                                    "it from the measurement)")
+                base["mixer"] = lay.mixer_map
             if lay.cross_sigma_s is not None:
                 base["cross"] = (np.asarray(lay.cross_sigma_s, dtype=np.float64),
                                  lay.cross_var_v, lay.cross_var_o, spec.memory_len,
@@ -476,6 +485,26 @@ def cross_map(qa, pa, bp: BlockParams):
     return q_c, p_c
 
 
+def measured_map(q, p, bp: BlockParams, *, branch_scale=1.0):
+    """A block that is a measured residual map (docs/theory.md §2.8.1): ``(q, p, None)``.
+
+    pre-LN / no norm: additive in (q, p), ``q' = q + (q_out - q_in)``, ``p' = p + (p_out -
+    p_in)`` with ``p = cos q`` of the measured input and output (``branch_scale`` as in
+    :func:`block_step`: the state's scale S divides the measured increments), ``p'`` capped at
+    ``q'``. post-LN: the block's output is normalised, so ``q' = 1`` and ``cos' = cos +
+    (cos_out - cos_in)`` (clipped to [-1, 1]). Both return the measured output exactly when
+    the theory's input is the measured one."""
+    q_in, c_in, q_out, c_out = bp.mixer
+    q = np.asarray(q, dtype=np.float64)
+    if bp.norm == "post":
+        c = np.clip(_cos(p, q) + (c_out - c_in), -1.0, 1.0)
+        return np.ones_like(q), c, None
+    q2 = q + branch_scale * (q_out - q_in)
+    p2 = np.asarray(p, dtype=np.float64) + branch_scale * (c_out * q_out - c_in * q_in)
+    q2 = np.maximum(q2, 0.0)
+    return q2, np.clip(p2, -q2, q2), None
+
+
 def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False,
                branch_scale=1.0, raw_input: bool = False):
     """One transformer block (docs/theory.md §2.6): returns ``(q, p, attention stats)``.
@@ -498,6 +527,8 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     input is not the output of a LayerNorm (the first block of a stack whose embeddings are
     not normalised, ``ArchSpec.q0``), so the attention reads it as it is.
     """
+    if bp.mixer is not None:
+        return measured_map(q, p, bp, branch_scale=branch_scale)
     normed = bp.norm in ("post", "pre")
     qa, pa = (np.ones_like(q), _cos(p, q)) if normed and not (raw_input and bp.norm == "post") \
         else (q, p)

@@ -153,6 +153,8 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
     over = {"ln_fluct": bool(fluctuations)}
     if beta is not None:
         over["sigma_s0"] = np.asarray(beta, dtype=np.float64) * math.sqrt(math.log(spec.seq_len))
+    elif spec.layers is not None:  # the spec's own RMS, which each layer's ratio scales
+        over["sigma_s0"] = np.float64(spec.sigma_s)  # (not layer 1's: a measured mixer's 0)
     if alpha_attn is not None:
         over["alpha_attn"] = np.asarray(alpha_attn, dtype=np.float64)
     bp = BlockParams.from_spec(spec, **over)
@@ -205,12 +207,14 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
 
 
 def _rows(layer, q, p, logs, st, source, inv_t):
-    """Trajectory rows of one layer, each observable within its range (see :func:`propagate`)."""
+    """Trajectory rows of one layer, each observable within its range (see :func:`propagate`);
+    a measured mixer (``st`` None, docs/theory.md §2.8.1) has no attention rows."""
     cos = float(np.clip(_cos(p, q), -1.0, 1.0))
-    vals = (("cos", cos), ("q", float(q * np.exp(logs))),
-            ("ipr", max(float(st.y2), inv_t)), ("ipr_cross", float(st.yx)),
-            ("entropy", float(np.clip(st.entropy, 0.0, 1.0))),
-            ("wmax", max(float(st.wmax), inv_t)))
+    vals = (("cos", cos), ("q", float(q * np.exp(logs))))
+    if st is not None:
+        vals += (("ipr", max(float(st.y2), inv_t)), ("ipr_cross", float(st.yx)),
+                 ("entropy", float(np.clip(st.entropy, 0.0, 1.0))),
+                 ("wmax", max(float(st.wmax), inv_t)))
     return [dict(layer=layer, observable=k, source=source, value=v) for k, v in vals]
 
 
@@ -218,9 +222,11 @@ def propagate(spec: ArchSpec, rho0: float | None = None, *,
               asymptotic: bool = False, fluctuations: bool = True):
     """Theory Trajectory through the whole stack: rows ``cos`` and ``q`` for layers 0..L
     (0 = the embeddings, q = 1, cos = rho0), and ``ipr``, ``ipr_cross``, ``entropy``, ``wmax``
-    of each block's attention for layers 1..L. Source ``theory`` (finite T) or
-    ``theory_asymptotic`` (T -> inf). ``fluctuations=False``: post-LN cosines as the plain
-    ratio of averages (gg25's map) instead of the LayerNorm average of :mod:`.fluct`.
+    of each block's attention for layers 1..L (not for a measured mixer's layer,
+    docs/theory.md §2.8.1: its cos and q come from the measured residual map). Source
+    ``theory`` (finite T) or ``theory_asymptotic`` (T -> inf). ``fluctuations=False``:
+    post-LN cosines as the plain ratio of averages (gg25's map) instead of the LayerNorm
+    average of :mod:`.fluct`.
 
     Ranges: cos is clipped to [-1, 1] (roundoff only). The T -> inf theory gives ipr = wmax = 0
     below beta_c, the limit of quantities that are at least 1/T for any row of T keys; at the
@@ -256,7 +262,8 @@ def propagate(spec: ArchSpec, rho0: float | None = None, *,
             if fixed:  # every later layer repeats this one; only log S keeps growing by dl
                 later = np.arange(layer + 1, spec.depth + 1)
                 qs = (q * np.exp(logs + (later - layer) * dl)).tolist()
-                same = [(r["observable"], r["value"]) for r in rows[-6:]]
+                same = [(r["observable"], r["value"]) for r in rows
+                        if r["layer"] == layer]
                 for lay, qv in zip(later.tolist(), qs, strict=True):
                     rows += [dict(layer=lay, observable=k, source=source,
                                   value=qv if k == "q" else v) for k, v in same]
@@ -291,7 +298,8 @@ def layer_table(spec: ArchSpec, traj) -> list[dict]:
     """Per block of a spec with weights-derived ``layers`` (docs/theory.md §2.8): its RMS
     ``beta`` over heads, the input cosine ``rho_in`` the theory gives it (``traj``'s cos at
     the layer below), ``beta_c(rho_in)`` and their ratio, and the per-head ``beta`` list.
-    A spec without layers gives one entry per block with the spec's beta."""
+    A spec without layers gives one entry per block with the spec's beta. A measured mixer
+    (docs/theory.md §2.8.1) has no heads: beta 0 and ``mixer`` ``"measured"``."""
     cos = traj[traj["observable"] == "cos"].set_index("layer")["value"]
     logt = math.sqrt(math.log(spec.seq_len))
     out = []
@@ -300,9 +308,13 @@ def layer_table(spec: ArchSpec, traj) -> list[dict]:
         beta = float(np.sqrt(np.mean(heads**2)))
         r = float(np.clip(cos.get(layer - 1, spec.rho_init), 0.0, 1.0))
         bc = float(rem.beta_c(r))
-        out.append({"layer": layer, "beta": beta, "rho_in": r, "beta_c": bc,
-                    "beta_over_beta_c": beta / bc, "heads": [float(b) for b in heads],
-                    "heads_over": [int(h) for h in np.flatnonzero(heads > bc)]})
+        row = {"layer": layer, "beta": beta, "rho_in": r, "beta_c": bc,
+               "beta_over_beta_c": beta / bc, "heads": [float(b) for b in heads],
+               "heads_over": [int(h) for h in np.flatnonzero(heads > bc)]}
+        if spec.layers is not None and spec.layer_at(layer).measured:
+            row.update(beta=0.0, beta_over_beta_c=0.0, heads=[], heads_over=[],
+                       mixer="measured")
+        out.append(row)
     return out
 
 

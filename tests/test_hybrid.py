@@ -1,0 +1,85 @@
+"""Hybrid stacks in `sigprop diagnose`: attention layers from the theory, the other mixers
+(Mamba, Gated-DeltaNet linear attention) as measured residual maps (docs/theory.md §2.8.1).
+Shrunk HF models built offline from the zoo's small configs (2 layers, d = 64, T = 64)."""
+
+import warnings
+from dataclasses import replace
+
+import numpy as np
+import pytest
+
+import sigprop
+from sigprop.models.zoo import small_config
+from sigprop.theory import depth
+
+from .clirun import sigprop as cli
+
+#: theory vs measured cos per layer. Two layers at d = 64, one draw, 2 x 64 tokens: the
+#: measured mean cosine of one draw scatters by ~1/sqrt(d) ~ 0.1 times the branch's share,
+#: and the attention layer's MoE (16 or 8 experts at d = 64) is far from mean field
+TOL = 0.05
+
+
+def _config(model_type: str, **over):
+    from transformers import AutoConfig
+
+    d, _ = small_config(model_type)
+    d = dict(d)
+    d.pop("model_type", None)
+    d.update(over)
+    return AutoConfig.for_model(model_type, **d)
+
+
+def _diagnose(cfg):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return sigprop.diagnose(cfg, seq_len=64, seeds=1, sequences=2, seed=0)
+
+
+def _cos(traj, source):
+    t = traj[(traj.observable == "cos") & (traj.source == source)]
+    return t.set_index("layer")["value"].sort_index()
+
+
+# initializer_range 0.1: the mixer block multiplies the stream's q by ~20-90 and lowers its
+# cosine, so an identity map in its place is visibly wrong; num_experts 8 keeps Qwen3-Next's
+# routing factors quick (its 512 experts take a minute)
+CASES = {
+    "jamba": dict(initializer_range=0.1),
+    "qwen3_next": dict(initializer_range=0.1, num_experts=8, num_experts_per_tok=2),
+}
+
+
+@pytest.mark.parametrize("model_type", sorted(CASES))
+def test_hybrid_theory_rows_for_every_layer(model_type):
+    dg = _diagnose(_config(model_type, **CASES[model_type]))
+    meas, theory = _cos(dg.trajectory, "measured"), _cos(dg.trajectory, "theory")
+    assert list(theory.index) == list(meas.index) == [0, 1, 2]
+    assert [x.measured for x in dg.spec.layers] == [True, False]
+    assert dg.spec.layers[0].mixer_map is not None
+    assert any("hybrid stack: layer(s) 1 have no attention" in n for n in dg.notes)
+    assert not any("not readable" in n for n in dg.notes)
+    err = np.abs(theory - meas)
+    assert err[1] < 1e-9  # the measured map at the measured input
+    assert err.max() < TOL, err.to_dict()
+    # control: an identity map in place of the measured mixer misses the attention layer
+    ident = tuple(replace(x, mixer_map=(x.mixer_map[0], x.mixer_map[1]) * 2)
+                  if x.measured else x for x in dg.spec.layers)
+    ctl = _cos(depth.propagate(dg.spec.replace(layers=ident)), "theory")
+    # (jamba: 0.22 off, qwen3_next: 0.061 off; the theory with the map: < 0.002)
+    assert abs(ctl[2] - meas[2]) > max(TOL, 10 * err[2]), (ctl[2], meas[2], err[2])
+    assert dg.layers[0].get("mixer") == "measured"
+
+
+def test_hybrid_cli_json(tmp_path):
+    import json
+
+    cfg = _config("jamba", initializer_range=0.1)
+    cfg.save_pretrained(tmp_path)
+    p = cli("diagnose", str(tmp_path / "config.json"), "--seq-len", "64", "--seeds", "1",
+            "--sequences", "2", "--format", "json", timeout=120)
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    theory = [r for r in out["rows"] if r["source"] == "theory" and r["observable"] == "cos"]
+    assert len(theory) == 3
+    assert any("measured residual maps" in n for n in out["notes"])
