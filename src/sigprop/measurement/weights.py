@@ -46,14 +46,15 @@ one called is the output, the earlier ones the inputs: one plain, two gated, or 
 * hybrid stacks (Jamba, Qwen3-Next, Zamba, ...): a block without an attention site (its token
   mixer is Mamba, linear attention, ...) gets :data:`MEASURED_MIXER` -- the whole block, MLP
   included, is a measured residual map (docs/theory.md §2.8.1) -- and the layout entry
-  ``{"mixer": "measured"}``; the attention blocks are read as above. A stack without any
-  attention site is not readable.
+  ``{"mixer": "measured"}``; the attention blocks are read as above, those without an MLP
+  (Nemotron-H: the MLP is a block of its own) with ``var_w_in = var_w_out = 0``. A stack
+  without any attention site is not readable.
 """
 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -540,6 +541,13 @@ class WeightReader:
                 heads += [{"layer": layer, "head": h, "sigma_s": float(s)}
                           for h, s in enumerate(sig)]
         structure = [st for st in self.structure for _ in range(self.repeats)]
+        if any(x.measured for x in layers):  # hybrid: an attention block without an MLP
+            layers = [replace(x, var_w_in=0.0, var_w_out=0.0)  # (its MLP is another block)
+                      if not x.measured and st.get("mlp") == "missing" else x
+                      for x, st in zip(layers, structure, strict=True)]
+            notes = [n.replace("no MLP found; var_w_in = var_w_out = 1", "no MLP (attention "
+                               "only, a hybrid stack's MLP is a block of its own); var_w_in "
+                               "= var_w_out = 0") for n in notes]
         known = [x for x in scales if math.isfinite(x)]
         fill = float(np.median(known))  # a measured mixer has no logit scale: the median
         scales = [x if math.isfinite(x) else fill for x in scales]

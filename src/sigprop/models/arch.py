@@ -418,9 +418,24 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
 
     st = list(table.structure)
     mixed = [i + 1 for i, s in enumerate(st) if s.get("mixer") == "measured"]
+    st_all = st
     st = [s for s in st if s.get("mixer") != "measured"]  # the attention blocks' layout
     if not st:
         return None, ["theory: no block layout read"]
+    # hybrid stacks: attention blocks without an MLP (Nemotron-H's "*" layers: the MLP is a
+    # block of its own) have a zero MLP branch (the reader's var_w_in = var_w_out = 0)
+    bare = [i + 1 for i, s in enumerate(st_all)
+            if mixed and s.get("mixer") != "measured" and s["mlp"] == "missing"]
+    if bare:
+        if any(table.layers[i - 1].var_b > 0 for i in bare):
+            return None, ["theory: attention blocks without an MLP carry biases (the "
+                          "theory's MLP branch would add them); verdict read from the "
+                          "measurement"]
+        causal_all = any(s["causal"] for s in st)
+        st = [s for s in st if s["mlp"] != "missing"] or [
+            dict(st[0], mlp="ok", activation="linear", activation_error=0.0, gated=False,
+                 parallel=False, sandwich=False)]
+        st[0] = dict(st[0], causal=st[0]["causal"] or causal_all)
     body = st[1:] if len(st) > 1 else st  # layer 1 may read the embeddings' norm (ModernBERT)
     norm = Counter(s["norm"] for s in body).most_common(1)[0][0]
     keys = ("parallel", "gated", "activation", "mlp", "sandwich")
@@ -484,7 +499,9 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
         notes.append(f"hybrid stack: layer(s) {_ranges(mixed)} have no attention (another "
                      "token mixer): measured residual maps in the theory, mixer and MLP "
                      f"together (docs/theory.md §2.8.1); layer(s) {_ranges(att)} from the "
-                     "attention theory")
+                     "attention theory"
+                     + (f" (layer(s) {_ranges(bare)}: attention only, no MLP branch)"
+                        if bare else ""))
     notes.append(f"block layout read from the model: {norm}-LN"
                  f"{', normalised branch outputs' if first['sandwich'] else ''}"
                  f"{', parallel attention + MLP' if first['parallel'] else ''}, {act}"

@@ -210,7 +210,8 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
                               f"{hi[i]}")
         else:
             head_cells.append(f"{lo[i]}–{hi[i]}")
-    ratio = {r["layer"]: r["beta_over_beta_c"] for r in getattr(d, "layers", [])}
+    ratio = {r["layer"]: r["beta_over_beta_c"] for r in getattr(d, "layers", [])
+             if r.get("mixer") is None}  # a measured mixer (theory §2.8.1) has no beta
     rcol = tables.column([ratio.get(layer) for layer in layers]) if ratio else None
     names = ["layer", "cos", "cos th", *(["beta/bc"] if rcol else []),
              *[c.replace("stable_rank", "srank") for c in obs], "head entropy"]
