@@ -50,13 +50,14 @@ def test_sample_no_traceback(mt, tmp_path):
 
 @pytest.mark.parametrize("mt", ["wav2vec2", "videomae", "llava", "jamba", "gemma4_text",
                                 "whisper", "fsmt", "qwen2_vl_text", "lxmert", "xmod",
-                                "muse_spark_vision"])
+                                "muse_spark_vision", "nemotron3_5_transcribe_word_timestamp"])
 def test_kinds_get_a_verdict(mt, tmp_path):
     """Audio values, video frames, a composite vision-language model (its language stack
     reached by text), a hybrid Mamba/attention stack, a per-layer config, Whisper's encoder,
     a time-major stack (FSMT), multimodal RoPE sections left to the model's default (Qwen2-VL),
-    region features and boxes (LXMERT), language ids (X-MOD) and patches of two frames
-    (``patch_temporal``) all get a verdict, not a refusal."""
+    region features and boxes (LXMERT), language ids (X-MOD), patches of two frames
+    (``patch_temporal``) and a forward that takes only embeddings (``inputs_embeds``) all get
+    a verdict, not a refusal."""
     if mt not in ALL:
         pytest.skip(f"{mt} not in this transformers")
     rec = _check(mt, tmp_path)

@@ -29,7 +29,7 @@ from ..spec import SpecError
 from .config import config_attr
 
 __all__ = ["MAKERS", "Settled", "config_value", "forward_error", "forward_params", "make_input",
-           "sub_configs",
+           "makeable", "sub_configs",
            "settle"]
 
 _SUBCONFIGS = ("vision_config", "audio_config", "text_config", "encoder_config",
@@ -259,13 +259,34 @@ _KIND = {"pixel_values": "image", "pixel_values_videos": "video", "input_values"
          "input_features": "audio", "bbox": "layout"}
 
 
+def _embeds(cfg, B, T, g):
+    """Token embeddings a forward takes in place of ids (``inputs_embeds``, a Q-Former's
+    ``query_embeds`` ...): ``(B, T, hidden size)`` i.i.d. N(0, 1)."""
+    d = config_value(cfg, ("hidden_size", "d_model", "n_embd", "dim", "embed_dim"))
+    return None if d is None else torch.randn(B, T, int(d), generator=g)
+
+
+def _maker(name: str) -> Callable | None:
+    """The maker of input ``name``: :data:`MAKERS`, or embeddings for a ``*_embeds`` input."""
+    if name in MAKERS:
+        return MAKERS[name]
+    if name.endswith("_embeds"):
+        return lambda c, m, B, T, V, s, g: _embeds(c, B, T, g)
+    return None
+
+
+def makeable(name: str) -> bool:
+    """Whether sigprop can make input ``name`` (a config may still lack what sizes it)."""
+    return _maker(name.split("@")[0]) is not None
+
+
 def make_input(name: str, cfg, model, B: int, T: int, vocab: int, seed: int):
     """One input tensor, or None when sigprop cannot make ``name`` from the config.
     ``name@t``: the same input with its last two axes swapped (``input_features`` as frames x
     mel bins, as Parakeet or Speech2Text take them, where Whisper takes mel bins x frames);
     ``name@c``: with a channel axis (``input_values`` as (B, 1, samples): audio codecs)."""
     name, _, variant = name.partition("@")
-    maker = MAKERS.get(name)
+    maker = _maker(name)
     if maker is None:
         return None
     g = torch.Generator().manual_seed(int(seed) + len(name))
@@ -304,7 +325,7 @@ def _asked_for(err: BaseException, params: list[str], have: set[str]) -> list[st
     if m:
         return _QUOTED.findall(m.group(1))
     named = [p for p in params if p not in have and re.search(rf"\b{re.escape(p)}\b", msg)]
-    return [p for p in named if p in MAKERS or p.startswith(("pixel", "input", "bbox"))]
+    return [p for p in named if makeable(p) or p.startswith(("pixel", "input", "bbox"))]
 
 
 @dataclass
@@ -332,8 +353,8 @@ def settle(model: nn.Module, cfg, main: list[str], candidates: list[str],
     inputs made."""
     params, required = forward_params(model)
     names = [n for n in main if not params or n in params]
-    names += [n for n in params if n in required and n in MAKERS and n not in names]
-    unknown = [n for n in params if n in required and n not in MAKERS]
+    names += [n for n in params if n in required and makeable(n) and n not in names]
+    unknown = [n for n in params if n in required and not makeable(n)]
     cls = type(model).__name__
     if unknown:
         raise SpecError("model", f"{cls}.forward needs {', '.join(unknown)}, which sigprop "
@@ -378,7 +399,7 @@ def settle(model: nn.Module, cfg, main: list[str], candidates: list[str],
                 bare = {n.split("@")[0] for n in names}
                 asked = [a for a in _asked_for(err, params, bare) if a not in bare]
                 if asked:
-                    cant = [a for a in asked if a not in MAKERS]
+                    cant = [a for a in asked if not makeable(a)]
                     if cant:
                         raise SpecError("model", f"{cls}.forward needs {', '.join(cant)}, "
                                                  "which sigprop cannot make from the "
