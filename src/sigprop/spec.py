@@ -172,7 +172,9 @@ class LayerSpec:
     block's measured input and output squared norm per dimension (in the theory's units)
     and mean token cosine; its attention and MLP fields are unused (``sigma_s`` (0,) by
     convention). ``mixer_map`` None: not filled yet (``sigprop diagnose`` fills it); the
-    theory then refuses the layer.
+    theory then refuses the layer. ``glu_shift``: a gated MLP whose up branch is shifted by a
+    constant, ``phi(g) (u + c)`` (gpt-oss: c = 1): ``c^2`` over the up branch's variance
+    ratio folded into ``var_w_out`` (docs/theory.md §2.5.3); 0 for none.
     """
 
     sigma_s: tuple[float, ...]
@@ -199,10 +201,13 @@ class LayerSpec:
     moe_shared_gate_var: float | None = None
     mixer: str | None = None
     mixer_map: tuple[float, float, float, float] | None = None
+    glu_shift: float = 0.0
 
     def __post_init__(self) -> None:
         self._check_moe()
         self._check_mixer()
+        _check_float("layers.glu_shift", self.glu_shift, 0.0, 1e12)
+        object.__setattr__(self, "glu_shift", float(self.glu_shift))
         if self.branch_gain2 is not None:
             g = tuple(float(x) for x in self.branch_gain2)
             if len(g) != 2:

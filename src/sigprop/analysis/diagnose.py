@@ -436,11 +436,20 @@ def recommend(spec: ArchSpec, rho0: float, qk_norm: bool = False) -> list[dict]:
         item["text"] = (f"alpha_attn={spec.alpha_attn:g} is above alpha_crit(L={spec.depth})="
                         f"{a_crit:.3g}: no change needed")
     out.append(item)
-    centred = spec.replace(attention="centred")
+    # attention sinks dropped: centred rows sum to 0, no mass for a sink to take
+    sinks = spec.layers is not None and any(x.sink_logit is not None for x in spec.layers)
+    if sinks:
+        import dataclasses
+
+        centred = spec.replace(attention="centred", layers=tuple(
+            dataclasses.replace(x, sink_logit=None) for x in spec.layers))
+    else:
+        centred = spec.replace(attention="centred")
     c_cos = float(depth.final_cos(centred, rho0=rho0))
     out.append({"what": "centred attention", "predicted_cos_L": c_cos,
                 "predicted_verdict": depth.verdict(centred, rho0=rho0),
-                "text": f"centred attention (A - 11^T/T, mindthegap): predicted final cos "
+                "text": f"centred attention (A - 11^T/T, mindthegap"
+                        f"{', without the sinks' if sinks else ''}): predicted final cos "
                         f"{base:.3g} -> {c_cos:.3g}"})
     long_t = min(spec.seq_len * 16, 2**20)
     row = {"what": "length scaling", "seq_len": long_t}

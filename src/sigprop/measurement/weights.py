@@ -42,7 +42,9 @@ one called is the output, the earlier ones the inputs: one plain, two gated, or 
   router's output in the forward pass (the routing weights' row sums: constant c means
   renormalised, times c; softmax or sigmoid from which reproduces them), else from the
   config attributes the model carries (:meth:`WeightReader.read` ``config``); a shared expert
-  (the block's remaining linear maps) and its 1-output sigmoid gate;
+  (the block's remaining linear maps) and its 1-output sigmoid gate; gpt-oss's clamped
+  SwiGLU experts (:func:`_clamped_glu`: interleaved gate / up columns, gate ``g sigmoid(1.702
+  g)`` read as GELU within 0.02, ``u + 1`` as ``glu_shift``, docs/theory.md §2.5.3);
 * hybrid stacks (Jamba, Qwen3-Next, Zamba, ...): a block without an attention site (its token
   mixer is Mamba, linear attention, ...) gets :data:`MEASURED_MIXER` -- the whole block, MLP
   included, is a measured residual map (docs/theory.md §2.8.1) -- and the layout entry
@@ -233,6 +235,18 @@ def _detach(out):
     return None
 
 
+def _clamped_glu(mod: nn.Module) -> tuple[float, float] | None:
+    """``(alpha, limit)`` of experts with gpt-oss's clamped SwiGLU (``glu = g sigmoid(alpha
+    g)`` with g clamped above at ``limit``, times ``u + 1`` with u clamped to +-limit, over an
+    interleaved ``[g0, u0, g1, u1, ...]`` fused projection): a module inside ``mod`` holding
+    numeric ``alpha`` and ``limit`` attributes (HF ``GptOssExperts``); None otherwise."""
+    for m in mod.modules():
+        a, lim = getattr(m, "alpha", None), getattr(m, "limit", None)
+        if all(isinstance(x, int | float) and not isinstance(x, bool) for x in (a, lim)):
+            return float(a), float(lim)
+    return None
+
+
 def _stacked_experts(mod: nn.Module, E: int, d: int):
     """``(ins, out)`` of experts stored as 3-D parameters ``(E, ., .)`` directly in ``mod``
     or one of its descendants, as ``(E, out, in)`` float64 tensors (biases ``(E, out)`` or
@@ -264,7 +278,10 @@ def _stacked_experts(mod: nn.Module, E: int, d: int):
         W = orient(W, d)
         b = params.get(n + "_bias")
         b = None if b is None else b.to(torch.float64).cpu()
-        if W.shape[1] == 2 * ff:
+        if W.shape[1] == 2 * ff and _clamped_glu(mod) is not None:  # interleaved g, u
+            ins += [(W[:, 0::2], None if b is None else b[:, 0::2]),
+                    (W[:, 1::2], None if b is None else b[:, 1::2])]
+        elif W.shape[1] == 2 * ff:
             ins += [(W[:, :ff], None if b is None else b[:, :ff]),
                     (W[:, ff:], None if b is None else b[:, ff:])]
         elif W.shape[1] == ff:
@@ -420,6 +437,8 @@ class WeightTable:
             if per[0].gate_var is not None:
                 cross["gate_var"] = float(np.mean([x.gate_var for x in per]))
                 cross["gate_bias2"] = float(np.mean([x.gate_bias2 for x in per]))
+            if per[0].glu_shift:
+                cross["glu_shift"] = float(np.mean([x.glu_shift for x in per]))
             if per[0].moe_experts is not None:
                 cross.update(moe_experts=per[0].moe_experts, moe_top_k=per[0].moe_top_k,
                              moe_weighting=per[0].moe_weighting, moe_scale=per[0].moe_scale)
@@ -590,6 +609,13 @@ class WeightReader:
                     if name is not None:
                         out.update(activation=name, activation_error=err)
                         break
+            if out["activation"] is None and moe.get("glu") is not None:  # gpt-oss, inline:
+                x = np.linspace(-5.0, 5.0, 201)  # its gate g sigmoid(alpha g) against GELU
+                a = moe["glu"][0]
+                err = float(np.max(np.abs(x / (1.0 + np.exp(-a * x))
+                                          - _ACT_REFERENCE["gelu"](x))))
+                if err <= ACT_APPROX:
+                    out.update(activation="gelu", activation_error=err, glu=moe["glu"])
             return out
         if not parts.mlp:
             return out
@@ -885,7 +911,8 @@ class WeightReader:
                                moe_router_var=float(Wr.pow(2).sum() / E),
                                moe_weighting=weighting, moe_scale=scale)
                 return {"fields": fields_, "ins": ex[0], "out": ex[1], "module": mod,
-                        "router": child, "source": src, "gains": G}
+                        "router": child, "source": src, "gains": G,
+                        "glu": _clamped_glu(mod)}
         return None
 
     def _moe_read(self, moe: dict, parts: _Parts, biases: list) -> tuple[float, float, dict]:
@@ -902,6 +929,8 @@ class WeightReader:
             var_out *= vin[1] / vin[0]
         biases += [b for _, b in moe["ins"] if b is not None] + ([bd] if bd is not None else [])
         fields_ = dict(moe["fields"])
+        if moe.get("glu") is not None and len(vin) == 2 and vin[1] > 0:  # (u + 1): c^2 / r
+            fields_["glu_shift"] = vin[0] / vin[1]
         own = {id(x) for x in moe["module"].modules()}
         shared = [m for m in parts.rest if id(m) in own and m is not moe["router"]]
         sgate = [m for m in shared if matrix(m)[0].shape[0] == 1]

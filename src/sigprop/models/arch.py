@@ -491,6 +491,11 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
         notes.append(f"mixture of experts: top-{moe.moe_top_k} of {moe.moe_experts} experts "
                      f"({moe.moe_weighting} weights{shared}) read from the weights, in the "
                      "theory (docs/theory.md §2.5.2)")
+    glu = next((s_["glu"] for s_ in st if s_.get("glu")), None)
+    if glu is not None and any(x.glu_shift for x in lays):
+        notes.append(f"clamped SwiGLU experts (gpt-oss): gate g sigmoid({glu[0]:.4g} g) read "
+                     "as GELU, the up branch's + 1 in the theory (docs/theory.md §2.5.3); the "
+                     f"clamps at {glu[1]:.3g} are not (inactive while |g|, |u| stay below)")
     if any(x.gate_var is not None for x in lays):
         notes.append("output-gated attention: the sigmoid gate's variance read from the "
                      "weights, in the theory (docs/theory.md §2.4.4)")

@@ -181,13 +181,19 @@ def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o
     return qa, pa
 
 
-def mlp_map(q, p, *, activation: str, var_w_in, var_w_out, var_b, moe=None):
+def mlp_map(q, p, *, activation: str, var_w_in, var_w_out, var_b, moe=None, glu_shift=0.0):
     """(q, p) after the two-layer MLP (docs/theory.md §2.5, gg25 Eqs. 17-18). ``moe``
     (:attr:`BlockParams.moe`, docs/theory.md §2.5.2): a mixture of experts, whose routed
     part is the dense map times the routing factors ``c^2 (A, B)`` of :func:`.moe.factors`,
-    plus the shared expert's dense map (times its sigmoid gate's kernel)."""
+    plus the shared expert's dense map (times its sigmoid gate's kernel). ``glu_shift``
+    (gated MLPs, docs/theory.md §2.5.3): the up branch ``u + c`` (gpt-oss) has second
+    moments ``(q1 + s, p1 + s)`` in the folded units, ``s`` = :attr:`LayerSpec.glu_shift`."""
     q1, p1 = var_w_in * q + var_b, var_w_in * p + var_b
-    k_diag, k_off = kernels.kernel(activation, q1, p1)
+    if glu_shift and activation in ("swiglu", "geglu"):
+        kd, ko = kernels.kernel("silu" if activation == "swiglu" else "gelu", q1, p1)
+        k_diag, k_off = kd * (q1 + glu_shift), ko * (p1 + glu_shift)
+    else:
+        k_diag, k_off = kernels.kernel(activation, q1, p1)
     qh, ph = var_w_out * k_diag + var_b, var_w_out * k_off + var_b
     if moe is None:
         return qh, ph
@@ -243,6 +249,8 @@ class BlockParams:
     #: a measured residual map ``(q_in, cos_in, q_out, cos_out)`` in place of the whole block
     #: (a hybrid stack's non-attention mixer, docs/theory.md §2.8.1), or None
     mixer: tuple | None = None
+    #: constant shift of a gated MLP's up branch (docs/theory.md §2.5.3), 0 for none
+    glu_shift: float = 0.0
 
     @classmethod
     def from_spec(cls, spec: ArchSpec, layer: int | None = None, **override) -> BlockParams:
@@ -278,6 +286,8 @@ class BlockParams:
                 base["moe"] = (lay.moe_experts, lay.moe_top_k, lay.moe_router_var,
                                lay.moe_weighting, lay.moe_scale, lay.moe_shared_var_in,
                                lay.moe_shared_var_out, lay.moe_shared_gate_var)
+            if lay.glu_shift:
+                base["glu_shift"] = lay.glu_shift
             if lay.measured:
                 if lay.mixer_map is None:
                     raise SpecError("layers.mixer_map", f"layer {layer or 1} is a measured "
@@ -556,7 +566,8 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     a2 = np.asarray(bp.alpha_attn, dtype=np.float64) ** 2
     if bp.parallel:  # one skip; the MLP reads the attention's input (cross terms vanish)
         q_h, p_h = mlp_map(qa, pa, activation=bp.activation, var_w_in=bp.var_w_in,
-                           var_w_out=bp.var_w_out, var_b=bp.var_b, moe=bp.moe)
+                           var_w_out=bp.var_w_out, var_b=bp.var_b, moe=bp.moe,
+                           glu_shift=bp.glu_shift)
         if bp.branch_gain2 is not None:
             q_h, p_h = _renorm(q_h, p_h, bp.branch_gain2[1])
         q = a2 * q + branch_scale * (q_att + q_h)
@@ -586,7 +597,8 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
             q, p = np.ones_like(q), _cos(p + p_c, q + q_c)
     qm, pm = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
     q_h, p_h = mlp_map(qm, pm, activation=bp.activation, var_w_in=bp.var_w_in,
-                       var_w_out=bp.var_w_out, var_b=bp.var_b, moe=bp.moe)
+                       var_w_out=bp.var_w_out, var_b=bp.var_b, moe=bp.moe,
+                       glu_shift=bp.glu_shift)
     if bp.branch_gain2 is not None:
         q_h, p_h = _renorm(q_h, p_h, bp.branch_gain2[1])
     m2 = np.asarray(bp.alpha_mlp, dtype=np.float64) ** 2

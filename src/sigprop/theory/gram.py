@@ -222,10 +222,10 @@ def mlp_gram(C: np.ndarray, bp: BlockParams) -> np.ndarray:
     """Entrywise MLP kernel on unit tokens with cosine matrix C; a mixture of experts
     (``bp.moe``, docs/theory.md §2.5.2) through :func:`.blocks.mlp_map` entrywise (routing
     factors ``A`` on the diagonal, ``B(C)`` off it, plus the shared expert)."""
-    if bp.moe is not None:
+    if getattr(bp, "moe", None) is not None or getattr(bp, "glu_shift", 0.0):  # §2.5.3
         qd, pd = mlp_map(np.ones(C.shape), C, activation=bp.activation,
                          var_w_in=bp.var_w_in, var_w_out=bp.var_w_out, var_b=bp.var_b,
-                         moe=bp.moe)
+                         moe=bp.moe, glu_shift=bp.glu_shift)
         out = np.array(pd, dtype=np.float64)
         idx = np.arange(C.shape[-1])
         out[..., idx, idx] = qd[..., idx, idx]
