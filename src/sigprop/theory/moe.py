@@ -14,11 +14,13 @@ the dense MLP map of one expert (:func:`sigprop.theory.blocks.mlp_map`, biases i
 each expert's output bias is its own, so it carries ``B`` too).
 
 The top-k of E correlated Gaussians has no closed form beyond E = 2, so ``A`` and ``B`` are
-computed by a **deterministic seeded Monte-Carlo tabulation** in float64: ``N_SAMPLES`` pairs
-of standard normal logit vectors (seed 0, common to every node, so the table is smooth in
-rho), on ``RHO_NODES`` nodes uniform in ``u = sqrt(1 - rho)`` (``B`` has a ``sqrt(1 - rho)``
-cusp at rho = 1 for hard routing), interpolated linearly in ``u``. Standard error of ``B``
-below ``0.5 / sqrt(N_SAMPLES) = 0.0014``; interpolation error below 1e-3 (tests).
+computed by a **deterministic seeded Monte-Carlo tabulation** in float64: pairs of standard
+normal logit vectors (seed 0, common to every node, so the table is smooth in rho), drawn in
+chunks until every node's measured standard error is below ``SE_BOUND = 0.5 / sqrt(N_SAMPLES)
+~ 0.002`` (at most ``N_SAMPLES`` pairs: few experts need them all, hundreds of experts average
+within a draw and stop after a few thousand), on ``RHO_NODES`` nodes uniform in
+``u = sqrt(1 - rho)`` (``B`` has a ``sqrt(1 - rho)`` cusp at rho = 1 for hard routing),
+interpolated linearly in ``u``; interpolation error below 1e-3 (tests).
 """
 
 from __future__ import annotations
@@ -36,7 +38,10 @@ from ..spec import MOE_WEIGHTINGS
 WEIGHTINGS = MOE_WEIGHTINGS
 N_SAMPLES = 1 << 16
 RHO_NODES = 41
-_CHUNK = 1 << 14
+_CHUNK = 1 << 11
+#: the standard error every node's estimate reaches (sampling stops there, at the latest
+#: after N_SAMPLES): many experts average within a draw, so they need fewer draws
+SE_BOUND = 0.5 / np.sqrt(N_SAMPLES)
 
 
 def gates(logits: np.ndarray, k: int, weighting: str) -> np.ndarray:
@@ -66,16 +71,23 @@ def _table(E: int, k: int, s: float, weighting: str) -> tuple[np.ndarray, np.nda
     u = np.linspace(0.0, np.sqrt(2.0), RHO_NODES)
     rho = 1.0 - u**2
     rng = np.random.default_rng(0)
-    out = np.zeros(RHO_NODES)
-    for start in range(0, N_SAMPLES, _CHUNK):
-        n = min(_CHUNK, N_SAMPLES - start)
+    out, sq, n_done = np.zeros(RHO_NODES), np.zeros(RHO_NODES), 0
+    while n_done < N_SAMPLES:
+        n = min(_CHUNK, N_SAMPLES - n_done)
         z1 = rng.standard_normal((n, E))
         z2 = rng.standard_normal((n, E))
         ga = gates(s * z1, k, weighting)
         for i, r in enumerate(rho):
             gc = gates(s * (r * z1 + np.sqrt(max(1.0 - r * r, 0.0)) * z2), k, weighting)
-            out[i] += np.einsum("ne,ne->", ga, gc)
-    return u, out / N_SAMPLES
+            x = np.einsum("ne,ne->n", ga, gc)
+            out[i] += x.sum()
+            sq[i] += x @ x
+        n_done += n
+        mean = out / n_done  # stop once every node's standard error is below the bound
+        se = np.sqrt(np.maximum(sq / n_done - mean**2, 0.0) / max(n_done - 1, 1))
+        if n_done >= 2 * _CHUNK and se.max() < SE_BOUND:
+            break
+    return u, out / n_done
 
 
 def factors(E: int, k: int, var_r, weighting: str, q, p) -> tuple[np.ndarray, np.ndarray]:
