@@ -7,6 +7,12 @@ import pytest
 # matmuls of ~1 ms took 200 ms); the theory code is vectorised, not BLAS-bound.
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 os.environ.setdefault("MPLBACKEND", "Agg")
+# Under pytest-xdist (`make test`: one worker per core) each worker gets its share of the cores
+# for torch's intra-op threads, before torch is imported: workers that each start one thread per
+# core oversubscribe the machine and stall in OpenMP barriers.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    _share = (os.cpu_count() or 1) // max(int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1")), 1)
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(_share, 1)))
 # A fresh table cache per test session (inherited by CLI subprocesses): no stale tables.
 os.environ.setdefault("SIGPROP_CACHE_DIR", tempfile.mkdtemp(prefix="sigprop-cache-"))
 

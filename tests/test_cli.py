@@ -83,6 +83,7 @@ def test_bad_input_exit_2_one_line(args, needle):
     assert "Traceback" not in p.stderr + p.stdout
 
 
+@pytest.mark.slow  # >10 s; in `make test-slow`
 def test_diagram_json_and_png_fast(tmp_path):
     png = tmp_path / "d.png"
     p = run_process("diagram", "--depth", "60", "--format", "json", "--out", str(png))

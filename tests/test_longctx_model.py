@@ -185,6 +185,7 @@ def test_bidirectional_theory_within_003_at_every_layer_and_length():
     assert all(x["theory_fit"] in ("gg25", "clpr25") for x in r.layers)
 
 
+@pytest.mark.slow  # >10 s; in `make test-slow`
 def test_rows_cover_every_layer_length_and_scaling():
     r = lm.sweep_model(LLAMA, [1024, 8192], queries=32, seed=0,
                        scalings=["log-n", "tau:0.8"])
@@ -202,6 +203,7 @@ def test_rows_cover_every_layer_length_and_scaling():
     json.dumps(r.to_json())  # serialisable, no NaN
 
 
+@pytest.mark.slow  # >10 s; in `make test-slow`
 def test_scalings_change_the_logits_as_stated():
     """log-n at lengths beyond training multiplies the scores: entropy falls (more focused)
     relative to none; tau < 1 (noci22's temperature multiplies the logits) flattens."""
@@ -215,6 +217,7 @@ def test_scalings_change_the_logits_as_stated():
 
 
 # ----------------------------------------------------------------- recommendation and fix
+@pytest.mark.slow  # >10 s; in `make test-slow`
 def test_recommendation_holds_when_remeasured_after_fix(tmp_path):
     """A hot GPT-2 (beta ~ 2 at init, no RoPE: theory within ~0.02) drifts out of a 0.05
     entropy band by 2^17 as it is (+0.1); the recommended scaling keeps it in band in the same

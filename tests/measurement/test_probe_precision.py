@@ -117,6 +117,7 @@ def test_float32_statistics_within_claimed_tolerance(preset, impl, probs):
             assert err <= REL, (k, err)
 
 
+@pytest.mark.slow  # >10 s; in `make test-slow`
 def test_diagnose_float32_matches_float64(monkeypatch):
     """``diagnose`` with float32 statistics (its default) against float64: the same verdict,
     first failing layer and heads, every trajectory and per-head row within 1e-5 relative."""

@@ -91,6 +91,7 @@ def _ray_or_skip():
     return ray
 
 
+@pytest.mark.slow  # >10 s; in `make test-slow`
 def test_ray_two_workers_equals_local(baseline, tmp_path):
     """A real Ray local cluster with 2 worker CPUs runs the sweep; its store equals the local
     executor's row for row. The cluster is started here and joined by run_sweep (which then
@@ -176,6 +177,7 @@ def _kill_three_times_and_resume(tmp_path, baseline, executor, window, seed,
     return stored
 
 
+@pytest.mark.slow  # >10 s; in `make test-slow`
 def test_sigkill_local_three_times_then_resume(tmp_path, baseline):
     """Killed at three random moments (the second time the driver alone), resumed: 0 rows
     lost, 0 duplicated, no process of a killed sweep left running."""

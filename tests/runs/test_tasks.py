@@ -42,6 +42,7 @@ def test_diagnose_rows_include_heads(tiny_gpt2):
     assert d["verdict"].nunique() == 1
 
 
+@pytest.mark.slow  # >10 s; in `make test-slow`
 def test_longctx_spec_and_model(tiny_gpt2):
     s = _run("longctx", lengths=[64, 256], queries=8, beta=1.0, **TINY)
     assert sorted(s["seq_len"].unique()) == [64, 256]

@@ -228,6 +228,7 @@ def test_rem_tables_beyond_their_grid_are_cheap_and_accurate(kind):
     assert np.max(np.abs(got - exact)) < 1e-9
 
 
+@pytest.mark.slow  # >10 s; in `make test-slow`
 def test_deep_causal_stack_at_huge_score_scale_finishes():
     """Item 4: the theory side of ``measure --qk-std 3 --norm pre --causal`` (score std 144,
     v ~ 2e4 per layer) at depth 30 finishes in < 60 s including cold table builds."""
