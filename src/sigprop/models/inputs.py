@@ -130,13 +130,21 @@ def _samples(cfg, T: int) -> int:
     return int(T * hop + 400)
 
 
-def _features(cfg, B, T, g):
+#: feature frames made at most (without ``@w``): a config's source length can be 10^4 frames,
+#: whose relative-position attention alone would take tens of GB
+MAX_FRAMES = 2048
+
+
+def _features(cfg, B, T, g, whole: bool = False):
+    """``(B, mel, frames)`` features: ``2 max_source_positions`` frames (Whisper's encoder
+    takes no other length), at most :data:`MAX_FRAMES` unless ``whole``; ``4 T`` without a
+    source length."""
     mel = int(config_value(cfg, ("feature_projection_input_dim", "num_mel_bins",
                                  "feature_size", "input_feat_per_channel", "n_mels",
                                  "num_mel_filters"), 80))
     src = config_value(cfg, ("max_source_positions",))
     frames = int(2 * src) if src else 4 * T
-    return torch.randn(B, mel, frames, generator=g)
+    return torch.randn(B, mel, frames if whole else min(frames, MAX_FRAMES), generator=g)
 
 
 def _boxes(B, T, g):
@@ -254,6 +262,9 @@ _COMPANIONS = {"pixel_values": ("spatial_shapes", "pixel_attention_mask", *_GRID
 #: another layout of an input, tried when the forward fails on the first one
 _ALT = {"input_features": "input_features@t", "input_values": "input_values@c"}
 
+#: audio features at the config's whole source length, tried first when the forward fails
+_WHOLE = {"input_features": "input_features@w", "input_features_mask": "input_features_mask@w"}
+
 #: what each input is, for notes
 _KIND = {"pixel_values": "image", "pixel_values_videos": "video", "input_values": "audio",
          "input_features": "audio", "bbox": "layout"}
@@ -284,16 +295,24 @@ def make_input(name: str, cfg, model, B: int, T: int, vocab: int, seed: int):
     """One input tensor, or None when sigprop cannot make ``name`` from the config.
     ``name@t``: the same input with its last two axes swapped (``input_features`` as frames x
     mel bins, as Parakeet or Speech2Text take them, where Whisper takes mel bins x frames);
-    ``name@c``: with a channel axis (``input_values`` as (B, 1, samples): audio codecs)."""
+    ``name@c``: with a channel axis (``input_values`` as (B, 1, samples): audio codecs);
+    ``name@w``: sized for the config's whole source length (``2 max_source_positions`` feature
+    frames: Whisper); letters combine (``@tw``)."""
     name, _, variant = name.partition("@")
     maker = _maker(name)
     if maker is None:
         return None
     g = torch.Generator().manual_seed(int(seed) + len(name))
-    x = maker(cfg, model, B, T, vocab, seed, g)
-    if x is None or not variant:
+    if "w" in variant and name in ("input_features", "input_features_mask"):
+        x = _features(cfg, B, T, g, whole=True)  # the config's whole source length
+        x = x if name == "input_features" else torch.ones(B, x.shape[-1], dtype=torch.long)
+    else:
+        x = maker(cfg, model, B, T, vocab, seed, g)
+    if x is None:
         return x
-    return x.transpose(-1, -2).contiguous() if variant == "t" else x.unsqueeze(1)
+    if "t" in variant:
+        x = x.transpose(-1, -2).contiguous()
+    return x.unsqueeze(1) if "c" in variant else x
 
 
 def forward_params(model) -> tuple[list[str], set[str]]:
@@ -376,15 +395,19 @@ def settle(model: nn.Module, cfg, main: list[str], candidates: list[str],
 
     def every(ns):  # and every optional input sigprop can make (Q-Former ids, region feats)
         have = {n.split("@")[0] for n in ns}
-        return ns + [n for n in params if n in MAKERS and n not in have]
+        whole = "input_features@w" in ns  # a mask as long as the whole-length features
+        return ns + [n + "@w" if whole and n in _WHOLE else n for n in params
+                     if n in MAKERS and n not in have]
 
     fallbacks = [lambda ns: [_ALT.get(n, n) for n in ns],  # another layout (frames x mel)
+                 lambda ns: [_WHOLE.get(n, n) for n in ns],  # the whole source length
                  modal,  # a dual encoder (CLIP, SigLIP 2) wants text and images
                  lambda ns: modal([_ALT.get(n, n) for n in ns]),
                  lambda ns: every(modal(ns)), lambda ns: every(modal([_ALT.get(n, n)
-                                                                      for n in ns]))]
+                                                                      for n in ns])),
+                 lambda ns: every(modal([_WHOLE.get(n, n) for n in ns]))]
     try:
-        for _ in range(10):
+        for _ in range(12):
             inputs = {n.split("@")[0]: make_input(n, cfg, model, B, T, vocab, seed)
                       for n in names}
             inputs = {k: v.to(device) for k, v in inputs.items() if v is not None}
