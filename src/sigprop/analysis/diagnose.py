@@ -417,10 +417,16 @@ def recommend(spec: ArchSpec, rho0: float, qk_norm: bool = False) -> list[dict]:
                     "predicted_verdict": depth.verdict(fixed, rho0=rho0),
                     "text": f"re-initialise Q/K for beta={target:.3g} (sigprop fix --beta "
                             f"{target:.3g})"})
-    a_crit = float(diagram.alpha_crit(spec, rho0=rho0)[0])
-    item = {"what": "attention residual", "alpha_crit": a_crit, "current": spec.alpha_attn,
-            "predicted_cos_L_now": base}
-    if math.isfinite(a_crit) and a_crit > spec.alpha_attn:
+    causal_sinks = spec.causal and spec.layers is not None and any(
+        x.sink_logit is not None for x in spec.layers)
+    # the search re-runs the stack ~30 times; causal sink rows cost ~1 s per layer each
+    a_crit = math.nan if causal_sinks else float(diagram.alpha_crit(spec, rho0=rho0)[0])
+    item = {"what": "attention residual", "alpha_crit": None if causal_sinks else a_crit,
+            "current": spec.alpha_attn, "predicted_cos_L_now": base}
+    if causal_sinks:
+        item["text"] = ("alpha_crit not searched: the causal theory of attention sinks costs "
+                        "about a second per layer and evaluation (docs/theory.md §2.4.3)")
+    elif math.isfinite(a_crit) and a_crit > spec.alpha_attn:
         a_new = 1.1 * a_crit
         fixed = spec.replace(alpha_attn=a_new)
         new_cos = float(depth.final_cos(fixed, rho0=rho0))
