@@ -29,8 +29,7 @@ from ..spec import SpecError
 from .config import config_attr
 
 __all__ = ["MAKERS", "Settled", "config_value", "forward_error", "forward_params", "make_input",
-           "makeable", "sub_configs",
-           "settle"]
+           "makeable", "settle", "sub_configs"]
 
 _SUBCONFIGS = ("vision_config", "audio_config", "text_config", "encoder_config",
                "speech_config", "backbone_config", "encoder", "vision_tower_config")
@@ -147,9 +146,15 @@ def _features(cfg, B, T, g, whole: bool = False):
     return torch.randn(B, mel, frames if whole else min(frames, MAX_FRAMES), generator=g)
 
 
-def _boxes(B, T, g):
-    a = torch.randint(0, 1000, (B, T, 2, 2), generator=g).sort(dim=2).values
+def _corners(a):
+    """Boxes ``(x0, y0, x1, y1)`` from two random points per box, ``a`` of shape (..., 2, 2):
+    each coordinate sorted so that the first corner is the smaller."""
+    a = a.sort(dim=-2).values
     return torch.stack([a[..., 0, 0], a[..., 0, 1], a[..., 1, 0], a[..., 1, 1]], -1)
+
+
+def _boxes(B, T, g):
+    return _corners(torch.randint(0, 1000, (B, T, 2, 2), generator=g))
 
 
 def _region_features(cfg, B, T, g):
@@ -164,8 +169,7 @@ def _region_boxes(cfg, B, T, g):
     dim = int(config_value(cfg, ("visual_pos_dim",), 4))
     if dim != 4:
         return torch.rand(B, T, dim, generator=g)
-    a = torch.rand(B, T, 2, 2, generator=g).sort(dim=2).values
-    return torch.stack([a[..., 0, 0], a[..., 0, 1], a[..., 1, 0], a[..., 1, 1]], -1)
+    return _corners(torch.rand(B, T, 2, 2, generator=g))
 
 
 def _is_video(cfg, model) -> bool:
@@ -262,7 +266,7 @@ _COMPANIONS = {"pixel_values": ("spatial_shapes", "pixel_attention_mask", *_GRID
 #: another layout of an input, tried when the forward fails on the first one
 _ALT = {"input_features": "input_features@t", "input_values": "input_values@c"}
 
-#: audio features at the config's whole source length, tried first when the forward fails
+#: audio features at the config's whole source length, tried after the other layout (_ALT)
 _WHOLE = {"input_features": "input_features@w", "input_features_mask": "input_features_mask@w"}
 
 #: what each input is, for notes
