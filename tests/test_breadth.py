@@ -50,14 +50,21 @@ def test_sample_no_traceback(mt, tmp_path):
 
 @pytest.mark.parametrize("mt", ["wav2vec2", "videomae", "llava", "jamba", "gemma4_text",
                                 "whisper", "fsmt", "qwen2_vl_text", "lxmert", "xmod",
-                                "muse_spark_vision", "nemotron3_5_transcribe_word_timestamp"])
+                                "muse_spark_vision", "nemotron3_5_transcribe_word_timestamp",
+                                "vilt", "owlvit", "audio-spectrogram-transformer", "lightglue",
+                                "inkling2_text", "blip_2_qformer", "deepseek_v2"])
 def test_kinds_get_a_verdict(mt, tmp_path):
     """Audio values, video frames, a composite vision-language model (its language stack
     reached by text), a hybrid Mamba/attention stack, a per-layer config, Whisper's encoder,
     a time-major stack (FSMT), multimodal RoPE sections left to the model's default (Qwen2-VL),
     region features and boxes (LXMERT), language ids (X-MOD), patches of two frames
-    (``patch_temporal``) and a forward that takes only embeddings (``inputs_embeds``) all get
-    a verdict, not a refusal."""
+    (``patch_temporal``), a forward that takes only embeddings (``inputs_embeds``), one that
+    takes images or their embeddings but not both (ViLT), text capped at a CLIP-like text
+    tower's 16 positions beside the image (OWL-ViT), a spectrogram as ``input_values`` (AST),
+    image pairs (LightGlue), projections wrapped with their own norms that return heads
+    first in a stack of two block classes (Inkling 2), a Q-Former run on its own with a
+    memory to attend to, and a router whose default top-k is unset (DeepSeek-V2) all get a
+    verdict, not a refusal."""
     if mt not in ALL:
         pytest.skip(f"{mt} not in this transformers")
     rec = _check(mt, tmp_path)

@@ -84,3 +84,51 @@ def test_batch_first_model_with_batch_equal_to_width_is_not_transposed():
     m = _Stack(False).eval()
     p = _probe(m, torch.randn(2, 2, 32))  # tokens == batch: ambiguous, read as batch-first
     assert not p.time_major
+
+
+class _HeadsFirst(nn.Module):
+    """A projection module wrapping one Linear that returns its heads first, (B, n, T, dh)
+    (Inkling 2's query / key projections)."""
+
+    def __init__(self, d, heads):
+        super().__init__()
+        self.linear, self.heads = nn.Linear(d, d), heads
+
+    def forward(self, x):
+        return self.linear(x).unflatten(-1, (self.heads, -1)).transpose(1, 2)
+
+
+class _WrappedAttention(_Attention):
+    def __init__(self, d, heads):
+        super().__init__(d, heads, False)
+        self.q_proj, self.k_proj = _HeadsFirst(d, heads), _HeadsFirst(d, heads)
+
+    def forward(self, x):
+        q, k = self.q_proj(x), self.k_proj(x)
+        v = self.v_proj(x).unflatten(-1, (self.num_heads, self.head_dim)).transpose(1, 2)
+        a = torch.softmax(q @ k.transpose(-1, -2) / self.head_dim**0.5, dim=-1)
+        return self.o_proj((a @ v).transpose(1, 2).flatten(-2))
+
+
+@pytest.mark.parametrize("T", [16, 3])
+def test_wrapped_heads_first_projections_read_as_plain_ones(T):
+    """q / k projections that wrap a Linear and return ``(B, heads, T, dh)`` give the same
+    statistics as the plain Linear layout with the same weights (T 3 != heads 4; T 16)."""
+    torch.manual_seed(2)
+    plain = _Stack(False).eval()
+    for lin in plain.modules():
+        if isinstance(lin, nn.Linear):
+            nn.init.normal_(lin.weight, std=0.5)
+    wrapped = _Stack(False).eval()
+    for blk in wrapped.layers:
+        blk.self_attn = _WrappedAttention(32, 4)
+    sd = {k.replace("q_proj.", "q_proj.linear.").replace("k_proj.", "k_proj.linear."): v
+          for k, v in plain.state_dict().items()}
+    wrapped.load_state_dict(sd)
+    x = torch.randn(2, T, 32)
+    a, b = _probe(plain, x), _probe(wrapped, x)
+    assert a.attention_stats[0] and b.attention_stats[0], "both attention layers were read"
+    for sa, sb in zip(a.attention_stats, b.attention_stats, strict=True):
+        assert set(sa) == set(sb)
+        for key in sa:
+            torch.testing.assert_close(sa[key], sb[key])

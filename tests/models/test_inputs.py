@@ -81,6 +81,53 @@ def test_settle_adds_what_the_forward_asks_for():
     assert "pixel_values" in st.names and st.ran == ["layers"]
 
 
+def test_settle_takes_one_of_alternatives():
+    """"You have to specify either pixel_values or image_embeds": the next try adds the one
+    input sigprop makes first (not the embeddings), since giving both is refused too."""
+    class Either(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.layers = torch.nn.ModuleList([torch.nn.Identity()])
+
+        def forward(self, input_ids=None, pixel_values=None, image_embeds=None):
+            if (pixel_values is None) == (image_embeds is None):
+                raise ValueError("You have to specify either pixel_values or image_embeds"
+                                 if pixel_values is None else "You cannot specify both")
+            return self.layers[0](pixel_values)
+
+    m = Either()
+    cfg = load_config(_small("vit"))
+    st = settle(m, cfg, ["input_ids"], ["layers"], lambda inp: m(**inp), vocab=16)
+    assert "pixel_values" in st.names and "image_embeds" not in st.names
+    assert st.ran == ["layers"]
+
+
+def test_image_pair_variant():
+    """``pixel_values@2``: two different images per sequence, (B, 2, C, H, W)."""
+    cfg = load_config(_small("vit"))
+    x = make_input("pixel_values@2", cfg, None, 3, 8, 2, 0)
+    h, w = cfg.image_size, cfg.image_size
+    assert tuple(x.shape) == (3, 2, cfg.num_channels, h, w)
+    assert not torch.equal(x[:, 0], x[:, 1])
+
+
+def test_spectrogram_values_for_a_mel_model_without_conv_extractor():
+    """AST takes ``input_values`` as a (frames, mel bins) spectrogram of its config's
+    max_length; wav2vec2 (a convolutional extractor) keeps raw samples."""
+    cfg = load_config({"model_type": "audio-spectrogram-transformer", "hidden_size": 32,
+                       "num_hidden_layers": 1, "num_attention_heads": 2,
+                       "intermediate_size": 64, "max_length": 64, "num_mel_bins": 16})
+    x = make_input("input_values", cfg, None, 2, 8, 2, 0)
+    assert tuple(x.shape) == (2, 64, 16)
+    assert make_input("input_values", load_config(_small("wav2vec2")), None, 2, 8, 2, 0).ndim == 2
+
+
+def test_cross_attention_memory_has_the_encoder_width():
+    cfg = load_config(_small("blip_2_qformer"))
+    x = make_input("encoder_hidden_states", cfg, None, 2, 8, 2, 0)
+    assert tuple(x.shape) == (2, 8, cfg.encoder_hidden_size)
+
+
 def test_whisper_heads_without_kv_field_accepted():
     """4 encoder heads and no KV field: transformers takes the KV heads from the encoder
     heads; sigprop accepts what transformers builds (the old check read a class default of 6)."""

@@ -177,12 +177,13 @@ def model_inputs(m, config, kind: str, *, sequences: int, T: int, vocab: int, se
     names, stack, notes = _settle(m, config, kind, enc_dec, decoder, prefer, vocab, seed,
                                   str(device))
     t_text = T
-    if kind != "text" and "input_ids" in names:  # text beside an image / audio stack: at
-        cap = _text_positions(config)  # most the text tower's positions
+    beside = [_INPUT_KINDS[n] for n in (x.split("@")[0] for x in names) if n in _INPUT_KINDS]
+    if beside and "input_ids" in names:  # text beside an image / audio input: at most the
+        cap = _text_positions(config)  # text tower's positions (CLIP-like towers included)
         if cap is not None and cap < T:
             t_text = cap
-            notes = notes + [f"text input beside the {kind} input: {cap} tokens (the text "
-                             "model's max_position_embeddings)"]
+            notes = notes + [f"text input beside the {beside[0]} input: {cap} tokens (the "
+                             "text model's max_position_embeddings)"]
     text = _inputs(sequences, t_text, vocab, seed, device)
     out = {n.split("@")[0]: text[n] if n in text else
            make_input(n, config, m, sequences, T, vocab, seed)

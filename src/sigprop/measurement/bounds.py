@@ -172,7 +172,8 @@ def head_bounds(site: AttentionSite, x: torch.Tensor, causal: bool
     own centring can only shorten them). ``||X X^T||_2`` of Zhai et al.'s statement carries
     the tokens' shared direction, ~``rho T d``, which ``X_c`` drops."""
     H = site.n_heads
-    norms = None if site.q_post is not None else _head_norms(site)
+    plain = all(torch.is_tensor(getattr(m, "weight", None)) for m in (site.q, site.k))
+    norms = None if site.q_post is not None or not plain else _head_norms(site)
     if norms is None:
         return np.full(H, np.nan), np.full(H, np.nan)
     sw, sc = norms

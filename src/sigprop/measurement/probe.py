@@ -214,10 +214,18 @@ class Probe(_RecomputeMixin):
             pend["pos"] = b.get("position_embeddings")
             pend["bias"] = any(torch.is_tensor(b.get(n)) for n in ("alibi", "position_bias"))
 
-        def grab(key):
-            return lambda m, a, out: pends[self._layer(i)].__setitem__(key, self._batch_first(out))
-
         H, Hkv, dh = s.n_heads, s.n_kv_heads, s.head_dim
+
+        def grab(key, n):
+            def hook(m, a, out):
+                out = self._batch_first(out)
+                x = a[0] if a and torch.is_tensor(a[0]) else None
+                if torch.is_tensor(out) and out.ndim == 4 and x is not None and x.ndim >= 2:
+                    T = x.shape[-2]  # a projection that returns heads first, (B, n, T, dh)
+                    if T != n and tuple(out.shape[-3:]) == (n, T, dh):  # (Inkling 2)
+                        out = out.transpose(-2, -3)
+                pends[self._layer(i)][key] = out
+            return hook
 
         def grab_fused(m, a, out):
             pend, out = pends[self._layer(i)], self._batch_first(out)
@@ -234,8 +242,8 @@ class Probe(_RecomputeMixin):
         if s.fused:
             reg(s.q.register_forward_hook(grab_fused))
         else:
-            reg((s.q_post or s.q).register_forward_hook(grab("q")))
-            reg((s.k_post or s.k).register_forward_hook(grab("k")))
+            reg((s.q_post or s.q).register_forward_hook(grab("q", H)))
+            reg((s.k_post or s.k).register_forward_hook(grab("k", Hkv)))
         reg(s.module.register_forward_hook(
             lambda m, a, out: self._attention_done(self._layer(i), s, out)))
 

@@ -68,7 +68,14 @@ def _first_int(objs, names):
 
 
 def _out_features(m: nn.Module) -> int | None:
-    return _first_int([m], ("out_features", "nf"))  # nn.Linear, HF Conv1D
+    """Output width of a projection: an ``nn.Linear`` / HF ``Conv1D``, or a module wrapping
+    exactly one of them with its own post-processing (a norm, a clip, a short convolution:
+    Inkling 2), whose output is then the projection the attention uses."""
+    n = _first_int([m], ("out_features", "nf"))
+    if n is not None:
+        return n
+    lin = [c for c in m.children() if isinstance(c, nn.Linear)]
+    return lin[0].out_features if len(lin) == 1 else None
 
 
 def describe_attention(module: nn.Module, name: str = "", causal: bool | None = None):

@@ -146,6 +146,25 @@ def _features(cfg, B, T, g, whole: bool = False):
     return torch.randn(B, mel, frames if whole else min(frames, MAX_FRAMES), generator=g)
 
 
+def _values(cfg, B, T, g):
+    """``input_values``: raw audio ``(B, samples)`` for a model with a convolutional feature
+    extractor (wav2vec 2.0 and kin), or, for one that names mel bins and no such extractor, a
+    spectrogram ``(B, frames, mel)`` of the config's ``max_length`` frames (AST)."""
+    mel = config_value(cfg, ("num_mel_bins",))
+    if mel is not None and _attr(cfg, "conv_stride") is None:
+        n = int(config_value(cfg, ("max_length",), 4 * T))
+        return torch.randn(B, min(n, MAX_FRAMES), int(mel), generator=g)
+    return torch.randn(B, _samples(cfg, T), generator=g)
+
+
+def _memory(cfg, B, T, g):
+    """What a cross-attention stack attends to when run on its own (a Q-Former's image
+    features): ``(B, T, encoder_hidden_size or hidden size)`` i.i.d. N(0, 1)."""
+    d = config_value(cfg, ("encoder_hidden_size", "cross_attention_hidden_size", "hidden_size",
+                           "d_model"))
+    return None if d is None else torch.randn(B, T, int(d), generator=g)
+
+
 def _corners(a):
     """Boxes ``(x0, y0, x1, y1)`` from two random points per box, ``a`` of shape (..., 2, 2):
     each coordinate sorted so that the first corner is the smaller."""
@@ -249,10 +268,11 @@ MAKERS: dict[str, Callable] = {
         B, _features(c, B, T, g).shape[-1], dtype=torch.long),
     "pixel_values_videos": lambda c, m, B, T, V, s, g: _pixels(c, B, T, g, True),
     "pixel_mask": lambda c, m, B, T, V, s, g: torch.ones(B, *image_size(c), dtype=torch.long),
-    "input_values": lambda c, m, B, T, V, s, g: torch.randn(B, _samples(c, T), generator=g),
+    "input_values": lambda c, m, B, T, V, s, g: _values(c, B, T, g),
     "input_features": lambda c, m, B, T, V, s, g: _features(c, B, T, g),
     "bbox": lambda c, m, B, T, V, s, g: _boxes(B, T, g),
     "lang_ids": lambda c, m, B, T, V, s, g: torch.zeros(B, dtype=torch.long),  # language 0
+    "encoder_hidden_states": lambda c, m, B, T, V, s, g: _memory(c, B, T, g),
     "visual_feats": lambda c, m, B, T, V, s, g: _region_features(c, B, T, g),
     "visual_pos": lambda c, m, B, T, V, s, g: _region_boxes(c, B, T, g),
 }
@@ -264,7 +284,8 @@ _MODAL = ("pixel_values", "input_ids", "input_values", "input_features", "bbox")
 _COMPANIONS = {"pixel_values": ("spatial_shapes", "pixel_attention_mask", *_GRID)}
 
 #: another layout of an input, tried when the forward fails on the first one
-_ALT = {"input_features": "input_features@t", "input_values": "input_values@c"}
+_ALT = {"input_features": "input_features@t", "input_values": "input_values@c",
+        "pixel_values": "pixel_values@2"}
 
 #: audio features at the config's whole source length, tried after the other layout (_ALT)
 _WHOLE = {"input_features": "input_features@w", "input_features_mask": "input_features_mask@w"}
@@ -301,7 +322,9 @@ def make_input(name: str, cfg, model, B: int, T: int, vocab: int, seed: int):
     mel bins, as Parakeet or Speech2Text take them, where Whisper takes mel bins x frames);
     ``name@c``: with a channel axis (``input_values`` as (B, 1, samples): audio codecs);
     ``name@w``: sized for the config's whole source length (``2 max_source_positions`` feature
-    frames: Whisper); letters combine (``@tw``)."""
+    frames: Whisper); ``pixel_values@2``: two images per sequence, ``(B, 2, C, H, W)``
+    (keypoint matchers: LightGlue, EfficientLoFTR; image sets: IDEFICS); letters combine
+    (``@tw``)."""
     name, _, variant = name.partition("@")
     maker = _maker(name)
     if maker is None:
@@ -314,6 +337,8 @@ def make_input(name: str, cfg, model, B: int, T: int, vocab: int, seed: int):
         x = maker(cfg, model, B, T, vocab, seed, g)
     if x is None:
         return x
+    if "2" in variant and name == "pixel_values" and x.ndim == 4:  # an image pair / set
+        x = torch.stack([x, maker(cfg, model, B, T, vocab, seed, g)], 1)
     if "t" in variant:
         x = x.transpose(-1, -2).contiguous()
     return x.unsqueeze(1) if "c" in variant else x
@@ -338,6 +363,8 @@ def forward_params(model) -> tuple[list[str], set[str]]:
 
 _MISSING = re.compile(r"missing \d+ required (?:positional |keyword-only )?arguments?: (.*)")
 _QUOTED = re.compile(r"'([A-Za-z_][A-Za-z0-9_]*)'")
+#: an error naming alternatives ("either input_ids or inputs_embeds", "exactly one of ...")
+_ONE_OF = re.compile(r"\beither\b|\bone of\b|\bor\b", re.I)
 
 
 def _asked_for(err: BaseException, params: list[str], have: set[str]) -> list[str]:
@@ -348,7 +375,10 @@ def _asked_for(err: BaseException, params: list[str], have: set[str]) -> list[st
     if m:
         return _QUOTED.findall(m.group(1))
     named = [p for p in params if p not in have and re.search(rf"\b{re.escape(p)}\b", msg)]
-    return [p for p in named if makeable(p) or p.startswith(("pixel", "input", "bbox"))]
+    named = [p for p in named if makeable(p) or p.startswith(("pixel", "input", "bbox"))]
+    if len(named) > 1 and _ONE_OF.search(msg):  # "either ids or embeds": the first we make
+        named = sorted(named, key=lambda p: (p.endswith("_embeds"), msg.find(p)))[:1]
+    return named
 
 
 @dataclass

@@ -143,6 +143,10 @@ def shrink_dict(d: dict[str, Any], width: int = 64, layers: int = 2, heads: int 
     for k in ("mamba_d_state", "ssm_state_size", "state_size"):
         if _int(out.get(k)) and out[k] > 16:
             out[k] = 16
+    experts = next((out[k] for k in ("n_routed_experts", "num_experts", "num_local_experts")
+                    if _int(out.get(k))), None)
+    if "num_experts_per_tok" in out and out["num_experts_per_tok"] is None and experts:
+        out["num_experts_per_tok"] = min(2, experts)  # a default the router cannot run on
     if _int(out.get("max_window_layers")) and n:
         out["max_window_layers"] = min(out["max_window_layers"], n)
     return out
