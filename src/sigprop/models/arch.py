@@ -304,15 +304,23 @@ def generic_spec_and_info(config, seq_len: int | None = None) -> tuple[ArchSpec,
     Whisper's ``max_source_positions``)."""
     cfg = load_config(config)
     mt = cfg.model_type
-    d = int(_first_attr(cfg, ("hidden_size", "d_model", "dim", "n_embd"), 64))
-    L = int(_first_attr(cfg, ("num_hidden_layers", "encoder_layers", "num_layers", "n_layers",
-                              "n_layer"), 1))
-    H = int(_first_attr(cfg, ("num_attention_heads", "encoder_attention_heads", "num_heads",
-                              "n_heads", "n_head"), 1))
-    kv = int(_first_attr(cfg, ("num_key_value_heads", "num_kv_heads"), H))
-    head_dim = int(_first_attr(cfg, ("head_dim", "d_kv"), d // H or 1))
-    d_ff = int(_first_attr(cfg, ("intermediate_size", "encoder_ffn_dim", "ffn_dim", "d_ff",
-                                 "hidden_dim", "n_inner"), 4 * d))
+    try:  # a composite's language model (Kimi-K2.5): the sizes its top level does not state
+        text = cfg.get_text_config()
+    except Exception:  # noqa: BLE001 - a config class without the method's usual layout
+        text = cfg
+
+    def size(names, default):
+        return _first_attr(cfg, names) or _first_attr(text, names, default)
+
+    d = int(size(("hidden_size", "d_model", "dim", "n_embd"), 64))
+    L = int(size(("num_hidden_layers", "encoder_layers", "num_layers", "n_layers", "n_layer"),
+                 1))
+    H = int(size(("num_attention_heads", "encoder_attention_heads", "num_heads", "n_heads",
+                  "n_head"), 1))
+    kv = int(size(("num_key_value_heads", "num_kv_heads"), H))
+    head_dim = int(size(("head_dim", "d_kv"), d // H or 1))
+    d_ff = int(size(("intermediate_size", "encoder_ffn_dim", "ffn_dim", "d_ff", "hidden_dim",
+                     "n_inner"), 4 * d))
     std = float(_first_attr(cfg, ("initializer_range", "init_std"), 0.02))
     kind = input_kind(cfg)
     max_pos = _first_attr(cfg, ("max_position_embeddings", "n_positions"))
@@ -496,6 +504,16 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
         notes.append(f"clamped SwiGLU experts (gpt-oss): gate g sigmoid({glu[0]:.4g} g) read "
                      "as GELU, the up branch's + 1 in the theory (docs/theory.md §2.5.3); the "
                      f"clamps at {glu[1]:.3g} are not (inactive while |g|, |u| stay below)")
+    mla = next((s_["mla"] for s_ in st if s_.get("mla")), None)
+    if mla is not None:
+        qr = mla["q_lora_rank"]
+        notes.append("multi-head latent attention (MLA: query rank "
+                     f"{qr if qr is not None else 'none (full query map)'}, key/value latent "
+                     f"{mla['kv_lora_rank']}, head {mla['qk_nope_head_dim']} + "
+                     f"{mla['qk_rope_head_dim']} RoPE, values {mla['v_head_dim']}): score std "
+                     "and value variance read through the latent RMSNorms, in the theory "
+                     "(docs/theory.md §2.4.5); no probe site: the measured per-head score "
+                     "std and beta are not recomputed")
     if any(x.gate_var is not None for x in lays):
         notes.append("output-gated attention: the sigmoid gate's variance read from the "
                      "weights, in the theory (docs/theory.md §2.4.4)")

@@ -440,7 +440,8 @@ def attention_gram_sampled(C: np.ndarray, sigma_s, *, causal: bool, d_head: int 
     """``E[A C A^T]`` by sampling the attention weights: query and key heads of width
     ``d_head`` drawn as ``F W`` with ``F F^T = C`` (so every score covariance is exactly
     ``sigma_s^2 C_ac C_bb'``, the chi2 spread of finite heads included), RoPE rotations at
-    the model's frequencies ``inv_freq`` (pairs (i, i + d_head/2), as HF), causal mask,
+    the model's frequencies ``inv_freq`` (pairs (i, i + d_head/2), as HF; more than d_head/2
+    frequencies: d_head/2 of them spread over their range), causal mask,
     softmax. The mean field of the values and the MLP stays analytic; only the attention
     expectation is sampled (``draws`` heads, fixed ``seed``: deterministic).
 
@@ -464,6 +465,10 @@ def attention_gram_sampled(C: np.ndarray, sigma_s, *, causal: bool, d_head: int 
     k = np.einsum("tr,drh->dth", F, rng.standard_normal((draws, T, d_head)))
     if inv_freq is not None:
         f = np.asarray(inv_freq, dtype=np.float64)
+        if 2 * f.size > d_head:  # more rotated pairs than the sampled head has (MLA's RoPE
+            # part is wider than width / heads, docs/theory.md §2.4.5): d_head / 2 of them,
+            # spread over the same range (the fastest and the slowest kept)
+            f = f[np.linspace(0, f.size - 1, max(d_head // 2, 1)).round().astype(int)]
         ang = np.arange(T, dtype=np.float64)[:, None] * f[None, :]
         cos, sin = np.cos(ang), np.sin(ang)
         h = len(f)
