@@ -52,7 +52,9 @@ def test_sample_no_traceback(mt, tmp_path):
                                 "whisper", "fsmt", "qwen2_vl_text", "lxmert", "xmod",
                                 "muse_spark_vision", "nemotron3_5_transcribe_word_timestamp",
                                 "vilt", "owlvit", "audio-spectrogram-transformer", "lightglue",
-                                "inkling2_text", "blip_2_qformer", "deepseek_v2"])
+                                "inkling2_text", "blip_2_qformer", "deepseek_v2", "mgp-str",
+                                "hunyuan_vl_vision", "minicpm_ocr_vision", "grounding-dino",
+                                "instructblip"])
 def test_kinds_get_a_verdict(mt, tmp_path):
     """Audio values, video frames, a composite vision-language model (its language stack
     reached by text), a hybrid Mamba/attention stack, a per-layer config, Whisper's encoder,
@@ -63,8 +65,12 @@ def test_kinds_get_a_verdict(mt, tmp_path):
     tower's 16 positions beside the image (OWL-ViT), a spectrogram as ``input_values`` (AST),
     image pairs (LightGlue), projections wrapped with their own norms that return heads
     first in a stack of two block classes (Inkling 2), a Q-Former run on its own with a
-    memory to attend to, and a router whose default top-k is unset (DeepSeek-V2) all get a
-    verdict, not a refusal."""
+    memory to attend to, a router whose default top-k is unset (DeepSeek-V2), an
+    ``nn.Sequential`` of blocks with fused ``qkv`` (MGP-STR), one image packed as (patches,
+    features) whose block input is (1, patches, width) (HunYuan-VL's tower: not time-major),
+    patch grid sizes (MiniCPM-V), more object queries than a small image has proposals
+    (Grounding DINO) and an unset image placeholder id (InstructBLIP) all get a verdict, not a
+    refusal."""
     if mt not in ALL:
         pytest.skip(f"{mt} not in this transformers")
     rec = _check(mt, tmp_path)

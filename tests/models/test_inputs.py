@@ -179,3 +179,35 @@ def test_composite_language_stack_by_default_and_vision_tower_on_request():
     assert vt.spec.seq_len == (vc.image_size // vc.patch_size) ** 2 + 1
     with pytest.raises(SpecError, match="no block list named"):
         diagnose(d, seq_len=16, seeds=1, sequences=1, stack="no_such_tower")
+
+
+def test_layers_shrink_keeps_stage_widths_and_heads():
+    """``small_config(mode="layers")`` shrinks depth only: per-stage widths and head counts
+    stay as the default config has them (D-FINE's backbone widths feed its encoder's input
+    projections, which the width shrink left inconsistent); the width shrink caps them."""
+    from transformers import CONFIG_MAPPING
+
+    base = CONFIG_MAPPING["swin"]().to_dict()
+    base["model_type"] = "swin"
+    lo = zoo.shrink_dict(base, width=10**9, heads=10**9, kv_heads=10**9, ff=10**9)
+    assert lo["num_heads"] == base["num_heads"] and lo["depths"] == [1] * len(base["depths"])
+    small = zoo.shrink_dict(base)
+    assert max(small["num_heads"]) <= 2
+    d = CONFIG_MAPPING["d_fine"]().to_dict()
+    d["model_type"] = "d_fine"
+    lo = zoo.shrink_dict(d, width=10**9, heads=10**9, kv_heads=10**9, ff=10**9)
+    assert lo["backbone_config"]["hidden_sizes"] == d["backbone_config"]["hidden_sizes"]
+
+
+def test_patch_grid_sizes_and_unset_placeholder_ids():
+    """MiniCPM-V's ``target_sizes`` are its images' patches per side; a BLIP-2 default config
+    leaves the image placeholder id unset (its checkpoints set one), which the shrink fills
+    with a top id of the text vocabulary that built text then avoids."""
+    cfg = load_config(_small("minicpm_ocr_vision"))
+    side = cfg.image_size // cfg.patch_size
+    assert make_input("target_sizes", cfg, None, 2, 8, 2, 0).tolist() == [[side, side]] * 2
+    d = _small("blip-2")
+    vocab = d["text_config"]["vocab_size"]
+    assert d["image_token_index"] == vocab - 1
+    ids = make_input("input_ids", load_config(d), None, 4, 256, vocab, 0)
+    assert not (ids == vocab - 1).any()

@@ -309,7 +309,7 @@ def _settle(m, config, kind: str, enc_dec: bool, decoder: bool, prefer: str | No
                                  "attention)")
     if not cands:
         raise SpecError("model", f"{type(m).__name__}: no list of transformer blocks found "
-                                 "(a ModuleList of one block class)")
+                                 "(a ModuleList or Sequential of one block class)")
     st = settle(m, config, _main_inputs(m, kind, decoder), cands,
                 lambda inp: _forward(m, inp, enc_dec, decoder=decoder), B=1, T=8,
                 vocab=vocab, seed=seed, device=device)
@@ -600,7 +600,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             notes += snotes
             p = Probe(module, layers=blocks_of(module, stack_name), keep_hidden=False,
                       repeats=repeats, dtype=getattr(torch, STATS_DTYPE),
-                      batch=_batch_of(inputs))
+                      batch=sequences)
             w = WeightReader(module, blocks=p.blocks, sites=p.sites, repeats=repeats)
             if decoder:
                 memories.append(_Memory(module))
@@ -639,7 +639,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             inputs, stack_name, snotes = model_inputs(m, config, device=device, **made)
             notes += snotes
         p = Probe(m, layers=blocks_of(m, stack_name), keep_hidden=False, repeats=repeats,
-                  dtype=getattr(torch, STATS_DTYPE), batch=_batch_of(inputs))
+                  dtype=getattr(torch, STATS_DTYPE), batch=sequences)
         w = WeightReader(m, blocks=p.blocks, sites=p.sites, repeats=repeats)
         if decoder:
             memories.append(_Memory(m))
@@ -841,14 +841,6 @@ def _cross_probe(probe):
         sites.append(found[1])
     return Probe(probe.model, layers=probe.blocks, attention=sites, keep_hidden=False,
                  hidden_stats=())
-
-
-def _batch_of(inputs: dict) -> int | None:
-    """The batch size of the inputs made for a model (the leading size of the first tensor)."""
-    import torch
-
-    t = next((v for v in inputs.values() if torch.is_tensor(v) and v.dim() >= 1), None)
-    return int(t.shape[0]) if t is not None else None
 
 
 class _InputGram:

@@ -24,7 +24,7 @@ __all__ = ["AttentionSite", "blocks_of", "candidate_stacks", "describe_attention
 _SPLIT_NAMES = (("query", "key", "value"), ("q_proj", "k_proj", "v_proj"),
                 ("query_proj", "key_proj", "value_proj"),
                 ("q_lin", "k_lin", "v_lin"), ("wq", "wk", "wv"), ("q", "k", "v"))
-_FUSED = {"c_attn": "concat", "qkv_proj": "concat", "Wqkv": "concat",
+_FUSED = {"c_attn": "concat", "qkv_proj": "concat", "Wqkv": "concat", "qkv": "concat",
           "query_key_value": "per_head"}
 _KNOWN_BLOCKS = ("encoder.layer", "transformer.h", "h", "model.layers", "layers", "blocks",
                  "encoder.layers", "decoder.layers", "block")
@@ -150,19 +150,20 @@ def find_attention(block: nn.Module, causal: bool | None = None, prefix: str = "
 
 def candidate_stacks(model: nn.Module, prefer: str | None = None) -> list[str]:
     """Qualified names of the model's block lists, best first: ``nn.ModuleList`` containers
-    whose children all share one class, or that mix classes with attention among them (hybrid
+    whose children all share one class (an ``nn.Sequential`` of them holding attention: MGP-STR),
+    or that mix classes with attention among them (hybrid
     stacks: Jamba, Nemotron-H, OLMo-hybrid), ranked by (name contains ``prefer``, children contain
     an attention site, name ends with a known container — HF BERT ``encoder.layer``, GPT-2
     ``h`` / ``transformer.h``, LLaMA/Qwen ``model.layers``, ``layers``, ``blocks`` ... —,
     length), first in module order on ties (so an encoder wins over its decoder)."""
     found = []
     for pos, (name, m) in enumerate(model.named_modules()):
-        if not isinstance(m, nn.ModuleList) or len(m) == 0:
+        if not isinstance(m, nn.ModuleList | nn.Sequential) or len(m) == 0:
             continue
         mixed = len({type(c) for c in m}) != 1  # a hybrid stack: attention and other mixers
         att = any(find_attention(c) is not None for c in (list(m) if mixed else [m[0]]))
-        if mixed and (not att or len(m) < 2):
-            continue
+        if (mixed or isinstance(m, nn.Sequential)) and (not att or len(m) < 2):
+            continue  # a Sequential of blocks (MGP-STR) only with attention: not a conv stem
         known = any(name == s or name.endswith("." + s) for s in _KNOWN_BLOCKS)
         pref = prefer is not None and (prefer == name or prefer in name.split("."))
         found.append(((pref, att, known, not mixed, len(m), -pos), name))

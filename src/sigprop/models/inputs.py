@@ -157,6 +157,11 @@ def _values(cfg, B, T, g):
     return torch.randn(B, _samples(cfg, T), generator=g)
 
 
+def _per_side(cfg) -> int:
+    """Patches per side of the config's images (image size over patch size)."""
+    return max(image_size(cfg)[0] // int(config_value(cfg, ("patch_size",), 14)), 1)
+
+
 def _memory(cfg, B, T, g):
     """What a cross-attention stack attends to when run on its own (a Q-Former's image
     features): ``(B, T, encoder_hidden_size or hidden size)`` i.i.d. N(0, 1)."""
@@ -273,6 +278,8 @@ MAKERS: dict[str, Callable] = {
     "bbox": lambda c, m, B, T, V, s, g: _boxes(B, T, g),
     "lang_ids": lambda c, m, B, T, V, s, g: torch.zeros(B, dtype=torch.long),  # language 0
     "encoder_hidden_states": lambda c, m, B, T, V, s, g: _memory(c, B, T, g),
+    "target_sizes": lambda c, m, B, T, V, s, g: torch.tensor(  # patches per side (MiniCPM-V)
+        [[_per_side(c)] * 2] * B),
     "visual_feats": lambda c, m, B, T, V, s, g: _region_features(c, B, T, g),
     "visual_pos": lambda c, m, B, T, V, s, g: _region_boxes(c, B, T, g),
 }
@@ -417,7 +424,8 @@ def settle(model: nn.Module, cfg, main: list[str], candidates: list[str],
     ran: dict[str, int] = dict.fromkeys(candidates, 0)
     handles = []
     for c in candidates:
-        first = mods[c][0] if isinstance(mods.get(c), nn.ModuleList) and len(mods[c]) else None
+        lst = mods.get(c)
+        first = lst[0] if isinstance(lst, nn.ModuleList | nn.Sequential) and len(lst) else None
         if first is not None:
             handles.append(first.register_forward_pre_hook(
                 lambda m, a, c=c: ran.__setitem__(c, ran[c] + 1)))

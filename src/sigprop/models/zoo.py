@@ -80,10 +80,10 @@ def shrink_dict(d: dict[str, Any], width: int = 64, layers: int = 2, heads: int 
             out[k] = [min(x, 1) for x in v]
         elif k in ("num_heads", "encoder_num_heads") and isinstance(v, list) and all(
                 map(_int, v)):
-            out[k] = [min(x, 2) for x in v]
+            out[k] = [min(x, max(heads // 2, 1)) for x in v]
         elif k in ("hidden_sizes", "embed_dims", "encoder_hidden_sizes", "dims") and isinstance(
                 v, list) and all(map(_int, v)):
-            out[k] = [min(x, 16 * 2**i) for i, x in enumerate(v)]
+            out[k] = [min(x, max(width // 4, 1) * 2**i) for i, x in enumerate(v)]
     w = next((out[k] for k in _WIDTH if _int(out.get(k))), None)
     h = next((out[k] for k in _HEADS if _int(out.get(k))), None)
     dh = w // h if w and h and w % h == 0 else None
@@ -143,6 +143,14 @@ def shrink_dict(d: dict[str, Any], width: int = 64, layers: int = 2, heads: int 
     for k in ("mamba_d_state", "ssm_state_size", "state_size"):
         if _int(out.get(k)) and out[k] > 16:
             out[k] = 16
+    tc = out.get("text_config")
+    vocab = tc.get("vocab_size") if isinstance(tc, dict) else None
+    unset = [k for k, v in out.items() if k.endswith("_token_index") and v is None]
+    for i, k in enumerate(sorted(unset)):  # placeholder ids a checkpoint always sets and the
+        if _int(vocab) and vocab > len(unset):  # default leaves None (the BLIP-2 family):
+            out[k] = vocab - 1 - i  # the top ids of the text vocabulary
+    if _int(out.get("num_queries")) and out["num_queries"] > 64:  # object queries: the
+        out["num_queries"] = 64  # top-k proposals of a small image hold fewer (Grounding DINO)
     experts = next((out[k] for k in ("n_routed_experts", "num_experts", "num_local_experts")
                     if _int(out.get(k))), None)
     if "num_experts_per_tok" in out and out["num_experts_per_tok"] is None and experts:
