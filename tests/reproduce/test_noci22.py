@@ -1,4 +1,4 @@
-"""noci22 items (the package sigprop.reproduce.noci22, docs/reproduce/noci22.md): every item at its tiny
+"""noci22 items (package sigprop.reproduce.noci22, docs/reproduce/noci22.md): every item at its tiny
 size (wiring, data, figure, checks not failing), the closed-form Jacobian norms against torch
 autograd, bad sizes, and checks that fail when the theory they hold the measurement to is
 wrong. The quick sizes run under `slow`."""
