@@ -1,4 +1,4 @@
-"""The mindthegap items (sigprop.reproduce.mindthegap) against the propositions.
+"""The mindthegap items (the package sigprop.reproduce.mindthegap) against the propositions.
 
 Every item runs at its ``tiny`` size through ``sigprop.reproduce.core.run`` (cached per module)
 and must not fail; the propositions' substance is asserted on the Experiment's table and data
@@ -17,6 +17,7 @@ import pytest
 
 from sigprop.reproduce import core
 from sigprop.reproduce import mindthegap as mtg
+from sigprop.reproduce.mindthegap.spectrum import first_layer
 from sigprop.theory import spectral as sp
 
 NAMES = ["fig1", "thm2_prop1", "prop1_xavier", "prop3", "prop4", "prop5", "prop6", "prop7",
@@ -50,17 +51,17 @@ def test_registry_and_bad_input():
         it = reg[f"mindthegap.{name}"]
         assert it.fn is getattr(mtg, name) and not it.trains and "tiny" in it.sizes
         assert bool(it.differs) == (name in DIFFERS)
-    with pytest.raises(ValueError, match="^Ts must be an increasing list"):
+    with pytest.raises(ValueError, match="^Ts: must be an increasing list"):
         mtg.thm2_prop1(Ts=(256, 128))
-    with pytest.raises(ValueError, match="^depths must be"):
+    with pytest.raises(ValueError, match="^depths: must be"):
         mtg.prop4(depths=())
-    with pytest.raises(ValueError, match=r"^rho must be in \[0, 1\)"):
+    with pytest.raises(ValueError, match=r"^rho: must be in \[0, 1\)"):
         mtg.tokens(4, 8, rho=1.0)
-    with pytest.raises(ValueError, match="^d must be"):
+    with pytest.raises(ValueError, match="^d: must be"):
         mtg.fig7(T=100, d=50)
-    with pytest.raises(ValueError, match="^gammas must be in"):
+    with pytest.raises(ValueError, match=r"^gammas: must be a list of numbers in \(0, 1\]"):
         mtg.prop7(gammas=(2.0,))
-    with pytest.raises(ValueError, match="^models must be names"):
+    with pytest.raises(ValueError, match="^models: must be names"):
         mtg.fig3(models=("no-such-model",))
     X = mtg.tokens(6, 9, rho=0.3, seed=1)
     np.testing.assert_allclose(X @ X.T, 0.7 * np.eye(6) + 0.3, atol=1e-12)
@@ -350,7 +351,7 @@ def test_prop1_default_key_query_init_entry_spikes():
     tracks s2 for Random Markov within 8 % and for key-query within 15 %; the key-query 4th
     moment's median is within 8 % of kq_bulk_m4 = 2.34 (entry spikes inflate some seeds).
     """
-    r = mtg._first_layer((256, 512, 1024), math.sqrt(math.e - 1), 1.0, 0.0, 3, 24, 1)
+    r = first_layer((256, 512, 1024), math.sqrt(math.e - 1), 1.0, 0.0, 3, 24, 1)
     mk, kq = r["markov"], r["keyquery"]
     assert np.all(np.abs(mk["s2"] / mk["s2_spike"] - 1) < 0.08)
     assert np.all(np.abs(kq["s2"] / kq["s2_spike"] - 1) < 0.15)

@@ -1,4 +1,5 @@
-"""mindthegap's training figures 8(a), 8(b) and 12 (sigprop.reproduce.mindthegap_fig8_12).
+"""mindthegap's training figures 8(a), 8(b) and 12 (sigprop.reproduce.mindthegap.training; the
+loop in sigprop.reproduce.mindthegap.fitting).
 
 Every item runs at its ``tiny`` size through ``sigprop.reproduce.core.run`` (cached) and must
 not fail; the batched training loop is checked against torch's own Adam and against training
@@ -14,7 +15,8 @@ import pytest
 import torch
 
 from sigprop.reproduce import core
-from sigprop.reproduce import mindthegap_fig8_12 as m
+from sigprop.reproduce.mindthegap import fitting as m
+from sigprop.reproduce.mindthegap.common import sub
 
 NAMES = ["fig8a", "fig8b", "fig12"]
 _CACHE: dict = {}
@@ -118,7 +120,7 @@ def test_adam_matches_torch():
     v = m.Variant("kq", False, 1.0, 1.0)
     steps, lr = 8, 0.02
     ours = m.fit(v, X, Y, depth=1, lrs=(lr,), steps=steps, seed=5, dtype="float64")["loss"][0, 0]
-    g = torch.Generator().manual_seed(m._sub(5, 9, 0))
+    g = torch.Generator().manual_seed(sub(5, 9, 0))
     d, T = X.shape[-1], X.shape[-2]
     p = {k: torch.randn(1, 1, d, d, generator=g, dtype=torch.float64) for k in ("Wq", "Wk", "Wv")}
     p = {k: t.view(1, 1, 1, 1, d, d).clone().requires_grad_(True) for k, t in p.items()}
@@ -127,7 +129,7 @@ def test_adam_matches_torch():
     Xt, Yt = torch.as_tensor(X), torch.as_tensor(Y)
     ref = []
     for t in range(steps + 1):
-        out, _ = m._forward(p, Xt, v, 1, False, T)
+        out, _ = m.forward(p, Xt, v, 1, False, T)
         loss = (out - Yt).square().mean()
         ref.append(loss.item())
         if t < steps:
@@ -150,11 +152,11 @@ def test_variants_share_draws():
 def test_margin_check_can_fail():
     worse = {"avg": np.array([1.10, 1.12, 1.11])}
     better = {"avg": np.array([1.00, 1.01, 0.99])}
-    assert m._margin_check("c", worse, better, "avg", "w").status == "pass"
-    assert m._margin_check("c", better, worse, "avg", "w").status == "fail"
+    assert m.margin_check("c", worse, better, "avg", "w").status == "pass"
+    assert m.margin_check("c", better, worse, "avg", "w").status == "fail"
     noisy = {"avg": np.array([0.7, 1.3, 1.0])}
-    assert m._margin_check("c", worse, noisy, "avg", "w").status == "fail"  # spread too large
-    assert m._margin_check("c", worse, better, "avg", "w", floor=0.5).status == "fail"
+    assert m.margin_check("c", worse, noisy, "avg", "w").status == "fail"  # spread too large
+    assert m.margin_check("c", worse, better, "avg", "w", floor=0.5).status == "fail"
 
 
 def test_checks_fail_on_wrong_outcome():
