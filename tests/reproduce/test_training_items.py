@@ -110,7 +110,7 @@ def test_fig4_agrees_with_sigprop_train():
     ("mindthegap.heaviside", dict(d=1), "d"),
 ])
 def test_bad_keywords(name, kw, field):
-    with pytest.raises(ValueError, match=f"^{field} must be") as err:
+    with pytest.raises(ValueError, match=f"^{field}:? must be") as err:
         core.run(name, "tiny", **kw)
     assert "\n" not in str(err.value)
 
