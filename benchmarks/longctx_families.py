@@ -211,9 +211,9 @@ def vs_real(name: str, cfg: dict, gain: float, T: int = 512) -> dict:
                         probs[i] = o.detach().double()
             hooks.append(x.module.register_forward_hook(grab))
         vocab = dg.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
-        inputs = dg._inputs(2, T, vocab, 0, "cpu")
+        inputs = dg.text_inputs(2, T, vocab, 0, "cpu")
         with torch.no_grad():
-            dg._forward(m, inputs, bool(getattr(config, "is_encoder_decoder", False)),
+            dg.forward_once(m, inputs, bool(getattr(config, "is_encoder_decoder", False)),
                         returned=True)
         for h in hooks:
             h.remove()

@@ -26,13 +26,10 @@ from .analysis.longctx import LongContext, longctx
 from .analysis.measure import Comparison, measure
 from .analysis.predict import Prediction, predict
 from .integrations import SigpropCallback
-from .measurement import _heap
 from .measurement.monitor import CollapseWarning, Monitor, monitor
 from .runs.executors import SweepReport, sweep
 from .runs.store import Store
 from .spec import ArchSpec, LayerSpec, SpecError
-
-_heap.tune()  # keep freed memory for reuse (measurement._heap; SIGPROP_MALLOC=system: off)
 
 try:
     __version__ = _version("sigprop")

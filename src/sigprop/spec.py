@@ -121,7 +121,7 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
         raise SpecError(name, f"must be an integer in [{lo}, {hi}] (got {value})")
 
 
-def _check_float(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False) -> None:
+def check_float(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False) -> None:
     lo_b = "(" if lo_open else "["
     try:
         x = float(value)
@@ -206,7 +206,7 @@ class LayerSpec:
     def __post_init__(self) -> None:
         self._check_moe()
         self._check_mixer()
-        _check_float("layers.glu_shift", self.glu_shift, 0.0, 1e12)
+        check_float("layers.glu_shift", self.glu_shift, 0.0, 1e12)
         object.__setattr__(self, "glu_shift", float(self.glu_shift))
         if self.branch_gain2 is not None:
             g = tuple(float(x) for x in self.branch_gain2)
@@ -214,35 +214,35 @@ class LayerSpec:
                 raise SpecError("layers.branch_gain2", "needs (attention, MLP) mean squared "
                                                        f"gains (got {len(g)} values)")
             for x in g:
-                _check_float("layers.branch_gain2", x, 0.0, 1e12)
+                check_float("layers.branch_gain2", x, 0.0, 1e12)
             object.__setattr__(self, "branch_gain2", g)
         if self.cross_sigma_s is not None:
             cs = tuple(float(x) for x in np.atleast_1d(np.asarray(self.cross_sigma_s,
                                                                    dtype=float)))
             for x in cs:
-                _check_float("layers.cross_sigma_s", x, 0.0, 1e6)
+                check_float("layers.cross_sigma_s", x, 0.0, 1e6)
             object.__setattr__(self, "cross_sigma_s", cs)
             for name in ("cross_var_v", "cross_var_o"):
                 if getattr(self, name) is None:
                     raise SpecError(f"layers.{name}", "needed with cross_sigma_s")
-                _check_float(f"layers.{name}", getattr(self, name), 0.0, 1e12)
+                check_float(f"layers.{name}", getattr(self, name), 0.0, 1e12)
         sig = tuple(float(x) for x in np.atleast_1d(np.asarray(self.sigma_s, dtype=float)))
         object.__setattr__(self, "sigma_s", sig)
         if not sig:
             raise SpecError("layers.sigma_s", "needs one score std per head (got none)")
         for x in sig:
-            _check_float("layers.sigma_s", x, 0.0, 1e6)
+            check_float("layers.sigma_s", x, 0.0, 1e6)
         for name in ("var_v", "var_w_in", "var_w_out", "var_b"):
-            _check_float(f"layers.{name}", getattr(self, name), 0.0, 1e12)
+            check_float(f"layers.{name}", getattr(self, name), 0.0, 1e12)
         if self.var_o is not None:
-            _check_float("layers.var_o", self.var_o, 0.0, 1e12)
+            check_float("layers.var_o", self.var_o, 0.0, 1e12)
         if self.head_weights is not None:
             w = tuple(float(x) for x in self.head_weights)
             if len(w) != len(sig):
                 raise SpecError("layers.head_weights", f"needs {len(sig)} entries, one per head "
                                                        f"(got {len(w)})")
             for x in w:
-                _check_float("layers.head_weights", x, 0.0, 1e6)
+                check_float("layers.head_weights", x, 0.0, 1e6)
             object.__setattr__(self, "head_weights", w)
         if self.sink_logit is not None:
             sk = tuple(float(x) for x in np.atleast_1d(np.asarray(self.sink_logit,
@@ -251,12 +251,12 @@ class LayerSpec:
                 raise SpecError("layers.sink_logit", f"needs {len(sig)} entries, one per "
                                                      f"head (got {len(sk)})")
             for x in sk:
-                _check_float("layers.sink_logit", x, -SINK_MAX, SINK_MAX)
+                check_float("layers.sink_logit", x, -SINK_MAX, SINK_MAX)
             object.__setattr__(self, "sink_logit", sk)
         if self.gate_var is not None:
-            _check_float("layers.gate_var", self.gate_var, 0.0, 1e6)
+            check_float("layers.gate_var", self.gate_var, 0.0, 1e6)
             object.__setattr__(self, "gate_var", float(self.gate_var))
-        _check_float("layers.gate_bias2", self.gate_bias2, 0.0, 1e6)
+        check_float("layers.gate_bias2", self.gate_bias2, 0.0, 1e6)
         if self.gate_bias2 and self.gate_var is None:
             raise SpecError("layers.gate_bias2", "needs gate_var (an output gate)")
 
@@ -277,9 +277,9 @@ class LayerSpec:
             raise SpecError("layers.mixer_map", "needs (q_in, cos_in, q_out, cos_out) "
                                                 f"(got {len(m)} values)")
         for i, name in ((0, "q_in"), (2, "q_out")):
-            _check_float(f"layers.mixer_map.{name}", m[i], 0.0, 1e300, lo_open=True)
+            check_float(f"layers.mixer_map.{name}", m[i], 0.0, 1e300, lo_open=True)
         for i, name in ((1, "cos_in"), (3, "cos_out")):
-            _check_float(f"layers.mixer_map.{name}", m[i], -1.0, 1.0)
+            check_float(f"layers.mixer_map.{name}", m[i], -1.0, 1.0)
         object.__setattr__(self, "mixer_map", m)
 
     @property
@@ -299,9 +299,9 @@ class LayerSpec:
             return
         _check_int("layers.moe_experts", self.moe_experts, 1, 1_000_000)
         _check_int("layers.moe_top_k", self.moe_top_k, 1, int(self.moe_experts))
-        _check_float("layers.moe_router_var", self.moe_router_var, 0.0, 1e8)
+        check_float("layers.moe_router_var", self.moe_router_var, 0.0, 1e8)
         _check_choice("layers.moe_weighting", self.moe_weighting, MOE_WEIGHTINGS)
-        _check_float("layers.moe_scale", self.moe_scale, 0.0, 1e6)
+        check_float("layers.moe_scale", self.moe_scale, 0.0, 1e6)
         object.__setattr__(self, "moe_router_var", float(self.moe_router_var))
         object.__setattr__(self, "moe_scale", float(self.moe_scale))
         if (self.moe_shared_var_in is None) != (self.moe_shared_var_out is None):
@@ -309,7 +309,7 @@ class LayerSpec:
                                                          "moe_shared_var_out, or neither")
         for name in ("moe_shared_var_in", "moe_shared_var_out", "moe_shared_gate_var"):
             if getattr(self, name) is not None:
-                _check_float(f"layers.{name}", getattr(self, name), 0.0, 1e12)
+                check_float(f"layers.{name}", getattr(self, name), 0.0, 1e12)
                 object.__setattr__(self, name, float(getattr(self, name)))
         if self.moe_shared_gate_var is not None and self.moe_shared_var_in is None:
             raise SpecError("layers.moe_shared_gate_var", "needs a shared expert "
@@ -388,32 +388,32 @@ class ArchSpec:
         if self.beta is not None and self.qk_std is not None:
             raise SpecError("beta", "give beta or qk_std, not both")
         if self.beta is not None:
-            _check_float("beta", self.beta, 0.0, 1e4)
+            check_float("beta", self.beta, 0.0, 1e4)
         if self.qk_std is not None:
-            _check_float("qk_std", self.qk_std, 0.0, 1e3)
+            check_float("qk_std", self.qk_std, 0.0, 1e3)
         if self.scaling_param is not None:
-            _check_float("scaling_param", self.scaling_param, 0.0, 1e12, lo_open=True)
+            check_float("scaling_param", self.scaling_param, 0.0, 1e12, lo_open=True)
             if self.scaling in ("log-n", "sqrt-log-n", "qwen", "sqrt-qwen") and \
                     self.scaling_param <= 1:
                 raise SpecError("scaling_param", f"must be a length > 1 for {self.scaling}")
             if self.scaling == "yarn" and self.scaling_param < 1:
                 raise SpecError("scaling_param", "must be >= 1 for yarn (extension factor)")
-        _check_float("alpha_attn", self.alpha_attn, 0.0, 1e6)
-        _check_float("alpha_mlp", self.alpha_mlp, 0.0, 1e6)
-        _check_float("init_std", self.init_std, 0.0, 1e3, lo_open=True)
+        check_float("alpha_attn", self.alpha_attn, 0.0, 1e6)
+        check_float("alpha_mlp", self.alpha_mlp, 0.0, 1e6)
+        check_float("init_std", self.init_std, 0.0, 1e3, lo_open=True)
         for name in ("sigma_v2", "sigma_w2", "sigma_w2_out", "sigma_o2"):
             if getattr(self, name) is not None:
-                _check_float(name, getattr(self, name), 0.0, 1e6)
-        _check_float("sigma_b2", self.sigma_b2, 0.0, 1e6)
+                check_float(name, getattr(self, name), 0.0, 1e6)
+        check_float("sigma_b2", self.sigma_b2, 0.0, 1e6)
         if not isinstance(self.causal, bool | np.bool_):
             raise SpecError("causal", f"must be true or false (got {self.causal!r})")
         if not isinstance(self.parallel, bool | np.bool_):
             raise SpecError("parallel", f"must be true or false (got {self.parallel!r})")
         if self.rho0 is not None:
-            _check_float("rho0", self.rho0, 0.0, 1.0)
+            check_float("rho0", self.rho0, 0.0, 1.0)
         if self.q0 is not None:
-            _check_float("q0", self.q0, 0.0, 1e12, lo_open=True)
-        _check_float("rho_max", self.rho_max, 0.0, 1.0, lo_open=True)
+            check_float("q0", self.q0, 0.0, 1e12, lo_open=True)
+        check_float("rho_max", self.rho_max, 0.0, 1.0, lo_open=True)
         if self.layers is not None:
             if self.beta is not None or self.qk_std is not None:
                 raise SpecError("layers", "give layers (scores from the weights) or beta / "
@@ -430,8 +430,8 @@ class ArchSpec:
                                                      f"(got attention={self.attention!r})")
         if self.memory_len is not None:
             _check_int("memory_len", self.memory_len, 1, MAX_SEQ_LEN)
-            _check_float("memory_q", self.memory_q, 0.0, 1e12, lo_open=True)
-            _check_float("memory_rho", self.memory_rho, 0.0, 1.0)
+            check_float("memory_q", self.memory_q, 0.0, 1e12, lo_open=True)
+            check_float("memory_rho", self.memory_rho, 0.0, 1.0)
         if self.layers is not None and any(x.cross_sigma_s is not None for x in self.layers) \
                 and self.memory_len is None:
             raise SpecError("memory_len", "layers with cross-attention need the encoder "
@@ -571,7 +571,7 @@ class ArchSpec:
         ``beta``. A spec read from weights keeps its per-layer, per-head structure: every
         layer's heads are rescaled together so that the layer's RMS beta is ``beta`` (what
         rescaling each layer's W_Q and W_K does); otherwise ``qk_std`` is set (REM init)."""
-        _check_float("beta", beta, 0.0, 1e4)
+        check_float("beta", beta, 0.0, 1e4)
         if self.layers is None:
             new = replace(self, beta=float(beta), qk_std=None)
             return replace(new, qk_std=new.rem_qk_std(), beta=None)

@@ -64,7 +64,7 @@ def test_run_json(fake):
     assert fake == [("quick", "cpu")]
     m = res["machine"]
     assert m["matmul_gflops"] > 0 and m["memory_gbs"] > 0 and m["cpu_cores"] >= 1
-    assert m["heap_kept"] is True or not sys.platform.startswith("linux")  # import sigprop
+    assert m["heap_kept"] is True or not sys.platform.startswith("linux")  # run() tunes it
     a, b = res["benchmarks"]
     assert [f["ratio"] for f in a["figures"]] == [0.5, 0.8]
     assert b["figures"] == [] and b["error"] == "RuntimeError: no such device"

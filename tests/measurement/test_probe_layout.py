@@ -132,3 +132,17 @@ def test_wrapped_heads_first_projections_read_as_plain_ones(T):
         assert set(sa) == set(sb)
         for key in sa:
             torch.testing.assert_close(sa[key], sb[key])
+
+
+def test_windowed_maps_fold_windows_into_the_batch():
+    """Returned maps with a windows axis, (B, H, windows, T, Tk) (Hiera), are read as
+    (B windows, H, T, Tk): each head's maps are its windows' maps; no heads axis raises."""
+    from sigprop.measurement.probe import _heads_third_last
+
+    A = torch.softmax(torch.randn(2, 3, 5, 4, 4), -1)
+    out = _heads_third_last(A, 3)
+    assert tuple(out.shape) == (10, 3, 4, 4)
+    torch.testing.assert_close(out[7, 2], A[1, 2, 2])  # sequence 1, window 2, head 2
+    assert _heads_third_last(A[:, :, 0], 3) is not None  # 4-D maps pass through
+    with pytest.raises(RuntimeError, match="no axis of 7 heads"):
+        _heads_third_last(A, 7)

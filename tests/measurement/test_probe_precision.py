@@ -190,7 +190,7 @@ def test_chunks_on_two_workers_equal_one_thread_bit_for_bit(causal):
 def test_map_tasks_keeps_order_and_reraises_a_worker_error():
     """The worker pool behind the recompute: results in task order on two workers, and an
     error raised in either worker reaches the caller (not a None result left behind)."""
-    from sigprop.measurement._threads import map_tasks
+    from sigprop.measurement.threads import map_tasks
 
     assert map_tasks(lambda a, b: a * b, [(i, i + 1) for i in range(9)], 2) == \
         [i * (i + 1) for i in range(9)]

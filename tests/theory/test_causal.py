@@ -28,7 +28,7 @@ def _old_ln_fluct_cos_causal(q_z, p_z, qa, pa, bp, st):
     """The per-position LayerNorm average as it was before the vectorised path (reference)."""
     b, rho, v = blocks._ln_fluct_inputs(qa, pa, bp)
     a0, c0 = q_z - b * st.y2, p_z - b * st.yx
-    nodes, _ = blocks._causal_nodes(bp.seq_len)
+    nodes, _ = blocks.causal_position_nodes(bp.seq_len)
     m, yx = [], []
     for t in nodes:
         fixed = t == 1 or bp.attention == "uniform"
@@ -47,7 +47,7 @@ def _old_ln_fluct_cos_causal(q_z, p_z, qa, pa, bp, st):
     p0, p1 = fluct.causal_pair_means(nodes, np.stack(np.broadcast_arrays(*m)),
                                      np.stack(np.broadcast_arrays(*yx)), bp.seq_len)
     cos = c0 * p0 + b * p1
-    cos = np.where(np.isfinite(cos), cos, blocks._cos(p_z, q_z))
+    cos = np.where(np.isfinite(cos), cos, blocks.cos_of(p_z, q_z))
     return np.minimum(cos, 1.0)
 
 
@@ -124,7 +124,7 @@ def test_node_tables_equal_single_tables():
     v = np.concatenate([[0.0, 1e-5, 5e-4], np.geomspace(1e-3, 1e4, 40), [3e4, 1e6]])
     rho = np.linspace(0.0, 1.0, v.size)
     for T, d, h in ((128, 1024, 1), (512, 64, 12)):  # tables the other tests build too
-        nodes, _ = blocks._causal_nodes(T)
+        nodes, _ = blocks.causal_position_nodes(T)
         y2, yx = causal.node_tables(v, rho, nodes, d)
         for i, t in enumerate(nodes):
             ref2 = rem.y2_table(int(t), d)(v) if t > 1 else 1.0
@@ -143,7 +143,7 @@ def test_pair_means_virtual_bins_match_bin_sums(T):
     """Random node values with adjacent log-ratios up to and past :data:`causal.EXP_BOUND`
     (the larger take the exact bin sums), NaN and zero entries (exact path as well)."""
     rng = np.random.default_rng(T)
-    nodes, _ = blocks._causal_nodes(T)
+    nodes, _ = blocks.causal_position_nodes(T)
     e = 400
     m = np.sqrt(nodes)[:, None] ** rng.uniform(-1.0, 2.5, e) * np.exp(
         rng.normal(0.0, 0.3, (nodes.size, e)))
@@ -161,7 +161,7 @@ def test_chunks_do_not_change_the_result(monkeypatch):
     (to BLAS summation order, 1e-14 relative) in one pass and in chunks of 7."""
     T, d, h = 512, 64, 12
     rng = np.random.default_rng(5)
-    nodes, _ = blocks._causal_nodes(T)
+    nodes, _ = blocks.causal_position_nodes(T)
     e = 50
     v = np.geomspace(1e-4, 3e4, e)
     rho = rng.uniform(0.0, 1.0, e)
@@ -184,9 +184,9 @@ def test_pair_plan_covers_every_bin_once(T):
     """The lone bins of the leading short segments and the groups of the later ones hold
     every position bin once: their count weights sum to T and to the bins' own in-bin pair
     counts; smooth node values give the bin sums to 1e-12."""
-    nodes, _ = blocks._causal_nodes(T)
+    nodes, _ = blocks.causal_position_nodes(T)
     pl = causal._plan(T, tuple(nodes.tolist()), causal.VIRTUAL)
-    g, n = fluct._position_bins(T)
+    g, n = fluct.position_bins(T)
     assert pl["bwa"].sum() + pl["wa"].sum() == pytest.approx(T, rel=1e-13)
     assert pl["bwe"].sum() + pl["we"].sum() == pytest.approx(0.5 * (n * (n - 1)).sum(),
                                                              rel=1e-13, abs=1e-13)
@@ -207,7 +207,7 @@ def test_node_tables_hostile_inputs(T, per_position):
     d, h = 64, 12
     v = np.concatenate([[0.0, 1e-300, 1e-8], np.geomspace(1e-4, 1e3, 12), [2e4, 1e7]])
     rho = np.resize([0.0, 1e-12, 0.5, 1.0 - 1e-12, 1.0], v.size)
-    nodes, _ = blocks._causal_nodes(T)
+    nodes, _ = blocks.causal_position_nodes(T)
     y2, yx = causal.node_tables(v, rho, nodes, d)
     for i, t in enumerate(nodes):
         if t > 1:
@@ -295,7 +295,7 @@ def test_tables_against_per_position_values(T, d, h):
     rng = np.random.default_rng(T)
     v, rho, a0, b = _table_inputs(4000, rng)
     y2, yx, ok = causal.tabulated_attention(v, rho, T, d)
-    e2, ex = causal._att_exact(v, rho, T, d)[:2]
+    e2, ex = causal.att_exact(v, rho, T, d)[:2]
     assert ok.all()
     np.testing.assert_allclose(y2, e2, rtol=1e-5, atol=0)
     np.testing.assert_allclose(yx, ex, rtol=1e-5, atol=0)
@@ -392,7 +392,7 @@ def test_tabulated_layernorm_average_matches_simulation(monkeypatch):
 
 @pytest.mark.parametrize("n", [4, 5, 21, 250, 438])  # 438: the REM tables to 1e16
 def test_notaknot_spline_equals_scipy(n):
-    """The tables' NumPy spline fit (:func:`rem_tables._notaknot`, so that loading them needs no
+    """The tables' NumPy spline fit (:func:`rem_tables.notaknot`, so that loading them needs no
     scipy.interpolate) against scipy's not-a-knot CubicSpline: the same coefficients to
     roundoff (measured <= 3e-14 of the largest at 250 nodes)."""
     from scipy import interpolate
@@ -401,5 +401,5 @@ def test_notaknot_spline_equals_scipy(n):
     x = np.linspace(-1.3, 2.0, n)
     y = rng.normal(size=(3, n, 5))
     ref = interpolate.CubicSpline(x, y, axis=1).c
-    np.testing.assert_allclose(rem_tables._notaknot(x, y, 1), ref, rtol=0,
+    np.testing.assert_allclose(rem_tables.notaknot(x, y, 1), ref, rtol=0,
                                atol=1e-12 * np.abs(ref).max())

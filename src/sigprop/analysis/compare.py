@@ -170,15 +170,15 @@ class _Kept:
         self._handles: list = []
 
     def __enter__(self):
-        from ..measurement.probe import _as_tensor
+        from ..measurement.probe import first_tensor
 
         def pre(_m, args, kwargs):
-            x = _as_tensor(list(args) + list(kwargs.values()))
+            x = first_tensor(list(args) + list(kwargs.values()))
             if x is not None and not any(y.shape == x.shape for y in self._x0s):
                 self._x0s.append(x)  # the first application per input shape
 
         def post(_m, _a, out):
-            self._xl = _as_tensor(out)
+            self._xl = first_tensor(out)
 
         self._handles = [self._ends[0].register_forward_pre_hook(pre, with_kwargs=True),
                          self._ends[1].register_forward_hook(post)]
@@ -265,7 +265,7 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
     from .. import models as hf
     from ..models import methods as M
     from ..models.arch import input_kind
-    from .diagnose import _folder, _forward, _verdict, diagnose, model_inputs
+    from .diagnose import diagnose, forward_once, model_folder, model_inputs, verdict_of
 
     t0 = time.perf_counter()
     names = M.parse_methods(methods if isinstance(methods, str) else ",".join(methods))
@@ -280,7 +280,7 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
                     seed=seed, recommendations=False)
     spec, rho0 = base.spec, base.rho0
     config = hf.load_config(model)
-    folder = _folder(model)
+    folder = model_folder(model)
     pred_base = _predicted(spec, rho0) if base.trajectory.source.eq("theory").any() else None
     baseline = {"predicted": pred_base, "measured": _measured(base), "verdict": base.verdict,
                 "spec": {"depth": spec.depth, "seq_len": spec.seq_len, "norm": spec.norm,
@@ -302,7 +302,7 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
                                         vocab=_vocab(config, base), seed=seed + s,
                                         device=device, enc_dec=enc_dec)
         with _Kept(built, stack) as k, torch.no_grad():
-            _forward(built, inputs, enc_dec)
+            forward_once(built, inputs, enc_dec)
         if k.value is not None:
             kept_base.append(k.value)
         for name in names:
@@ -326,7 +326,7 @@ def compare(model: Any = "bert-deep-48", methods: str | list[str] = "all",
             if k.value is not None:
                 meas["kept"] = k.value
             measured[name].append(meas)
-            verdicts[name].append(_with_kept(_verdict(spec, d.trajectory[
+            verdicts[name].append(_with_kept(verdict_of(spec, d.trajectory[
                 d.trajectory.source == "measured"], d.heads, theory=False)[0], k.value, floor))
             if name not in rows:
                 pred = None if rep.after is None else _predicted(rep.after, rho0)

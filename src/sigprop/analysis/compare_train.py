@@ -86,7 +86,7 @@ def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]]
     from .. import models as hf
     from ..data.batches import Batches
     from ..data.corpus import load_corpus
-    from ..measurement._threads import cpu_settings
+    from ..measurement.threads import cpu_settings
     from ..models import methods as M
     from ..spec import SpecError
     from ..training.config import TrainConfig

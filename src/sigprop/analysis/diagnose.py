@@ -141,7 +141,7 @@ def _text_ids(sequences: int, T: int, vocab: int, seed: int):
     return torch.remainder(ids, vocab)
 
 
-def _repeats(config) -> int:
+def repeats_of(config) -> int:
     """Applications of each block per forward pass: ALBERT shares ``num_hidden_groups`` layer
     groups over ``num_hidden_layers`` layers; 1 elsewhere."""
     groups = getattr(config, "num_hidden_groups", None)
@@ -151,7 +151,7 @@ def _repeats(config) -> int:
     return 1
 
 
-def _inputs(sequences: int, T: int, vocab: int, seed: int, device) -> dict:
+def text_inputs(sequences: int, T: int, vocab: int, seed: int, device) -> dict:
     """``input_ids`` + ``attention_mask`` of built-in text (every other input, and what a
     model of another kind takes, comes from :func:`model_inputs`)."""
     import torch
@@ -184,7 +184,7 @@ def model_inputs(m, config, kind: str, *, sequences: int, T: int, vocab: int, se
             t_text = cap
             notes = notes + [f"text input beside the {beside[0]} input: {cap} tokens (the "
                              "text model's max_position_embeddings)"]
-    text = _inputs(sequences, t_text, vocab, seed, device)
+    text = text_inputs(sequences, t_text, vocab, seed, device)
     out = {n.split("@")[0]: text[n] if n in text else
            make_input(n, config, m, sequences, T, vocab, seed)
            for n in names if n != "decoder_input_ids"}
@@ -210,19 +210,19 @@ def _text_positions(config) -> int | None:
 
 def _run(model, inputs: dict, enc_dec: bool, returned: bool = False,
          decoder: bool = False) -> None:
-    """:func:`_forward` at full size: the model's own error on the inputs (a length beyond
+    """:func:`forward_once` at full size: the model's own error on the inputs (a length beyond
     what the config allows, ...) becomes one line, as in :func:`sigprop.models.inputs.settle`."""
     from ..models.inputs import forward_error
 
     try:
-        _forward(model, inputs, enc_dec, returned=returned, decoder=decoder)
+        forward_once(model, inputs, enc_dec, returned=returned, decoder=decoder)
     except SpecError:
         raise
     except Exception as err:  # noqa: BLE001 - the model's own forward on valid inputs
         raise forward_error(model, inputs, err) from None
 
 
-def _forward(model, inputs: dict, enc_dec: bool, returned: bool = False,
+def forward_once(model, inputs: dict, enc_dec: bool, returned: bool = False,
              decoder: bool = False) -> None:
     """One forward pass; an encoder-decoder model runs its encoder only. ``returned``: ask
     for the attention probabilities (``output_attentions=True``, eager attention), so that
@@ -280,8 +280,8 @@ def _sub_model(model, stack: str, seed: int, device: str):
     else:
         config = hf.load_config(model)
         m = hf.model_at_init(config, seed=seed, attn_implementation="eager").to(device)
-        if _folder(model) is not None:
-            hf.load_local_weights(m, _folder(model))
+        if model_folder(model) is not None:
+            hf.load_local_weights(m, model_folder(model))
     for path, sub in sub_models(m):
         if path == stack or path.split(".")[-1] == stack:
             return sub, path
@@ -311,7 +311,7 @@ def _settle(m, config, kind: str, enc_dec: bool, decoder: bool, prefer: str | No
         raise SpecError("model", f"{type(m).__name__}: no list of transformer blocks found "
                                  "(a ModuleList or Sequential of one block class)")
     st = settle(m, config, _main_inputs(m, kind, decoder), cands,
-                lambda inp: _forward(m, inp, enc_dec, decoder=decoder), B=1, T=8,
+                lambda inp: forward_once(m, inp, enc_dec, decoder=decoder), B=1, T=8,
                 vocab=vocab, seed=seed, device=device)
     ran = [c for c in cands if c in st.ran]
     if not ran:
@@ -358,7 +358,7 @@ def _probe_notes(probe, meas) -> list[str]:
     return out
 
 
-def _verdict(spec: ArchSpec, meas, heads, theory: bool = True, layers: list[dict] | None = None
+def verdict_of(spec: ArchSpec, meas, heads, theory: bool = True, layers: list[dict] | None = None
              ) -> tuple[str, int | None, list[int]]:
     """``theory=False``: the measurement alone (no beta_c condition). ``layers``: the
     per-block beta table (:func:`sigprop.theory.depth.layer_table`); a block whose beta
@@ -471,7 +471,7 @@ def recommend(spec: ArchSpec, rho0: float, qk_norm: bool = False) -> list[dict]:
     return out
 
 
-def _folder(model) -> Path | None:
+def model_folder(model) -> Path | None:
     """``model`` as a local folder, or None (preset names, config files and dicts)."""
     if not isinstance(model, str | Path):
         return None
@@ -479,7 +479,7 @@ def _folder(model) -> Path | None:
     return p if p.is_dir() else None
 
 
-def _module_config(module):
+def module_config(module):
     """The ``transformers`` config an ``nn.Module`` carries (``.config``), or a SpecError."""
     from transformers import PretrainedConfig
 
@@ -548,7 +548,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
             d.trained = isinstance(model, nn.Module) or d.trained
             return d
     module = model if isinstance(model, nn.Module) else None
-    config = _module_config(module) if module is not None else hf.load_config(model)
+    config = module_config(module) if module is not None else hf.load_config(model)
     name = type(module).__name__ if module is not None else (
         str(model) if isinstance(model, str | Path) else getattr(config, "model_type", "config"))
     mapped = config.model_type in FAMILIES
@@ -577,7 +577,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                      "the decoder: --stack decoder")
     made = dict(kind=kind, sequences=sequences, T=T_in, vocab=vocab, seed=seed,
                 enc_dec=enc_dec, decoder=decoder, prefer=prefer, decoder_ids=dec_ids)
-    repeats = _repeats(config)
+    repeats = repeats_of(config)
     if repeats > 1:
         notes.append(f"shared layers ({config.model_type}): each of "
                      f"{getattr(config, 'num_hidden_groups', 1)} layer group(s) is applied "
@@ -627,7 +627,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         if on_seed is not None:
             on_seed(0)
     # a model folder's weights (safetensors, or weights_only pickles) replace the init
-    folder = _folder(model)
+    folder = model_folder(model)
     for s in range(seeds):
         # unmapped families: eager attention (probabilities returned as the model forms them,
         # biases and soft-capping included; some families have no SDPA path)
@@ -727,13 +727,13 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         theory = _position_resolved(theory, spec, kind, grams, rope_freq, notes)
         traj = pd.concat([theory, meas], ignore_index=True)
         layer_rows = depth.layer_table(spec, theory)
-        verdict, first, bad_heads = _verdict(spec, meas, heads, layers=layer_rows)
+        verdict, first, bad_heads = verdict_of(spec, meas, heads, layers=layer_rows)
         derived = spec.derived(rho0)
         recs = recommend(spec, rho0, qk_norm=qk_norm) if recommendations else []
         derived["beta_measured"] = _measured_beta(heads, spec.seq_len)
     else:  # measured-only: the verdict reads the measurement alone
         traj = meas.reset_index(drop=True)
-        verdict, first, bad_heads = _verdict(spec, meas, heads, theory=False)
+        verdict, first, bad_heads = verdict_of(spec, meas, heads, theory=False)
         derived, recs = {}, []
     cross = None
     if cross_probes:
@@ -861,9 +861,9 @@ class _InputGram:
         return self._xs
 
     def _hook(self, m, args, kwargs):
-        from ..measurement.probe import _as_tensor
+        from ..measurement.probe import first_tensor
 
-        x = _as_tensor(list(args) + list(kwargs.values()))
+        x = first_tensor(list(args) + list(kwargs.values()))
         if x is None or x.ndim != 3 or self._xs and self._xs[0].shape[-2] != x.shape[-2]:
             return
         self._xs.append(x.detach().clone())
@@ -925,9 +925,9 @@ class _Memory:
 
     def _hook(self, m, args, out):
         from ..measurement import observables as obs
-        from ..measurement.probe import _as_tensor
+        from ..measurement.probe import first_tensor
 
-        x = _as_tensor(out)
+        x = first_tensor(out)
         if x is not None:
             xd = x.detach().double()
             self.rows.append((int(xd.shape[-2]), float(obs.mean_q(xd).mean()),
@@ -964,12 +964,12 @@ def _decoder_spec(config, spec: ArchSpec, seq_len: int | None) -> tuple[ArchSpec
     """The placeholder spec of an encoder-decoder model's decoder stack (its depth, heads and
     MLP width from the config's decoder fields; every theory parameter is then read from the
     weights) and the note saying what is measured."""
-    from ..models.arch import _first_attr
+    from ..models.arch import first_attr
 
-    L = int(_first_attr(config, ("decoder_layers", "num_decoder_layers"), spec.depth))
-    H = int(_first_attr(config, ("decoder_attention_heads", "num_heads"), spec.heads))
-    ff = int(_first_attr(config, ("decoder_ffn_dim", "d_ff"), spec.ff))
-    top = _first_attr(config, ("max_target_positions", "max_position_embeddings"))
+    L = int(first_attr(config, ("decoder_layers", "num_decoder_layers"), spec.depth))
+    H = int(first_attr(config, ("decoder_attention_heads", "num_heads"), spec.heads))
+    ff = int(first_attr(config, ("decoder_ffn_dim", "d_ff"), spec.ff))
+    top = first_attr(config, ("max_target_positions", "max_position_embeddings"))
     T = int(seq_len) if seq_len is not None else int(min(top or 512, 512))
     if top is not None and T > top:
         raise SpecError("seq_len", f"must be <= {int(top)} for the {config.model_type} "
@@ -1045,7 +1045,7 @@ def _position_resolved(theory, spec: ArchSpec, kind: str, grams, rope_freq, note
 def _read_weights(reader, notes: list[str]):
     """The reader's :class:`WeightTable`, or None (with a note) where the weights of some
     block could not be read."""
-    from ..measurement._threads import cpu_settings
+    from ..measurement.threads import cpu_settings
 
     try:
         with cpu_settings(threads=1):  # small reductions (probe_recompute)
@@ -1269,7 +1269,7 @@ def fix(model: str, out, *, beta: float | None = None, alpha_attn: float | str |
     from ..theory import depth
 
     stage = on_stage or (lambda _s: None)
-    outp, folder = Path(out).expanduser(), _folder(model)
+    outp, folder = Path(out).expanduser(), model_folder(model)
     if outp.exists() and not outp.is_dir():
         raise SpecError("out", f"{outp} exists and is not a folder")
     if folder is not None and outp.resolve() == folder.resolve():

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..spec import ArchSpec
 from .longctx_model import ModelSweep
-from .predict import _spec
+from .predict import spec_with
 from .result import Result
 
 if TYPE_CHECKING:
@@ -70,7 +70,7 @@ def longctx(spec: Any = None, lengths: Sequence[int] | None = None, *,
                            compare=compare, chunk=chunk, seed=seed, on_progress=on_progress,
                            **fields)
     queries = 256 if queries is None else queries
-    spec = _spec(spec, fields)
+    spec = spec_with(spec, fields)
     sw = sweep(spec, lengths, queries=queries, input=input, compare=compare, chunk=chunk,
                seed=seed, on_progress=on_progress)
     return LongContext(spec=spec, trajectory=sw.trajectory, seconds=sw.seconds,

@@ -606,8 +606,8 @@ def _nodes(T: int, causal: bool):
 
     if not causal:
         return np.array([float(T)]), np.array([1.0]), np.array([1.0]), 1.0 / T, 1.0 / T
-    nodes, w = blocks._causal_nodes(T)
-    pair, inv_cross = blocks._causal_pair_weights(T, nodes)
+    nodes, w = blocks.causal_position_nodes(T)
+    pair, inv_cross = blocks.causal_pair_weights(T, nodes)
     return nodes, w, pair, float(np.sum(w / nodes)), float(inv_cross)
 
 
@@ -653,7 +653,7 @@ def layer_theory(mom: LayerMoments, T: int, mult: Callable[[np.ndarray], np.ndar
         else:
             var = mom.variance(n) * (float(mult(np.array(n))) * c[:, None, None]) ** 2
             rho = np.broadcast_to(mom.rho, var.shape)
-            stats = blocks._finite_stats(var, rho, int(n), None, True)
+            stats = blocks.finite_stats(var, rho, int(n), None, True)
             vals = dict(zip(("ipr", "yx", "entropy", "wmax"),
                             (np.mean(x, axis=-2) for x in stats), strict=True))
         for k in per:
@@ -754,7 +754,7 @@ def build_model(model, seed: int = 0, device: str = "cpu"):
 
     notes: list[str] = []
     if isinstance(model, nn.Module):
-        return model, dg._module_config(model), type(model).__name__, notes, False
+        return model, dg.module_config(model), type(model).__name__, notes, False
     config = hf.load_config(model)
     name = str(model) if isinstance(model, str) else getattr(config, "model_type", "config")
     vocab = dg.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
@@ -762,7 +762,7 @@ def build_model(model, seed: int = 0, device: str = "cpu"):
     dtype = torch.bfloat16 if big else torch.float32
     m = hf.model_at_init(config, seed=seed, attn_implementation="eager", vocab_size=vocab,
                          dtype=dtype)
-    folder = dg._folder(model)
+    folder = dg.model_folder(model)
     if folder is not None:
         if hf.load_local_weights(m, folder).trained:
             notes.append(f"weights: {folder} (trained)")
@@ -815,7 +815,7 @@ def sample_rows(lengths: Sequence[int], queries: int, out_queries: int, *, causa
     pos, lo, hi, grp, out = [], [], [], [], []
     for g, T in enumerate(lengths):
         R = min(queries, T)
-        gen = torch.Generator().manual_seed(sm._block_seed(seed, T, 31))
+        gen = torch.Generator().manual_seed(sm.block_seed(seed, T, 31))
         p = (torch.randperm(T, generator=gen)[:R] if T <= 2**24 else
              torch.randint(0, T, (R,), generator=gen)).sort().values
         flag = torch.zeros(R, dtype=torch.bool)
@@ -850,7 +850,7 @@ def stream_fit(fit: LayerFit, rows: Rows, scalings: Sequence[Scaling], *, seed: 
                on_chunk: Callable[[int], None] | None = None) -> list[sm.LayerResult]:
     """Stream one layer's rows under every scaling (one pass, or one per length when the
     rotary frequencies depend on the context length)."""
-    layer_seed = sm._block_seed(seed, fit.index, 41)
+    layer_seed = sm.block_seed(seed, fit.index, 41)
     if fit.length_dependent_rope and len(rows.lengths) > 1:
         parts = [stream_fit(fit, rows.select(g), scalings, seed=seed, chunk=chunk,
                             workers=workers, dtype=dtype, device=device, on_chunk=on_chunk)
@@ -1143,13 +1143,13 @@ def sweep_model(model, lengths: Sequence[int] | None = None, *, queries: int = 1
         raise SpecError("model", f"long context needs a text model ({config.model_type} "
                                  f"takes {kind} input)")
     vocab = dg.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
-    inputs = dg._inputs(sequences, T_ref, vocab, seed, "cpu")
+    inputs = dg.text_inputs(sequences, T_ref, vocab, seed, "cpu")
     enc_dec = bool(getattr(config, "is_encoder_decoder", False))
     if enc_dec:
         notes.append("encoder-decoder: the encoder's self-attention layers are streamed")
-    if dg._repeats(config) > 1:
+    if dg.repeats_of(config) > 1:
         notes.append(f"shared layers ({config.model_type}): each shared attention module is "
-                     f"applied {dg._repeats(config)} times per pass; its applications are "
+                     f"applied {dg.repeats_of(config)} times per pass; its applications are "
                      "pooled into one fit (one row per shared module)")
     was_training = module.training
     module.eval()
@@ -1159,7 +1159,7 @@ def sweep_model(model, lengths: Sequence[int] | None = None, *, queries: int = 1
             ctx.__enter__()
         try:
             fits = fit_layers(module, [sites[i] for i in chosen], inputs,
-                              lambda m, x: dg._forward(m, x, enc_dec), long_T=max(all_lengths),
+                              lambda m, x: dg.forward_once(m, x, enc_dec), long_T=max(all_lengths),
                               mult=None if own.kind == "none" else own.mult)
         finally:
             if ctx is not None:
@@ -1309,7 +1309,7 @@ def matmul_rate(workers: int | None = None, n: int = 1024, repeats: int = 4,
                 device: str = "cpu") -> float:
     """This machine's float32 matrix-multiply rate in GFLOP/s (``n x n`` products on the
     threads a stream uses, or on the GPU), the baseline the streaming rate is stated against."""
-    from ..measurement._threads import cpu_settings
+    from ..measurement.threads import cpu_settings
 
     a = torch.randn(4 * n, n, device=device)
     b = torch.randn(n, n, device=device)

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..spec import ArchSpec
-from .predict import _spec, finite_or_none
+from .predict import finite_or_none, spec_with
 from .result import Result
 
 if TYPE_CHECKING:
@@ -56,7 +56,7 @@ def measure(spec: ArchSpec | None = None, *, seeds: int = 4, sequences: int = 2,
     from ..measurement.engine import measure as run
     from ..theory import depth, diagram
 
-    spec = _spec(spec, fields)
+    spec = spec_with(spec, fields)
     fx = None
     if methods is not None:
         from ..models.methods.stack import fix_spec

@@ -35,7 +35,7 @@ class Prediction(Result):
                 f"alpha_crit={a})")
 
 
-def _spec(spec: ArchSpec | None, fields: dict[str, Any]) -> ArchSpec:
+def spec_with(spec: ArchSpec | None, fields: dict[str, Any]) -> ArchSpec:
     base = spec if spec is not None else ArchSpec()
     return base.replace(**fields) if fields else base
 
@@ -60,7 +60,7 @@ def predict(spec: ArchSpec | None = None, *, rho0: float | None = None,
     Bad values raise :class:`~sigprop.spec.SpecError` naming the field."""
     from ..theory import depth, diagram
 
-    spec = _spec(spec, fields)
+    spec = spec_with(spec, fields)
     if methods is not None:
         from ..models.methods.stack import fix_spec
 

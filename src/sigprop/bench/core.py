@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from ..measurement import _heap
+from ..measurement import heap
 
 __all__ = ["BENCHMARKS", "Bench", "Figure", "MODULES", "SIZES", "benchmarks", "best_of",
            "machine", "register", "run"]
@@ -141,19 +141,21 @@ def machine(device: str = "cpu", n: int = 2048) -> dict[str, Any]:
             "torch_threads": torch.get_num_threads(), "torch": torch.__version__,
             "matmul_gflops": round(2 * n**3 / t / 1e9, 1),
             "memory_gbs": round(2 * x.numel() * 4 / tc / 1e9, 1),
-            "heap_kept": _heap.applied()}  # docs/bench.md, "Memory the process keeps"
+            "heap_kept": heap.applied()}  # docs/bench.md, "Memory the process keeps"
 
 
 def run(names: Sequence[str] = (), *, size: str = "default", device: str = "cpu",
         on_start: Callable[[Bench], None] | None = None) -> dict[str, Any]:
     """Run the named benchmarks (default all) and return the JSON of ``sigprop bench``:
-    ``machine``, ``size``, ``benchmarks`` (name, title, seconds, figures or error)."""
+    ``machine``, ``size``, ``benchmarks`` (name, title, seconds, figures or error). Sets the
+    heap thresholds the command line sets (:func:`sigprop.measurement.heap.tune`)."""
     if size not in SIZES:
         raise ValueError(f"size must be one of {SIZES} (got {size!r})")
     known = benchmarks()
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"unknown benchmark(s) {unknown}; known: {', '.join(known)}")
+    heap.tune()  # measured with the allocator the command line runs with (measurement.heap)
     out: dict[str, Any] = {"machine": machine(device, MATMUL_N[size]), "size": size,
                            "benchmarks": []}
     for name in names or list(known):

@@ -87,7 +87,7 @@ def _train_step(size: str, device: str, repeat: int) -> tuple[float, float]:
 
     from ..data.batches import Batches
     from ..data.corpus import load_corpus
-    from ..measurement._threads import cpu_settings
+    from ..measurement.threads import cpu_settings
     from ..spec import ArchSpec
     from ..training.config import TrainConfig
     from ..training.loop import train

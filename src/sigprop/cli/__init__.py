@@ -18,8 +18,8 @@ import typer
 
 from ..spec import SpecError
 from .cmd_bench import bench
-from .cmd_measure import _lengths, longctx, measure
-from .cmd_models import _alpha_value, diagnose, fix_cmd
+from .cmd_measure import longctx, measure, parse_lengths
+from .cmd_models import diagnose, fix_cmd, parse_alpha
 from .cmd_reproduce import reproduce
 from .cmd_runs import results, sweep
 from .cmd_theory import TRANSLATE_KEYS, diagram_cmd, predict, translate, translations
@@ -43,7 +43,7 @@ __all__ = [
     "diagram_cmd", "fail", "fail_spec", "fix_cmd", "longctx", "main", "measure", "option_name",
     "predict", "reproduce", "results", "run", "spec_command", "sweep", "train_cmd",
     "trainability", "translate", "translations",
-    "write_figure", "write_report_file", "_alpha_value", "_lengths",
+    "write_figure", "write_report_file", "parse_alpha", "parse_lengths",
 ]
 
 app.command()(predict)
@@ -89,8 +89,10 @@ def run(args: list[str] | None = None) -> int:
     # the CLI owns the terminal: transformers' advisory warnings and bars stay quiet
     os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
     os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+    from ..measurement import heap
     from . import common
 
+    heap.tune()  # the allocator thresholds (measurement.heap): the CLI's choice, not import's
     common.ARGV[:] = list(sys.argv[1:] if args is None else args)
     usage, exits = _click_errors()
     try:
@@ -113,7 +115,7 @@ def run(args: list[str] | None = None) -> int:
         return 2
     except SpecError as err:  # raised past a command's own handling: name the option
         msg = str(err).split(": ", 1)[-1]
-        where = common.option_name(err.field) if err.field in common._SPEC_OPTIONS else err.field
+        where = common.option_name(err.field) if err.field in common.SPEC_OPTIONS else err.field
         typer.echo(f"sigprop: error: {where}: {msg}", err=True)
         return 2
     return rv if isinstance(rv, int) else 0

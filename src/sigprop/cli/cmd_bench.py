@@ -7,7 +7,7 @@ import json
 
 import typer
 
-from .common import Fmt, FormatOpt, WideOpt, _emit_json, check_output_file, fail
+from .common import Fmt, FormatOpt, WideOpt, check_output_file, emit_json, fail
 
 NamesArg = typer.Argument(None, help="benchmarks to run (default: all; --list)")
 
@@ -34,7 +34,7 @@ def bench(
         rows = [{"name": b.name, "title": b.title, "default_s": b.runtime}
                 for b in known.values()]
         if fmt == Fmt.json:
-            _emit_json({"benchmarks": rows})
+            emit_json({"benchmarks": rows})
         else:
             for r in rows:
                 typer.echo(f"{r['name']:<16} ~{r['default_s']:>5.0f} s  {r['title']}")
@@ -100,7 +100,7 @@ def _render(res: dict, readme: str | None, fmt: Fmt, wide: bool) -> None:
         p = Path(readme)
         p.write_text(replace_section(p.read_text() if p.exists() else "", markdown(res)))
     if fmt == Fmt.json:
-        _emit_json(res)
+        emit_json(res)
     else:
         from ..report.bench import print_bench
 

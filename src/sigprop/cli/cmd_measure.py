@@ -16,13 +16,13 @@ from .common import (
     StackMethodOpt,
     StackParamOpt,
     WideOpt,
-    _emit_json,
-    _timing,
     check_figure_path,
+    emit_json,
     fail,
     fail_spec,
     spec_command,
     stack_methods,
+    timing_fields,
     write_figure,
 )
 
@@ -59,9 +59,9 @@ def measure(spec: ArchSpec,
 
         write_figure("--plot", plot, plot_depth, traj, spec=spec)
     if fmt == Fmt.json:
-        _emit_json({"spec": spec.to_dict(), "derived": spec.derived(rho0),
+        emit_json({"spec": spec.to_dict(), "derived": spec.derived(rho0),
                     "rows": trajectory.to_rows(traj), "verdict": verdict, "alpha_crit": a_crit,
-                    "rho0": rho0, "max_abs_error": agreement, **_timing(m.seconds, no_timing),
+                    "rho0": rho0, "max_abs_error": agreement, **timing_fields(m.seconds, no_timing),
                     **m.info})
     elif fmt == Fmt.csv:
         traj.drop(columns=[c for c in traj.columns if c.startswith("spec.")]).to_csv(
@@ -76,7 +76,7 @@ def measure(spec: ArchSpec,
         console.print_measurement(spec, traj, agreement, verdict, m, wide=wide)
 
 
-def _lengths(text: str | None) -> list[int] | None:
+def parse_lengths(text: str | None) -> list[int] | None:
     """``--lengths``: comma-separated integers, each also accepted as ``2^k``."""
     if text is None:
         return None
@@ -148,7 +148,7 @@ def longctx(spec: ArchSpec,
     from .. import trajectory
     from ..measurement import longctx as lc
 
-    ts = _lengths(lengths)
+    ts = parse_lengths(lengths)
     check_figure_path("--plot", plot)
     if model is not None:
         return _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len,
@@ -163,7 +163,7 @@ def longctx(spec: ArchSpec,
     ts = ts or lc.default_lengths()
     queries = 256 if queries is None else queries
     try:
-        lc._check(ts, queries, chunk, input, spec)
+        lc.check_args(ts, queries, chunk, input, spec)
     except SpecError as err:
         fail_spec(err)
     try:  # before any allocation: work bound and memory (also checked inside sweep)
@@ -192,9 +192,9 @@ def longctx(spec: ArchSpec,
     if fmt == Fmt.json:
         from ..measurement.longctx import trends
 
-        _emit_json({"spec": spec.to_dict(), "derived": spec.derived(),
+        emit_json({"spec": spec.to_dict(), "derived": spec.derived(),
                     "rows": trajectory.to_rows(traj), "trends": trends(traj),
-                    **_timing(sw.seconds, no_timing), "plot": plot, **sw.info})
+                    **timing_fields(sw.seconds, no_timing), "plot": plot, **sw.info})
     elif fmt == Fmt.csv:
         traj.drop(columns=[c for c in traj.columns if c.startswith("spec.")]).to_csv(
             sys.stdout, index=False)
@@ -264,7 +264,7 @@ def _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len
     if fmt == Fmt.json:
         out = r.to_json(timing=not no_timing)
         out["plot"], out["report"] = plot, report
-        _emit_json(out)
+        emit_json(out)
     elif fmt == Fmt.csv:
         r.trajectory.to_csv(sys.stdout, index=False)
     else:

@@ -14,9 +14,9 @@ from .common import (
     NoTimingOpt,
     SeedOpt,
     WideOpt,
-    _emit_json,
     check_output_dir,
     check_output_file,
+    emit_json,
     fail,
     fail_spec,
     write_report_file,
@@ -59,7 +59,7 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
     if report is not None:
         write_report_file(report, d)
     if fmt == Fmt.json:
-        _emit_json(dg.to_json(d, timing=not no_timing))
+        emit_json(dg.to_json(d, timing=not no_timing))
     elif fmt == Fmt.csv:
         d.trajectory.drop(columns=[c for c in d.trajectory.columns
                                    if c.startswith("spec.")]).to_csv(sys.stdout, index=False)
@@ -69,7 +69,7 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
         console.print_diagnosis(d, wide=wide)
 
 
-def _alpha_value(text: str | None) -> float | str | None:
+def parse_alpha(text: str | None) -> float | str | None:
     if text is None or text == "auto":
         return text
     try:
@@ -132,7 +132,7 @@ def fix_cmd(model: str | None = typer.Argument(None, help="preset name or local 
         return
     if model is None:
         fail("MODEL: required (a preset name or a local path; --list shows the fixes)")
-    a = _alpha_value(alpha_attn)
+    a = parse_alpha(alpha_attn)
     if longctx is not None:
         if scaling is not None or scaling_param is not None:
             fail("--longctx: gives the scaling itself; drop --scaling / --scaling-param")
@@ -185,7 +185,7 @@ def fix_cmd(model: str | None = typer.Argument(None, help="preset name or local 
     if report is not None:
         write_report_file(report, after, fix=(before, rep))
     if fmt == Fmt.json:
-        _emit_json({"model": model, "out": out, "fix": rep.to_dict(),
+        emit_json({"model": model, "out": out, "fix": rep.to_dict(),
                     "before": dg.to_json(before, timing=not no_timing),
                     "after": dg.to_json(after, timing=not no_timing),
                     "verdict_before": before.verdict, "verdict": after.verdict})
@@ -240,7 +240,7 @@ def _compare(model, which, param, seq_len, seeds, sequences, device, seed, train
         else:
             for r in d["methods"]:
                 r.pop("seconds", None)
-        _emit_json(d)
+        emit_json(d)
     elif fmt == Fmt.csv:
         c.trajectory.to_csv(sys.stdout, index=False)
     else:
@@ -256,7 +256,7 @@ def _print_methods(fmt) -> None:
              "acts": M.get(n).acts, "theory": M.get(n).theory,
              "params": {p.name: p.help for p in M.get(n).params}} for n in M.names()]
     if fmt == Fmt.json:
-        _emit_json({"methods": rows})
+        emit_json({"methods": rows})
         return
     from ..report import console
 

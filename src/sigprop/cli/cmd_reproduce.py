@@ -11,9 +11,9 @@ from .common import (
     Fmt,
     FormatOpt,
     WideOpt,
-    _emit_json,
     check_output_dir,
     command_line,
+    emit_json,
     fail,
 )
 
@@ -52,7 +52,7 @@ def _list(fmt: Fmt, sel, wide: bool) -> None:
              "default_s": it.runtime.get("default"), "differs": bool(it.differs)}
             for it in sel]
     if fmt == Fmt.json:
-        _emit_json({"items": rows, "quick_total_s": sum(r["quick_s"] or 0 for r in rows)})
+        emit_json({"items": rows, "quick_total_s": sum(r["quick_s"] or 0 for r in rows)})
         return
     if fmt == Fmt.csv:
         import csv
@@ -139,7 +139,7 @@ def _stderr_console():
 
 def _report(results, fmt: Fmt, page, wide: bool) -> None:
     if fmt == Fmt.json:
-        _emit_json({"gallery": str(page), "items": [r.to_json() for r in results]})
+        emit_json({"gallery": str(page), "items": [r.to_json() for r in results]})
         return
     rows = [(r.name, r.status, f"{sum(c.status != 'fail' for c in r.checks)}/{len(r.checks)}",
              f"{r.seconds:.1f}", r.error) for r in results]

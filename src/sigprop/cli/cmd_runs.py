@@ -14,10 +14,10 @@ from .common import (
     Fmt,
     FormatOpt,
     WideOpt,
-    _emit_json,
     check_figure_path,
     check_output_dir,
     check_output_file,
+    emit_json,
     fail,
 )
 
@@ -152,7 +152,7 @@ def sweep(
         except ConnectionError as err:
             fail(f"--address: cannot join the Ray cluster ({err})", code=1)
     if fmt == Fmt.json:
-        _emit_json({"store": str(st.root), **rep.to_json()})
+        emit_json({"store": str(st.root), **rep.to_json()})
     elif fmt == Fmt.csv:
         _print_rows([{"command": t.command, "config_hash": t.key, "error": e, **t.config}
                      for t, e in rep.failures], fmt, wide)
@@ -169,7 +169,7 @@ def _print_rows(rows: list[dict], fmt: Fmt, wide: bool) -> None:
     if fmt == Fmt.json:
         from .. import trajectory
 
-        _emit_json({"tasks": trajectory.to_rows(df) if len(df) else []})
+        emit_json({"tasks": trajectory.to_rows(df) if len(df) else []})
     elif fmt == Fmt.csv:
         df.to_csv(sys.stdout, index=False)
     else:
@@ -221,7 +221,7 @@ def results(
         from ..report.runs import print_failures
 
         if fmt == ResultsFmt.json:
-            _emit_json({"store": str(st.root), "failures": fails.to_dict(orient="records")})
+            emit_json({"store": str(st.root), "failures": fails.to_dict(orient="records")})
         elif fmt == ResultsFmt.csv:
             fails.to_csv(sys.stdout, index=False)
         else:
@@ -250,7 +250,7 @@ def results(
     elif fmt == ResultsFmt.json:
         from .. import trajectory
 
-        _emit_json({"store": str(st.root), "tasks": int(tasks), "n_rows": len(df),
+        emit_json({"store": str(st.root), "tasks": int(tasks), "n_rows": len(df),
                     "failures": len(fails), "rows": trajectory.to_rows(df)})
     else:
         from ..report.runs import print_results

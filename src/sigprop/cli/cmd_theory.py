@@ -15,8 +15,8 @@ from .common import (
     StackMethodOpt,
     StackParamOpt,
     WideOpt,
-    _emit_json,
     check_figure_path,
+    emit_json,
     fail,
     fail_spec,
     spec_command,
@@ -41,7 +41,7 @@ def predict(spec: ArchSpec, asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatO
     spec = p.spec
     traj, verdict, a_crit, derived = p.trajectory, p.verdict, p.alpha_crit, p.derived
     if fmt == Fmt.json:
-        _emit_json({"spec": spec.to_dict(), "derived": derived, "rows": trajectory.to_rows(traj),
+        emit_json({"spec": spec.to_dict(), "derived": derived, "rows": trajectory.to_rows(traj),
                     "verdict": verdict, "alpha_crit": a_crit})
     elif fmt == Fmt.csv:
         traj.drop(columns=[c for c in traj.columns if c.startswith("spec.")]).to_csv(
@@ -78,7 +78,7 @@ def diagram_cmd(spec: ArchSpec,
 
         write_figure("--out", out, plot_diagram, d, spec=spec)
     if fmt == Fmt.json:
-        _emit_json({"spec": spec.to_dict(), "derived": spec.derived(), **d.to_json(),
+        emit_json({"spec": spec.to_dict(), "derived": spec.derived(), **d.to_json(),
                     "out": out})
     elif fmt == Fmt.csv:
         import pandas as pd
@@ -114,7 +114,7 @@ def translate(spec: ArchSpec, fmt: Fmt = FormatOpt, seed: int = SeedOpt,
     """The score scale in all five papers' terms (docs/theory.md §6)."""
     d = translations(spec)
     if fmt == Fmt.json:
-        _emit_json({k: d[k] for k in TRANSLATE_KEYS} | {"spec": spec.to_dict(),
+        emit_json({k: d[k] for k in TRANSLATE_KEYS} | {"spec": spec.to_dict(),
                                                          "extra": {k: v for k, v in d.items()
                                                                    if k not in TRANSLATE_KEYS}})
     elif fmt == Fmt.csv:

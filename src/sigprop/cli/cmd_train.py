@@ -14,13 +14,13 @@ from .common import (
     NoTimingOpt,
     SeedOpt,
     WideOpt,
-    _emit_json,
-    _timing,
     check_figure_path,
     check_output_dir,
+    emit_json,
     fail,
     fail_spec,
     spec_command,
+    timing_fields,
     write_figure,
 )
 
@@ -214,11 +214,11 @@ def train_cmd(spec: ArchSpec,
                      title=f"{task}, L={spec.depth}, beta_eff={spec.beta_eff:.3g}",
                      baseline=res.baseline, unit=loss_unit(task))
     if fmt == Fmt.json:
-        _emit_json({"spec": spec.to_dict(), "config": asdict(cfg),
+        emit_json({"spec": spec.to_dict(), "config": asdict(cfg),
                     "rows": trajectory.to_rows(res.trajectory),
                     "final_loss": float(res.final_train.mean()),
                     "eval_loss": float(res.final_eval.mean()), "baseline": res.baseline,
-                    **_timing(res.seconds, no_timing), "checkpoint": written, **res.info})
+                    **timing_fields(res.seconds, no_timing), "checkpoint": written, **res.info})
     elif fmt == Fmt.csv:
         res.trajectory.drop(columns=[c for c in res.trajectory.columns
                                      if c.startswith("spec.")]).to_csv(sys.stdout, index=False)
@@ -327,7 +327,7 @@ def trainability(spec: ArchSpec,
         write_figure("--plot", plot, plot_trainability, traj, table)
     crit = criterion_text(margin)
     if fmt == Fmt.json:
-        _emit_json({"spec": spec.to_dict(), "config": asdict(cfg), "criterion": crit,
+        emit_json({"spec": spec.to_dict(), "config": asdict(cfg), "criterion": crit,
                     "points": table.to_dict(orient="records"),
                     "disagreements": int((~table["agree"]).sum()),
                     "rows": trajectory.to_rows(traj)})

@@ -174,7 +174,7 @@ def write_figure(option: str, path: str, draw, *args, **kwargs) -> None:
 
 # Spec options shared by every command that takes an architecture (docs/cli.md "Spec options").
 # name -> (annotation, default, help)
-_SPEC_OPTIONS: dict[str, tuple[Any, Any, str]] = {
+SPEC_OPTIONS: dict[str, tuple[Any, Any, str]] = {
     "depth": (int, 12, "number of blocks"),
     "d_model": (int, 768, "model width d"),
     "heads": (int, 12, "attention heads H"),
@@ -210,14 +210,14 @@ def spec_command(fn):
     sig = inspect.signature(fn)
     own = [p for name, p in sig.parameters.items() if name != "spec"]
     extra = []
-    for name, (ann, default, help_) in _SPEC_OPTIONS.items():
+    for name, (ann, default, help_) in SPEC_OPTIONS.items():
         opt = typer.Option(default, option_name(name), help=help_, show_default=default is not None)
         extra.append(inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=opt,
                                        annotation=ann))
 
     @functools.wraps(fn)
     def wrapper(**kwargs):
-        values = {k: kwargs.pop(k) for k in _SPEC_OPTIONS}
+        values = {k: kwargs.pop(k) for k in SPEC_OPTIONS}
         try:
             spec = ArchSpec(**values)
         except SpecError as err:
@@ -258,7 +258,7 @@ NoTimingOpt = typer.Option(False, "--no-timing",
                            help="leave wall-clock fields out of the JSON (byte-reproducible)")
 
 
-def _timing(seconds: float, no_timing: bool) -> dict:
+def timing_fields(seconds: float, no_timing: bool) -> dict:
     """The wall-clock field of a JSON result, or nothing under ``--no-timing``."""
     return {} if no_timing else {"seconds": seconds}
 
@@ -298,7 +298,7 @@ def version() -> str:
         return "unknown"
 
 
-def _emit_json(obj: dict) -> None:
+def emit_json(obj: dict) -> None:
     """Print a result as JSON, with ``meta``: the command line and the sigprop version."""
     from ..trajectory import clean_json
 

@@ -26,8 +26,8 @@ import numpy as np
 import torch
 from torch import nn
 
-from ._threads import cpu_settings
 from .probe_sites import AttentionSite
+from .threads import cpu_settings
 
 __all__ = ["BoundRecorder", "entropy_floor", "head_bounds", "rope_free"]
 

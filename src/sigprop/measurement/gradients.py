@@ -19,7 +19,7 @@ from torch import nn
 
 from .. import trajectory as _traj
 from .observables import summarise
-from .probe import AttentionSite, Probe, _as_tensor, find_attention
+from .probe import AttentionSite, Probe, find_attention, first_tensor
 
 __all__ = ["MLMReadoutLoss", "qkv_grad_norms", "grads_to_trajectory"]
 
@@ -57,7 +57,7 @@ class MLMReadoutLoss:
     def __call__(self, output) -> torch.Tensor:
         """Loss of the hidden states in ``output`` (a tensor, a tuple whose first tensor they
         are, or an object with ``last_hidden_state`` such as an HF base-model output)."""
-        h = _as_tensor(output)
+        h = first_tensor(output)
         W, pos, tgt = self._draw(h.shape, h.device)
         logits = h[pos] @ W.to(h.dtype)
         return F.cross_entropy(logits, tgt[pos])

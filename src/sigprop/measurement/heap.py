@@ -15,9 +15,11 @@ thresholds below were set.
 :func:`tune` raises the mmap threshold to :data:`MMAP_THRESHOLD` (larger blocks still get
 their own mapping) and the trim threshold to :data:`TRIM_THRESHOLD` (at most that much free
 memory is kept at the top of the heap), through ``mallopt``. The cost: the resident size
-stays near its peak after a large job. It runs once, when ``sigprop`` is imported; set the
-environment variable ``SIGPROP_MALLOC=system`` before the import to keep glibc's defaults.
-On other C libraries (macOS, Windows, musl) it does nothing.
+stays near its peak after a large job. Importing ``sigprop`` changes nothing in the process:
+the command line calls :func:`tune` once when it starts, and a library user who wants the same
+calls ``sigprop.measurement.heap.tune()``. The environment variable ``SIGPROP_MALLOC=system``
+keeps glibc's defaults even then. On other C libraries (macOS, Windows, musl) it does
+nothing.
 """
 
 from __future__ import annotations

@@ -116,8 +116,8 @@ def _causal_per_node(spec, T, kind, sigma0, rho, d_head):
     """Causal average of docs/theory.md §2.4 with the score std of the node's own length."""
     from ..theory import blocks
 
-    nodes, weights = blocks._causal_nodes(T)
-    pair, inv_cross = blocks._causal_pair_weights(T, nodes)
+    nodes, weights = blocks.causal_position_nodes(T)
+    pair, inv_cross = blocks.causal_pair_weights(T, nodes)
     acc = np.zeros(4)
     for t, w, pw in zip(nodes, weights, pair, strict=True):
         if t == 1:
@@ -140,7 +140,7 @@ class Sweep:
     info: dict = field(default_factory=dict)
 
 
-def _check(lengths, queries, chunk, input, spec):
+def check_args(lengths, queries, chunk, input, spec):
     if not lengths:
         raise SpecError("lengths", "give at least one length")
     for T in lengths:
@@ -191,7 +191,7 @@ def sweep(spec: ArchSpec, lengths: Sequence[int] | None = None, *, queries: int 
 
     lengths = default_lengths() if lengths is None else [int(t) if isinstance(t, np.integer)
                                                          else t for t in lengths]
-    _check(lengths, queries, chunk, input, spec)
+    check_args(lengths, queries, chunk, input, spec)
     rho = spec.rho_init
     if input == "isometric" and spec.rho0 not in (None, 0.0):
         raise SpecError("rho0", "isometric inputs are orthogonal (rho0 = 0); use --input rho")
@@ -253,7 +253,7 @@ def sweep(spec: ArchSpec, lengths: Sequence[int] | None = None, *, queries: int 
 
 
 # ---- reading a sweep ----------------------------------------------------------------------
-def _layer1(traj):
+def layer1(traj):
     return traj[traj["layer"] == 1]
 
 
@@ -263,7 +263,7 @@ def trends(traj) -> dict[str, dict]:
     entropy collapse), ``spreads`` (ipr down by as much: towards uniform attention, i.e. rank
     collapse after a few layers) or ``steady``; ``n/a`` with a single length."""
     out = {}
-    m = _layer1(traj)
+    m = layer1(traj)
     m = m[m["source"] == "measured"]
     for scaling, sub in m.groupby("scaling", sort=False):
         ipr = sub[sub["observable"] == "ipr"].sort_values("seq_len")

@@ -39,7 +39,7 @@ from torch import nn
 
 from .. import trajectory as _traj
 from .gradients import MLMReadoutLoss, grads_to_trajectory, qkv_grad_norms
-from .probe import Probe, _as_tensor, find_blocks, to_trajectory
+from .probe import Probe, find_blocks, first_tensor, to_trajectory
 
 __all__ = ["CollapseEvent", "CollapseWarning", "ModelOrReadoutLoss", "Monitor", "find_collapse",
            "monitor", "probe_rows", "scalar_names"]
@@ -123,7 +123,7 @@ class ModelOrReadoutLoss:
         loss = getattr(output, "loss", None)
         if torch.is_tensor(loss) and loss.ndim == 0:
             return loss
-        h = _as_tensor(output)
+        h = first_tensor(output)
         if h is None:
             h = getattr(output, "logits", None)
         if h is None:

@@ -110,7 +110,7 @@ def top_eigenvalue(G: torch.Tensor, steps: int = 64, check: int = 8,
     gen = torch.Generator().manual_seed(0)
     v0 = torch.randn(G.shape[-1], generator=gen, dtype=torch.float64)
     if G.device.type == "cpu":
-        from ._threads import numpy_blas_single
+        from .threads import numpy_blas_single
 
         g = G.detach().to(torch.float64).numpy()
         with numpy_blas_single():

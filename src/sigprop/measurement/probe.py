@@ -34,14 +34,14 @@ from torch import nn
 
 from .. import trajectory as _traj
 from . import observables as obs
-from ._threads import cpu_settings
-from .probe_recompute import _RecomputeMixin
+from .probe_recompute import RecomputeMixin
 from .probe_sites import (
     AttentionSite,
     describe_attention,
     find_attention,
     find_blocks,
 )
+from .threads import cpu_settings
 
 __all__ = ["AttentionSite", "describe_attention", "find_attention", "find_blocks", "Probe",
            "to_trajectory"]
@@ -51,7 +51,7 @@ HIDDEN_STATS = ("cos", "q", "stable_rank")
 
 
 # --------------------------------------------------------------------------------------------
-def _as_tensor(out):
+def first_tensor(out):
     if torch.is_tensor(out):
         return out
     if isinstance(out, tuple | list):
@@ -84,7 +84,21 @@ def _bound(module, args, kwargs) -> dict:
     return {**b, **extra} if isinstance(extra, dict) else b
 
 
-class Probe(_RecomputeMixin):
+def _heads_third_last(A: torch.Tensor, H: int) -> torch.Tensor:
+    """Returned maps ``(B, H, T, Tk)``; maps with more axes (windowed attention: Hiera's
+    ``(B, H, windows, T, Tk)``) get their heads axis moved third from last and the others
+    folded into the batch. A layout without an axis of ``H`` raises (the layer is then noted
+    unreadable)."""
+    if A.ndim <= 4:
+        return A
+    ax = next((i for i in range(1, A.ndim - 2) if A.shape[i] == H), None)
+    if ax is None:
+        raise RuntimeError(f"returned maps {tuple(A.shape)} have no axis of {H} heads")
+    A = A.movedim(ax, -3)
+    return A.reshape(-1, *A.shape[-3:])
+
+
+class Probe(RecomputeMixin):
     """Context manager recording per-layer hidden states and attention statistics.
 
     Parameters: ``layers`` — None (:func:`find_blocks`), a regex matched (``re.fullmatch``)
@@ -170,14 +184,14 @@ class Probe(_RecomputeMixin):
 
         def first_in(m, a, kw):
             if self._calls[0] % self.repeats == 0:  # a shared block: its first application
-                x = _as_tensor(list(a) + list(kw.values()))
+                x = first_tensor(list(a) + list(kw.values()))
                 B = self.batch  # (tokens, batch, width) states: FSMT, XLNet, fairseq ports
                 if torch.is_tensor(x) and x.dim() == 3 and B and x.shape[1] == B != x.shape[0]:
                     self.time_major = True
                 self._record_hidden(0, x)
 
         def block_out(i, out):
-            self._record_hidden(self._layer(i) + 1, _as_tensor(out))
+            self._record_hidden(self._layer(i) + 1, first_tensor(out))
             self._calls[i] += 1
 
         self._handles.append(first.register_forward_pre_hook(first_in, with_kwargs=True))
@@ -298,7 +312,7 @@ class Probe(_RecomputeMixin):
         if not use_returned and ("q" not in pend or "k" not in pend):
             raise RuntimeError(f"{s.name}: Q/K projections were not called inside the module")
         if use_returned:
-            A = ret.detach().to(self.dtype)
+            A = _heads_third_last(ret.detach().to(self.dtype), s.n_heads)
             allowed, _ = self._mask(s, pend.get("mask"), A.shape[-2], A.shape[-1], A.device)
             stats = self._stats(A, allowed)
             info.update(source="returned", rope=None, bias=None, approximate=False)
@@ -384,8 +398,8 @@ def to_trajectory(probe_results, spec=None, source: str = "measured", per_head: 
             continue
         H = st[0]["ipr"].shape[-1]
         for name in (*ATTENTION_STATS, "sigma_s", "gap"):
-            if name not in st[0] or any(name not in d for d in st):
-                continue
+            if name not in st[0] or any(name not in d or d[name].numel() % H for d in st):
+                continue  # absent, or of another layout than the maps' heads
             extra = {}
             if name == "gap":
                 s2 = torch.cat([d["s2_sqrtT"].reshape(-1) for d in st])

@@ -23,8 +23,8 @@ from collections import defaultdict
 import torch
 
 from . import observables as obs
-from ._threads import cpu_settings, map_tasks
 from .probe_sites import AttentionSite
+from .threads import cpu_settings, map_tasks
 
 
 def _heads(t: torch.Tensor, n: int, dh: int) -> torch.Tensor:
@@ -111,7 +111,7 @@ def softmax_stats(sc: torch.Tensor, keys: torch.Tensor | None, want_probs: bool 
     return out, (e.mul_(rz.unsqueeze(-1)) if want_probs else None)
 
 
-class _RecomputeMixin:
+class RecomputeMixin:
     """Masks, statistics and recomputation of attention probabilities (methods of ``Probe``)."""
 
     def _mask(self, s, mask, T, Tk, device):

@@ -39,7 +39,7 @@ import math
 import torch
 from torch import Tensor
 
-from ._threads import cpu_settings, run_workers
+from .threads import cpu_settings, run_workers
 
 
 class DenseOperator:

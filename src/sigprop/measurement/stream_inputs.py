@@ -19,7 +19,7 @@ from . import inputs as _inputs
 BLOCK = 256
 
 
-def _block_seed(seed: int, block: int, salt: int = 0) -> int:
+def block_seed(seed: int, block: int, salt: int = 0) -> int:
     """A 32-bit torch seed per (seed, salt, block): torch's CPU generator keeps only the low
     32 bits of a seed, so the parts are mixed by NumPy's SeedSequence instead of shifted."""
     ss = np.random.SeedSequence([int(seed), int(salt), int(block)])
@@ -77,7 +77,7 @@ class GeneratedTokens(TokenSource):
         self.lut = self._LUT.to(dtype)
         self.u = None
         if self.rho > 0:
-            g = torch.Generator().manual_seed(_block_seed(seed, 0, salt=1))
+            g = torch.Generator().manual_seed(block_seed(seed, 0, salt=1))
             u = torch.randn(self.d, generator=g, dtype=torch.float64)
             self.u = (u / u.norm()).to(dtype)
 
@@ -87,7 +87,7 @@ class GeneratedTokens(TokenSource):
         nb = BLOCK * per_row
         bits = torch.empty((b1 - b0) * nb, dtype=torch.uint8)
         for i, b in enumerate(range(b0, b1)):
-            g = torch.Generator().manual_seed(_block_seed(self.seed, b))
+            g = torch.Generator().manual_seed(block_seed(self.seed, b))
             torch.randint(0, 256, (nb,), dtype=torch.uint8, generator=g,
                           out=bits[i * nb:(i + 1) * nb])
         e = torch.index_select(self.lut, 0, bits.int()).view(-1, 8 * per_row)
@@ -140,7 +140,7 @@ def rem_scores(seed: int, heads: int, rows: int, start: int, stop: int,
     b0, b1 = start // BLOCK, -(-stop // BLOCK)
     out = torch.empty(heads, rows, (b1 - b0) * BLOCK, dtype=torch.float32)
     for i, b in enumerate(range(b0, b1)):
-        g = torch.Generator().manual_seed(_block_seed(seed, b, salt=2))
+        g = torch.Generator().manual_seed(block_seed(seed, b, salt=2))
         # drawn contiguous, then copied: normal_ on a strided view fills in another order
         out[:, :, i * BLOCK:(i + 1) * BLOCK] = torch.randn(heads, rows, BLOCK, generator=g)
     return out[:, :, start - b0 * BLOCK:stop - b0 * BLOCK].to(dtype)

@@ -35,9 +35,9 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from ._threads import run_workers
-from .stream_inputs import BLOCK, GeneratedTokens, _block_seed
-from .streaming import _NEG
+from .stream_inputs import BLOCK, GeneratedTokens, block_seed
+from .streaming import NEG
+from .threads import run_workers
 
 RopeFn = Callable[[Tensor], tuple[Tensor, Tensor]]
 
@@ -124,7 +124,7 @@ def random_signs(seed: int, salt: int, block: int, rows: int, width: int,
     """``(rows, width)`` independent signs, seeded by ``(seed, salt, block)`` (a byte gives
     eight through a lookup table: ~4x cheaper than Gaussian draws)."""
     per_row = -(-width // 8)
-    g = torch.Generator().manual_seed(_block_seed(seed, block, salt))
+    g = torch.Generator().manual_seed(block_seed(seed, block, salt))
     bits = torch.randint(0, 256, (rows * per_row,), dtype=torch.uint8, generator=g)
     e = torch.index_select(_LUT.to(dtype), 0, bits.int()).view(rows, 8 * per_row)
     return e[:, :width]
@@ -134,7 +134,7 @@ def random_normal(seed: int, salt: int, block: int, rows: int, width: int,
                   dtype: torch.dtype, device: str | torch.device = "cpu") -> Tensor:
     """``(rows, width)`` independent standard normals, seeded by ``(seed, salt, block)`` (on a
     GPU from that device's generator: reproducible there, other numbers than on the CPU)."""
-    g = torch.Generator(device=device).manual_seed(_block_seed(seed, block, salt))
+    g = torch.Generator(device=device).manual_seed(block_seed(seed, block, salt))
     return torch.randn(rows, width, generator=g, dtype=dtype, device=device)
 
 
@@ -253,7 +253,7 @@ class _Job:
         nt = -(-(stop - start) // self.tile)
         ro = len(self.out_rows)
         dev = self.dev
-        cm = torch.full((K, H, nt, self.R), _NEG, dtype=dt, device=dev)
+        cm = torch.full((K, H, nt, self.R), NEG, dtype=dt, device=dev)
         c1, c2, cx = (torch.zeros(K, H, nt, self.R, dtype=dt, device=dev) for _ in range(3))
         co = torch.zeros(K, H, nt, ro, dv, dtype=dt, device=dev)
         csum = torch.zeros(H, nt, self.R, dtype=dt, device=dev)
@@ -293,19 +293,19 @@ class _Job:
                         t = torch.mul(s, self.mults[kk, i0:i1, None],
                                       out=bufs["t"][:G * ra * c].view(G, ra, c))
                     if mask is not None:
-                        t.masked_fill_(mask, _NEG)
+                        t.masked_fill_(mask, NEG)
                     mc = torch.amax(t, dim=2)
                     cm[kk, h0:h1, j, i0:i1] = mc
                     t.sub_(mc[..., None])
                     p = torch.exp(t, out=bufs["p"][:G * ra * c].view(G, ra, c))
                     c1[kk, h0:h1, j, i0:i1] = p.sum(2)
                     c2[kk, h0:h1, j, i0:i1] = torch.linalg.vecdot(p, p)
-                    if mask is not None:  # 0 * _NEG would be fine; keep t finite anyway
+                    if mask is not None:  # 0 * NEG would be fine; keep t finite anyway
                         t.masked_fill_(mask, 0.0)
                     cx[kk, h0:h1, j, i0:i1] = torch.linalg.vecdot(p, t)
                     if len(o_idx):
                         co[kk, h0:h1, j, o_dst] = p[:, o_idx] @ v[g, ks]
-        # rows not touched by a tile keep m = _NEG and sums 0: harmless in the merge
+        # rows not touched by a tile keep m = NEG and sums 0: harmless in the merge
         parts = [torch.cat([a[None], b.double().movedim(2, 0)]) for a, b in
                  zip(state[:5], (cm, c1, c2, cx, co), strict=True)]
         state[:5] = _reduce(*parts, self.out_rows_dev)

@@ -37,13 +37,13 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ._threads import run_workers
 from .stream_inputs import (
     TokenSource,
     rem_scores,
 )
+from .threads import run_workers
 
-_NEG = -1e30  # masked logits: exp underflows to exactly 0 and 0 * _NEG = 0 (no NaN)
+NEG = -1e30  # masked logits: exp underflows to exactly 0 and 0 * NEG = 0 (no NaN)
 VARIANTS = ("softmax", "centred", "uniform")
 
 
@@ -137,7 +137,7 @@ class _Job:
         vv = kv[:, -src.d:]
         z = rem_scores(self.seed, H, self.R, start, stop, dt) if self.rem else None
         nt = -(-(stop - start) // self.tile)
-        cm = torch.full((K, H, nt, self.R), _NEG, dtype=dt)
+        cm = torch.full((K, H, nt, self.R), NEG, dtype=dt)
         c1, c2, cx = (torch.zeros(K, H, nt, self.R, dtype=dt) for _ in range(3))
         co = torch.zeros(K, H, nt, self.R, dh, dtype=dt)
         for j in range(nt):
@@ -163,7 +163,7 @@ class _Job:
                                       self.mults_dt[k, i0:, None],
                                       out=bufs["t"][:ra * c].view(ra, c))
                     if mask is not None:
-                        t[:i1 - i0].masked_fill_(mask, _NEG)
+                        t[:i1 - i0].masked_fill_(mask, NEG)
                     mc = torch.amax(t, dim=1, out=cm[k, h, j, i0:])
                     t.sub_(mc[:, None])
                     p = torch.exp(t, out=bufs["p"][:ra * c].view(ra, c))

@@ -268,7 +268,7 @@ def spec_with_record(spec: ArchSpec, rec: dict[str, Any]) -> ArchSpec:
     return spec.replace(**kw) if kw else spec
 
 
-def _first_attr(cfg, names, default=None):
+def first_attr(cfg, names, default=None):
     from .config import config_attr
 
     for n in names:
@@ -310,7 +310,7 @@ def generic_spec_and_info(config, seq_len: int | None = None) -> tuple[ArchSpec,
         text = cfg
 
     def size(names, default):
-        return _first_attr(cfg, names) or _first_attr(text, names, default)
+        return first_attr(cfg, names) or first_attr(text, names, default)
 
     d = int(size(("hidden_size", "d_model", "dim", "n_embd"), 64))
     L = int(size(("num_hidden_layers", "encoder_layers", "num_layers", "n_layers", "n_layer"),
@@ -321,9 +321,9 @@ def generic_spec_and_info(config, seq_len: int | None = None) -> tuple[ArchSpec,
     head_dim = int(size(("head_dim", "d_kv"), d // H or 1))
     d_ff = int(size(("intermediate_size", "encoder_ffn_dim", "ffn_dim", "d_ff", "hidden_dim",
                      "n_inner"), 4 * d))
-    std = float(_first_attr(cfg, ("initializer_range", "init_std"), 0.02))
+    std = float(first_attr(cfg, ("initializer_range", "init_std"), 0.02))
     kind = input_kind(cfg)
-    max_pos = _first_attr(cfg, ("max_position_embeddings", "n_positions"))
+    max_pos = first_attr(cfg, ("max_position_embeddings", "n_positions"))
     max_len = None
     if kind == "image":
         image, patch = getattr(cfg, "image_size", 224), getattr(cfg, "patch_size", 16)
@@ -331,7 +331,7 @@ def generic_spec_and_info(config, seq_len: int | None = None) -> tuple[ArchSpec,
         patch = patch if isinstance(patch, int) else patch[0]
         T = max_len = (image // patch) ** 2 + 1
     elif kind == "audio":
-        T = max_len = int(_first_attr(cfg, ("max_source_positions",), 1500))
+        T = max_len = int(first_attr(cfg, ("max_source_positions",), 1500))
     else:
         learned = getattr(cfg, "position_embedding_type", "absolute") == "absolute" and not (
             getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_theta", None))

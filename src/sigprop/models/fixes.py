@@ -46,7 +46,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..spec import ArchSpec, SpecError, _check_float, score_multiplier
+from ..spec import ArchSpec, SpecError, check_float, score_multiplier
 
 FIX_VERSION = 1
 #: ``alpha_attn="auto"`` aims this far below ``rho_max`` on the predicted final cosine, so that
@@ -217,13 +217,13 @@ def resolve(spec: ArchSpec, *, beta: float | None = None, alpha_attn: float | st
     if centred:
         new = new.replace(attention="centred")
     if beta is not None:  # after the scaling, so that beta is the effective one at seq_len
-        _check_float("beta", beta, 0.0, 1e4, lo_open=True)
+        check_float("beta", beta, 0.0, 1e4, lo_open=True)
         new = new.with_beta(float(beta))
     if alpha_attn is not None:
         if alpha_attn == "auto":
             a = auto_alpha(new, r0)
         else:
-            _check_float("alpha_attn", alpha_attn, 0.0, 1e4, lo_open=True)
+            check_float("alpha_attn", alpha_attn, 0.0, 1e4, lo_open=True)
             a = float(alpha_attn)
         if a != spec.alpha_attn and spec.norm == "none":
             raise SpecError("alpha_attn", "residual scaling is absorbed through LayerNorm's "

@@ -96,7 +96,7 @@ def model_at_init(config, seed: int = 0, attn_implementation: str = "eager",
     return model.eval()
 
 
-def _read_weights(folder: Path) -> tuple[list[Path], dict[str, torch.Tensor]]:
+def read_weights(folder: Path) -> tuple[list[Path], dict[str, torch.Tensor]]:
     files = sorted(folder.glob("*.safetensors"))
     if files:
         from safetensors.torch import load_file
@@ -135,7 +135,7 @@ def load_local_weights(model: nn.Module, folder) -> LoadReport:
     folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise SpecError("weights", f"{folder} is not a folder")
-    files, raw = _read_weights(folder)
+    files, raw = read_weights(folder)
     if not files:
         return LoadReport(trained=False)
     own = model.state_dict()

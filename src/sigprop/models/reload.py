@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..spec import SpecError
-from .loading import _read_weights
+from .loading import read_weights
 
 __all__ = ["from_pretrained"]
 
@@ -39,7 +39,7 @@ def from_pretrained(path, **kwargs) -> nn.Module:
 @torch.no_grad()
 def _load_extra(model: nn.Module, path) -> None:
     """Load the tensors the restored methods added (``sigprop_*`` names) from ``path``."""
-    _files, raw = _read_weights(Path(path))
+    _files, raw = read_weights(Path(path))
     own = model.state_dict()
     prefix = getattr(model, "base_model_prefix", "") or ""
     extra = {k for k in own if "sigprop_" in k}

@@ -52,7 +52,7 @@ def _length_label(t: int) -> str:
     return str(t)
 
 
-def _band_of(band: Mapping | None, layer: int) -> tuple[float, float] | None:
+def band_of(band: Mapping | None, layer: int) -> tuple[float, float] | None:
     """The finite (lo, hi) band of ``layer``, or None (keys may be ints or strings)."""
     if not band:
         return None
@@ -158,7 +158,7 @@ def plot_model_sweep(traj, path=None, *, band: Mapping | None = None,
     ncol = len(scalings)
     fig = new_figure((2.9 * ncol + 1.4, 5.6), layout="constrained")
     axes = fig.subplots(2, ncol, squeeze=False, sharex=True, sharey="row")
-    bands = {layer: b for layer in drawn if (b := _band_of(band, layer)) is not None}
+    bands = {layer: b for layer in drawn if (b := band_of(band, layer)) is not None}
     alpha = min(BAND_ALPHA, _BAND_ALPHA_SUM / max(len(bands), 1))
 
     for j, scaling in enumerate(scalings):

@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from .html import _CSS, _e, _num, _provenance
+from .html import PAGE_CSS, esc, num, provenance
 
 _GALLERY_CSS = """
 .pass{background:#2e7d32}.differs{background:#b26a00}.fail{background:#c62828}
@@ -39,7 +39,7 @@ PAPER_TITLES = {
 
 
 def _status(s: str) -> str:
-    return f'<span class="status {_e(s)}">{_e(s)}</span>'
+    return f'<span class="status {esc(s)}">{esc(s)}</span>'
 
 
 def _anchor(name: str) -> str:
@@ -63,8 +63,8 @@ def _check_rows(results, items) -> str:
         held = sum(c.status != "fail" for c in r.checks)
         what = r.error or (it.title if it else "")
         secs = "" if math.isnan(r.seconds) else f"{r.seconds:.1f}"
-        rows.append(f'<tr><td class=l><a href="#{_anchor(r.name)}">{_e(r.name)}</a></td>'
-                    f"<td class=l>{_e(it.ref if it else '')}</td><td class=w>{_e(what)}</td>"
+        rows.append(f'<tr><td class=l><a href="#{_anchor(r.name)}">{esc(r.name)}</a></td>'
+                    f"<td class=l>{esc(it.ref if it else '')}</td><td class=w>{esc(what)}</td>"
                     f"<td>{held}/{len(r.checks)}</td><td>{_status(r.status)}</td>"
                     f"<td>{secs}</td></tr>")
     return ("<table><tr><th class=l>item</th><th class=l>paper ref.</th><th class=l>what it "
@@ -78,9 +78,9 @@ def _differs(results, items) -> str:
         it = items.get(r.name)
         for c in r.checks:
             if c.status == "differs":
-                rows.append(f"<li><a href=\"#{_anchor(r.name)}\">{_e(r.name)}</a> "
-                            f"({_e(it.ref if it else '')}): {_e(c.paper or c.claim)} "
-                            f"<b>Measured: {_num(c.measured)}</b> ({_e(c.expected)}).</li>")
+                rows.append(f"<li><a href=\"#{_anchor(r.name)}\">{esc(r.name)}</a> "
+                            f"({esc(it.ref if it else '')}): {esc(c.paper or c.claim)} "
+                            f"<b>Measured: {num(c.measured)}</b> ({esc(c.expected)}).</li>")
     if not rows:
         return "<p>None in this run.</p>"
     return "<ul>" + "".join(rows) + "</ul>"
@@ -88,41 +88,42 @@ def _differs(results, items) -> str:
 
 def _card(r, it, out: Path) -> str:
     ref = f"{it.paper} {it.ref}" if it else r.name
-    head = (f'<div class="card" id="{_anchor(r.name)}"><h3>{_e(r.name)} — {_e(ref)}: '
-            f"{_e(it.title if it else '')} {_status(r.status)}</h3>")
+    head = (f'<div class="card" id="{_anchor(r.name)}"><h3>{esc(r.name)} — {esc(ref)}: '
+            f"{esc(it.title if it else '')} {_status(r.status)}</h3>")
     parts = [head]
     if it is not None:
-        parts.append(f"<blockquote>{_e(it.claim)}</blockquote>")
+        parts.append(f"<blockquote>{esc(it.claim)}</blockquote>")
     if r.error:
-        parts.append(f"<p><b>Error:</b> {_e(r.error)}</p>")
+        parts.append(f"<p><b>Error:</b> {esc(r.error)}</p>")
     for ext in ("svg", "png"):
         if (out / f"{r.name}.{ext}").exists():
-            parts.append(f'<p class="fig"><img src="{_e(r.name)}.{ext}" '
-                         f'alt="{_e(r.name)} figure"></p>')
+            parts.append(f'<p class="fig"><img src="{esc(r.name)}.{ext}" '
+                         f'alt="{esc(r.name)} figure"></p>')
             break
     if r.checks:
         rows = "".join(
-            f"<tr><td class=w>{_e(c.claim)}</td><td>{_num(c.measured)}</td>"
-            f"<td class=l>{_e(c.expected)}</td><td>{_status(c.status)}</td>"
-            f"<td class=w>{_e(c.why)}{('<br><i>Paper: ' + _e(c.paper) + '</i>') if c.paper else ''}"
+            f"<tr><td class=w>{esc(c.claim)}</td><td>{num(c.measured)}</td>"
+            f"<td class=l>{esc(c.expected)}</td><td>{_status(c.status)}</td>"
+            f"<td class=w>{esc(c.why)}"
+            f"{('<br><i>Paper: ' + esc(c.paper) + '</i>') if c.paper else ''}"
             f"</td></tr>" for c in r.checks)
         parts.append("<table><tr><th class=l>claim</th><th>measured</th><th class=l>held to"
                      "</th><th>verdict</th><th class=l>tolerance, and where the paper differs"
                      "</th></tr>" + rows + "</table>")
     if it is not None and it.differs:
-        parts.append(f"<p><b>Differs from the paper:</b> {_e(it.differs)}</p>")
+        parts.append(f"<p><b>Differs from the paper:</b> {esc(it.differs)}</p>")
     if r.notes:
-        parts.append(f"<p class=muted><b>Set-up:</b> {_e(r.notes)}</p>")
+        parts.append(f"<p class=muted><b>Set-up:</b> {esc(r.notes)}</p>")
     if r.table is not None and len(r.table) and len(r.table) <= 40:
         parts.append(r.table.to_html(index=False, border=0, float_format=lambda x: f"{x:.4g}",
                                      na_rep="", escape=True))
     secs = "" if math.isnan(r.seconds) else f"{r.seconds:.1f} s"
-    links = " · ".join(f'<a href="{_e(r.name)}{suf}">{_e(label)}</a>'
+    links = " · ".join(f'<a href="{esc(r.name)}{suf}">{esc(label)}</a>'
                        for suf, label in ((".parquet", "data (Parquet)"),
                                           (".table.parquet", "summary (Parquet)"),
                                           (".json", "checks (JSON)"))
                        if (out / f"{r.name}{suf}").exists())
-    parts.append(f'<p class=muted>{_e(r.size)} size · {secs} · '
+    parts.append(f'<p class=muted>{esc(r.size)} size · {secs} · '
                  f'{"trains" if it and it.trains else "no training"} · {links}</p></div>')
     return "".join(parts)
 
@@ -139,7 +140,7 @@ def render_gallery(results: Sequence, out: str | Path, *, command: str | None = 
     figs = sum(1 for r in results if (out / f"{r.name}.svg").exists())
     total = sum(r.seconds for r in results if not math.isnan(r.seconds))
     checks = sum(len(r.checks) for r in results)
-    body = ["<h1>sigprop: the five seed papers, reproduced</h1>", _provenance(command),
+    body = ["<h1>sigprop: the five seed papers, reproduced</h1>", provenance(command),
             f"<p>{len(results)} items, {figs} figures, {checks} checks in {total / 60:.1f} min: "
             + ", ".join(f"{_status(k)} {v}" for k, v in n.items() if v) + ".</p>",
             "<p class=muted>Each check states a paper's claim as a number held to a band; "
@@ -151,11 +152,11 @@ def render_gallery(results: Sequence, out: str | Path, *, command: str | None = 
     for p in PAPERS:
         mine = [r for r in results if r.name.split(".", 1)[0] == p]
         if mine:
-            body.append(f'<h2 id="{p}">{_e(PAPER_TITLES.get(p, p))}</h2>')
+            body.append(f'<h2 id="{p}">{esc(PAPER_TITLES.get(p, p))}</h2>')
             body += [_card(r, items.get(r.name), out) for r in mine]
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
             "<title>sigprop reproduce</title>"
-            f"<style>{_CSS}{_GALLERY_CSS}</style></head><body>" + "".join(body)
+            f"<style>{PAGE_CSS}{_GALLERY_CSS}</style></head><body>" + "".join(body)
             + "</body></html>\n")
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from ..plotting.figures import finish, new_figure, plot_depth, plot_diagram
 
-_CSS = """
+PAGE_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;
 max-width:1100px;color:#222;line-height:1.45;padding:0 1em}
 h1{font-size:1.5em;margin-bottom:.2em}h2{font-size:1.15em;margin-top:1.6em;
@@ -40,23 +40,23 @@ _WEIGHTS = {"init": "weights: fresh init", "folder": "weights: the folder's file
             "module": "weights: the module's own"}
 
 
-def _e(x: Any) -> str:
+def esc(x: Any) -> str:
     return html.escape(str(x), quote=True)
 
 
-def _num(x: Any) -> str:
+def num(x: Any) -> str:
     if x is None:
         return ""
     if isinstance(x, bool) or not isinstance(x, int | float):
-        return _e(x)
+        return esc(x)
     if isinstance(x, float) and math.isnan(x):
         return ""
     if isinstance(x, float) and not math.isfinite(x):
-        return _e(x)
+        return esc(x)
     return f"{x:.4g}"
 
 
-def _svg(draw, *args, **kwargs) -> str:
+def svg_of(draw, *args, **kwargs) -> str:
     """Run a figure function; return its SVG as an ``<img>`` data URI."""
     fig = draw(*args, **kwargs)
     buf = io.BytesIO()
@@ -90,10 +90,10 @@ def plot_head_heatmap(heads, path=None, observable: str = "entropy", dpi: int = 
     return finish(fig, path, dpi)
 
 
-def _table(rows: list[dict], cols: list[str], left: tuple[str, ...] = ()) -> str:
-    head = "".join(f'<th class="{"l" if c in left else ""}">{_e(c)}</th>' for c in cols)
+def html_table(rows: list[dict], cols: list[str], left: tuple[str, ...] = ()) -> str:
+    head = "".join(f'<th class="{"l" if c in left else ""}">{esc(c)}</th>' for c in cols)
     body = "".join(
-        "<tr>" + "".join(f'<td class="{"l" if c in left else ""}">{_num(r.get(c))}</td>'
+        "<tr>" + "".join(f'<td class="{"l" if c in left else ""}">{num(r.get(c))}</td>'
                          for c in cols) + "</tr>" for r in rows)
     return f"<table><tr>{head}</tr>{body}</table>"
 
@@ -128,59 +128,59 @@ def _diagnosis_body(d, *, diagram_grid: int = 64) -> str:
     from ..theory import diagram as dg
 
     spec = d.spec
-    parts = [f'<p>verdict <span class="verdict {_e(d.verdict)}">{_e(d.verdict)}</span>']
+    parts = [f'<p>verdict <span class="verdict {esc(d.verdict)}">{esc(d.verdict)}</span>']
     if d.first_failing_layer is not None:
-        parts.append(f" from layer {_e(d.first_failing_layer)}")
+        parts.append(f" from layer {esc(d.first_failing_layer)}")
     if d.failing_heads:
-        parts.append(" (heads " + _e(", ".join(str(h) for h in d.failing_heads)) + ")")
-    parts.append(f'</p><p class="muted">{_e(spec.depth)} layers, d={_e(spec.d_model)}, '
-                 f'{_e(spec.heads)} heads, T={_e(spec.seq_len)}, {_e(spec.norm)}-LN, '
-                 f'{_e(spec.activation)}; {_WEIGHTS.get(d.weights, "at init")}; '
-                 f'{_e(d.seeds)} seed(s) from {_e(d.seed)} x {_e(d.sequences)} sequence(s); '
+        parts.append(" (heads " + esc(", ".join(str(h) for h in d.failing_heads)) + ")")
+    parts.append(f'</p><p class="muted">{esc(spec.depth)} layers, d={esc(spec.d_model)}, '
+                 f'{esc(spec.heads)} heads, T={esc(spec.seq_len)}, {esc(spec.norm)}-LN, '
+                 f'{esc(spec.activation)}; {_WEIGHTS.get(d.weights, "at init")}; '
+                 f'{esc(d.seeds)} seed(s) from {esc(d.seed)} x {esc(d.sequences)} sequence(s); '
                  f'measured in {d.seconds:.1f} s</p>')
     has_theory = bool((d.trajectory["source"] == "theory").any())
     if d.recommendations:
         parts.append("<h2>Recommendations</h2><ul>")
-        parts += [f"<li>{_e(r.get('text', r.get('what')))}</li>" for r in d.recommendations]
+        parts += [f"<li>{esc(r.get('text', r.get('what')))}</li>" for r in d.recommendations]
         parts.append("</ul>")
     if has_theory:
         parts.append("<h2>Derived parameters</h2>")
-        parts.append(_table([{"name": k, "value": v} for k, v in d.derived.items()],
+        parts.append(html_table([{"name": k, "value": v} for k, v in d.derived.items()],
                             ["name", "value"], left=("name",)))
     parts.append("<h2>Depth curves: theory (lines) and measured (dots)</h2>")
     obs = tuple(o for o in ("cos", "ipr", "entropy", "stable_rank")
                 if o in set(d.trajectory["observable"]))
-    src = _svg(plot_depth, d.trajectory, spec=spec, observables=obs)
+    src = svg_of(plot_depth, d.trajectory, spec=spec, observables=obs)
     parts.append(f'<img alt="depth curves" src="{src}">')
     if len(d.heads) and "entropy" in set(d.heads["observable"]):
         parts.append("<h2>Attention entropy per head</h2>")
-        parts.append(f'<img alt="per-head entropy" src="{_svg(plot_head_heatmap, d.heads)}">')
+        parts.append(f'<img alt="per-head entropy" src="{svg_of(plot_head_heatmap, d.heads)}">')
         ext = head_extremes(d.heads)
-        parts.append(_table(ext, ["layer", "min_entropy_head", "min_entropy",
+        parts.append(html_table(ext, ["layer", "min_entropy_head", "min_entropy",
                                   "max_entropy_head", "max_entropy"]))
     if has_theory:  # a measured-only diagnosis has no spec to place on the diagram
         parts.append("<h2>Trainability diagram with this model's point</h2>")
         diag = dg.compute(spec, n_beta=diagram_grid, n_alpha=diagram_grid, rho0=d.rho0)
-        src = _svg(plot_diagram, diag, spec=spec)
+        src = svg_of(plot_diagram, diag, spec=spec)
         parts.append(f'<img alt="trainability diagram" src="{src}">')
     rows, names = _layer_rows(d.trajectory)
-    parts.append("<h2>Per layer</h2>" + _table(rows, names))
+    parts.append("<h2>Per layer</h2>" + html_table(rows, names))
     if d.notes:
         parts.append("<h2>What the theory does not cover</h2><ul>")
-        parts += [f"<li>{_e(n)}</li>" for n in d.notes]
+        parts += [f"<li>{esc(n)}</li>" for n in d.notes]
         parts.append("</ul>")
     return "".join(parts)
 
 
-def _provenance(command: str | None) -> str:
+def provenance(command: str | None) -> str:
     from importlib.metadata import PackageNotFoundError, version
 
     try:
         v = version("sigprop")
     except PackageNotFoundError:
         v = "unknown"
-    cmd = f"<code>{_e(command)}</code>; " if command else ""
-    return f'<p class="muted">{cmd}sigprop {_e(v)}</p>'
+    cmd = f"<code>{esc(command)}</code>; " if command else ""
+    return f'<p class="muted">{cmd}sigprop {esc(v)}</p>'
 
 
 def _fix_layers(before, after) -> str:
@@ -199,7 +199,7 @@ def _fix_layers(before, after) -> str:
                                     for x in layers])
     rows = [{"layer": int(x), **{k: v[i] for k, v in cols.items()}}
             for i, x in enumerate(layers)]
-    return _table(rows, ["layer", *cols])
+    return html_table(rows, ["layer", *cols])
 
 
 def render(d, *, fix: tuple[Any, Any] | None = None, diagram_grid: int = 64,
@@ -208,12 +208,12 @@ def render(d, *, fix: tuple[Any, Any] | None = None, diagram_grid: int = 64,
     changes, the before/after verdicts and a before/after table per layer (then ``d`` is the
     re-diagnosis after the fix). ``command`` is recorded in the header."""
     title = f"sigprop diagnosis: {d.model}"
-    body = [f"<h1>{_e(title)}</h1>", _provenance(command)]
+    body = [f"<h1>{esc(title)}</h1>", provenance(command)]
     if fix is not None:
         before, rep = fix
-        body.append("<h2>Fix</h2><ul>" + "".join(f"<li>{_e(c)}</li>" for c in rep.changes)
+        body.append("<h2>Fix</h2><ul>" + "".join(f"<li>{esc(c)}</li>" for c in rep.changes)
                     + "</ul>")
-        body.append(_table([
+        body.append(html_table([
             {"": "before", "model": before.model, "verdict": before.verdict,
              "predicted final cos": rep.predicted["before"]["final_cos"]},
             {"": "after", "model": d.model, "verdict": d.verdict,
@@ -224,7 +224,7 @@ def render(d, *, fix: tuple[Any, Any] | None = None, diagram_grid: int = 64,
     body.append('<p class="muted">sigprop: predict, measure and prevent rank and entropy '
                 'collapse at initialisation.</p>')
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_e(title)}</title><style>{_CSS}</style></head><body>"
+            f"<title>{esc(title)}</title><style>{PAGE_CSS}</style></head><body>"
             + "".join(body) + "</body></html>\n")
 
 

@@ -3,7 +3,7 @@ is :func:`sigprop.plotting.longctx.plot_sweep`)."""
 
 from __future__ import annotations
 
-from ..measurement.longctx import _layer1, trends
+from ..measurement.longctx import layer1, trends
 
 
 def print_sweep(sw, spec, console=None, wide: bool = False) -> None:
@@ -12,7 +12,7 @@ def print_sweep(sw, spec, console=None, wide: bool = False) -> None:
     from . import tables
 
     console = console or tables.console(wide)
-    df = _layer1(sw.trajectory)
+    df = layer1(sw.trajectory)
     console.print(f"[bold]sigprop longctx[/] d={spec.d_model}, H={spec.heads}, weights at "
                   f"T_ref={spec.seq_len}, {spec.attention}{' causal' if spec.causal else ''}, "
                   f"input {sw.info['input']}, R={sw.info['queries']} rows")

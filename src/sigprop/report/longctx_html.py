@@ -17,8 +17,8 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..plotting.longctx_model import _band_of, plot_model_sweep
-from .html import _CSS, _e, _num, _provenance, _svg, _table
+from ..plotting.longctx_model import band_of, plot_model_sweep
+from .html import PAGE_CSS, esc, html_table, num, provenance, svg_of
 
 MISSING = "—"
 
@@ -55,7 +55,7 @@ def _missing(x: Any) -> bool:
 
 def _cell(x: Any) -> Any:
     """A table cell: a dash when missing, yes / no for booleans, numbers to 4 significant
-    digits; strings are left for :func:`.html._table` to escape."""
+    digits; strings are left for :func:`.html.html_table` to escape."""
     if _missing(x):
         return MISSING
     if isinstance(x, bool):
@@ -63,7 +63,7 @@ def _cell(x: Any) -> Any:
     if isinstance(x, int):
         return str(x)
     if isinstance(x, float):
-        return _num(x)
+        return num(x)
     try:  # numpy scalars
         import numpy as np
 
@@ -79,18 +79,18 @@ def _cell(x: Any) -> Any:
 def _text(x: Any) -> str:
     """An escaped inline value, a dash when missing."""
     c = _cell(x)
-    return c if c == MISSING else _e(c)
+    return c if c == MISSING else esc(c)
 
 
 def _band_text(band: dict | None, layer: Any) -> str | None:
-    b = None if layer is None else _band_of(band, layer)
+    b = None if layer is None else band_of(band, layer)
     return None if b is None else f"{b[0]:.3g} – {b[1]:.3g}"
 
 
 def _lengths_text(lengths: Any) -> str:
     if not lengths:
         return MISSING
-    return ", ".join(_e(t) for t in lengths)
+    return ", ".join(esc(t) for t in lengths)
 
 
 def _header(result, command: str | None) -> str:
@@ -100,7 +100,7 @@ def _header(result, command: str | None) -> str:
     except (TypeError, ValueError):
         seconds = math.nan
     time = f"{seconds:.1f} s" if math.isfinite(seconds) else MISSING
-    return (_provenance(command)
+    return (provenance(command)
             + '<p class="muted">'
             + f"context lengths T: {_lengths_text(info.get('lengths'))}; "
             + f"training length {_text(info.get('train_len'))}; "
@@ -117,17 +117,17 @@ def _recommendation(rec: dict | None) -> str:
     holds = rec.get("holds_measured")
     verdict = {True: "the measurements bear it out",
                False: "the measurements do not bear it out",
-               None: "not checked against measurements"}.get(holds, _e(holds))
+               None: "not checked against measurements"}.get(holds, esc(holds))
     parts = ['<div class="rec"><h2>Recommendation</h2>',
              f"<p>scaling <b>{_text(scaling)}</b>"]
     if not _missing(param):
         parts.append(f" (parameter {_text(param)})")
     parts.append(f"; size {_text(rec.get('size'))}; {verdict}.</p>")
     if rec.get("reason"):
-        parts.append(f"<p>{_e(rec['reason'])}</p>")
+        parts.append(f"<p>{esc(rec['reason'])}</p>")
     cmd = rec.get("fix_command")
     if cmd:
-        parts.append(f"<p>To apply it:</p><pre><code>{_e(cmd)}</code></pre>")
+        parts.append(f"<p>To apply it:</p><pre><code>{esc(cmd)}</code></pre>")
     parts.append("</div>")
     return "".join(parts)
 
@@ -141,7 +141,7 @@ def _layer_table(layers: list[dict] | None, band: dict | None) -> str:
         row["band"] = _cell(_band_text(band, d.get("layer")))
         rows.append({head: row[key] for key, head in LAYER_COLUMNS})
     heads = [head for _, head in LAYER_COLUMNS]
-    return _table(rows, heads, left=("theory",))
+    return html_table(rows, heads, left=("theory",))
 
 
 def _figure(result) -> str:
@@ -151,7 +151,7 @@ def _figure(result) -> str:
     obs = set(traj["observable"]) & {"entropy", "ipr"}
     if not obs:
         return f"<p>{MISSING} (no entropy or ipr rows to plot)</p>"
-    src = _svg(plot_model_sweep, traj, band=getattr(result, "band", None))
+    src = svg_of(plot_model_sweep, traj, band=getattr(result, "band", None))
     measured = bool((traj["source"] == "measured").any())
     legend = ("lines: theory; markers: measured ± standard error; shaded: the stated entropy "
               "band of each layer" if measured else
@@ -166,18 +166,18 @@ def render_longctx_report(result, *, command: str | None = None) -> str:
     title = f"sigprop longctx: {model if model is not None else MISSING}"
     band = getattr(result, "band", None)
     info = getattr(result, "info", None) or {}
-    body = [f"<h1>{_e(title)}</h1>", _header(result, command),
+    body = [f"<h1>{esc(title)}</h1>", _header(result, command),
             _recommendation(getattr(result, "recommendation", None)),
             "<h2>Entropy and ipr against context length</h2>", _figure(result),
             "<h2>Per layer</h2>", _layer_table(getattr(result, "layers", None), band)]
     notes = info.get("notes") or []
     if notes:
-        body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{_e(n)}</li>" for n in notes)
+        body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes)
                     + "</ul>")
     body.append('<p class="muted">sigprop: predict, measure and prevent rank and entropy '
                 'collapse at initialisation.</p>')
     return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{_e(title)}</title><style>{_CSS}{_EXTRA_CSS}</style></head><body>"
+            f"<title>{esc(title)}</title><style>{PAGE_CSS}{_EXTRA_CSS}</style></head><body>"
             + "".join(body) + "</body></html>\n")
 
 

@@ -249,12 +249,12 @@ def mean_se(a, axis: int = -1):
 def one_thread(fn: Callable) -> Callable:
     """Run ``fn`` with torch at one intra-op thread (restored after): next to NumPy's BLAS on
     the small shared CPU boxes torch's pool made the items' small batched matmuls several
-    times slower (cf. :mod:`sigprop.measurement._threads`)."""
+    times slower (cf. :mod:`sigprop.measurement.threads`)."""
     import functools
 
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
-        from ..measurement._threads import cpu_settings
+        from ..measurement.threads import cpu_settings
 
         with cpu_settings(threads=1):
             return fn(*args, **kwargs)

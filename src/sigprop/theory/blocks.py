@@ -20,7 +20,7 @@ from ..spec import ArchSpec, SpecError
 from . import causal as causal_nodes
 from . import fluct, kernels, rem, sink
 from . import moe as _moe
-from .causal import CAUSAL_POSITIONS, _causal_grid, _causal_pair_weights  # noqa: F401
+from .causal import CAUSAL_POSITIONS, causal_grid, causal_pair_weights  # noqa: F401
 
 
 class AttentionStats(NamedTuple):
@@ -47,14 +47,14 @@ class AttentionStats(NamedTuple):
     wx: np.ndarray | None = None
 
 
-def _causal_nodes(T: int, k: int = CAUSAL_POSITIONS) -> tuple[np.ndarray, np.ndarray]:
+def causal_position_nodes(T: int, k: int = CAUSAL_POSITIONS) -> tuple[np.ndarray, np.ndarray]:
     """Log-spaced query positions t (number of visible keys) and the share of the T positions
     each node stands for (docs/theory.md §2.4 causal: the query at t is a REM with N = t keys)."""
-    nodes, weights = _causal_grid(int(T), int(k))[:2]
+    nodes, weights = causal_grid(int(T), int(k))[:2]
     return nodes.copy(), weights.copy()
 
 
-def _finite_stats(v, rho, n, d_head, full):
+def finite_stats(v, rho, n, d_head, full):
     y2 = rem.y2_table(n, d_head)(v)
     yx = rem.yx_table(n, d_head)(v, rho)
     ent = rem.entropy_table(n, d_head)(v) if full else None
@@ -84,10 +84,10 @@ def attention_stats(sigma_s, rho, T: int, *, d_head: int | None = None, causal: 
         return AttentionStats(rem.y2_asymptotic(beta, rho), zero, ent, wm, zero, zero)
     v = sigma_s**2 * (1.0 - rho)
     if not causal:
-        y2, yx, ent, wm = _finite_stats(v, rho, T, d_head, full)
+        y2, yx, ent, wm = finite_stats(v, rho, T, d_head, full)
         inv = np.full(np.shape(y2), 1.0 / T)
         return AttentionStats(y2, yx, ent, wm, inv, inv)
-    nodes, weights, pair, _ = _causal_grid(int(T))
+    nodes, weights, pair, _ = causal_grid(int(T))
     acc = [0.0, 0.0, 0.0, 0.0]
     extra = None
     if not full and causal_nodes.TABULATED and T >= 2:  # the position averages' tables
@@ -96,7 +96,7 @@ def attention_stats(sigma_s, rho, T: int, *, d_head: int | None = None, causal: 
         y2f, yxf, ok = causal_nodes.tabulated_attention(vf, rf, int(T), d_head)
         off = np.flatnonzero(~ok)
         if off.size:  # off the tables: every position's tables (kept for the LayerNorm)
-            y2f[off], yxf[off], *off_nodes = causal_nodes._att_exact(vf[off], rf[off], int(T),
+            y2f[off], yxf[off], *off_nodes = causal_nodes.att_exact(vf[off], rf[off], int(T),
                                                                      d_head)
         acc[0], acc[1] = y2f.reshape(vb.shape), yxf.reshape(vb.shape)
         extra = ("tab", vf, rf, yxf, off, *(off_nodes if off.size else (None, None)))
@@ -114,14 +114,14 @@ def attention_stats(sigma_s, rho, T: int, *, d_head: int | None = None, causal: 
         if t == 1:  # a single visible key: weight 1 on it
             vals = (np.ones_like(v), np.ones_like(v), np.ones_like(v), np.ones_like(v))
         else:
-            vals = _finite_stats(v, rho, int(t), d_head, full)
+            vals = finite_stats(v, rho, int(t), d_head, full)
         for i, val in enumerate(vals):
             if val is not None:
                 acc[i] = acc[i] + (w * pw if i == 1 else w) * val
     shape = np.shape(acc[0])
     # What centred attention subtracts, on the same nodes as y2 and yx: at uniform weights
     # (Y2(t) = Yx(t) = 1/t) the centred terms then vanish exactly and the cross term stays
-    # below the diagonal one, p <= q (the exact harmonic sum of _causal_pair_weights differs
+    # below the diagonal one, p <= q (the exact harmonic sum of causal_pair_weights differs
     # from the node sum by the node discretisation, which made p > q at small beta).
     return AttentionStats(acc[0], acc[1], acc[2] if full else None, acc[3] if full else None,
                           np.full(shape, float(np.sum(weights / nodes))),
@@ -133,7 +133,7 @@ def uniform_stats(shape, T: int, *, causal: bool = False, asymptotic: bool = Fal
     if asymptotic:
         inv = inv_cross = 0.0
     elif causal:
-        nodes, weights, _, inv_cross = _causal_grid(int(T))
+        nodes, weights, _, inv_cross = causal_grid(int(T))
         inv = float(np.sum(weights / nodes))
     else:
         inv = inv_cross = 1.0 / T
@@ -302,7 +302,7 @@ class BlockParams:
         return cls(**base)
 
 
-def _cos(p, q):
+def cos_of(p, q):
     """p / q, with the 0/0 of a vanishing state read as its rho -> 0+ limit, cos = 1: in the
     T -> inf theory uniform-like attention on orthogonal tokens outputs the mean value, a
     zero vector, for every token (q_att = p_att = 0), i.e. complete rank collapse. A non-finite
@@ -318,7 +318,7 @@ def _ln_fluct_inputs(qa, pa, bp: BlockParams):
     ``b = s_o^2 s_v^2 (q - p)``, the weight of Y2 in a token's norm; ``rho`` = p / q; ``v``, a
     row's REM score variance (docs/theory.md §2.1)."""
     b = bp.var_v * (qa - pa) * (1.0 if bp.var_o is None else bp.var_o)
-    rho = np.clip(_cos(pa, qa), 0.0, 1.0)
+    rho = np.clip(cos_of(pa, qa), 0.0, 1.0)
     return b, rho, (bp.sigma_s0 * qa) ** 2 * (1.0 - rho)
 
 
@@ -331,7 +331,7 @@ def _ln_fluct_cos(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     b, rho, v = _ln_fluct_inputs(qa, pa, bp)
     kappa = np.clip((q_z - b * st.y2) / np.where(q_z > 0, q_z, 1.0), 0.0, 1.0)
     r = fluct.ln_factor(v, kappa, bp.seq_len, bp.d_head, bp.heads)
-    return np.minimum(_cos(p_z, q_z) * r, 1.0)
+    return np.minimum(cos_of(p_z, q_z) * r, 1.0)
 
 
 def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
@@ -339,7 +339,7 @@ def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     so both the mean and the spread of its norm ``N_t = a0 + b Y2_t`` depend on t (N_1 =
     a0 + b: one visible key). Per token ``E[N_t^-1/2] = sqrt(r_t / E N_t)`` with r_t the
     factor of rows of t keys at ``kappa_t = a0 / E N_t``, evaluated at the
-    :func:`_causal_nodes` positions; pairs (a < c) have ``C = c0 + b (a/c) Yx(N = a)``
+    :func:`causal_position_nodes` positions; pairs (a < c) have ``C = c0 + b (a/c) Yx(N = a)``
     (docs/theory.md §2.4 causal) and the cosine is the pair average of ``C E[N_a^-1/2]
     E[N_c^-1/2]`` (:func:`fluct.causal_pair_means`). ``a0``, ``c0``: the non-attention parts
     of ``q_z``, ``p_z`` (the same at every position). Uniform causal attention (weights 1/t)
@@ -348,7 +348,7 @@ def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     ratio of averages gives 0.31 at T = 256."""
     b, rho, v = _ln_fluct_inputs(qa, pa, bp)
     a0, c0 = q_z - b * st.y2, p_z - b * st.yx
-    nodes = _causal_grid(int(bp.seq_len))[0]
+    nodes = causal_grid(int(bp.seq_len))[0]
     vb, rb, a0b, bb = np.broadcast_arrays(v, rho, a0, b)
     vf, a0f, bf = vb.ravel(), a0b.ravel(), bb.ravel()
     T = int(bp.seq_len)
@@ -365,7 +365,7 @@ def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
             p0, p1 = causal_nodes.ln_off_tables(vf, rf, a0f, bf, p0, p1, ok, T, bp.d_head,
                                                 bp.heads, None if att is None else att[4:])
         cos = c0 * p0.reshape(vb.shape) + b * p1.reshape(vb.shape)
-        cos = np.where(np.isfinite(cos), cos, _cos(p_z, q_z))  # a vanishing token norm
+        cos = np.where(np.isfinite(cos), cos, cos_of(p_z, q_z))  # a vanishing token norm
         return np.minimum(cos, 1.0)
     if bp.attention == "uniform":  # weights 1/t: no spread, r = 1
         y2n = yxn = np.broadcast_to((1.0 / nodes)[:, None], (nodes.size, vf.size))
@@ -384,7 +384,7 @@ def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     m = np.where(ok, np.sqrt(r / safe), np.nan)
     p0, p1 = causal_nodes.pair_means(nodes, m, yxn, bp.seq_len)
     cos = c0 * p0.reshape(vb.shape) + b * p1.reshape(vb.shape)
-    cos = np.where(np.isfinite(cos), cos, _cos(p_z, q_z))  # a vanishing token norm
+    cos = np.where(np.isfinite(cos), cos, cos_of(p_z, q_z))  # a vanishing token norm
     return np.minimum(cos, 1.0)
 
 
@@ -396,7 +396,7 @@ def _head_stats(bp: BlockParams, qa, pa, *, asymptotic: bool, full: bool
     ``q_att = s_v^2 [p + (q - p) mean_h w_h Y2_h]`` -- weighted by each head's share of the
     output (``bp.head_w``); the reported ipr, entropy, ... are the plain head means, as
     measured."""
-    sig, rho = bp.sigma_s0 * qa, _cos(pa, qa)
+    sig, rho = bp.sigma_s0 * qa, cos_of(pa, qa)
     if bp.sink is not None and not asymptotic:
         return _sink_head_stats(bp, sig, rho, full)
     if bp.head_scale is None and bp.head_w is None:
@@ -465,12 +465,12 @@ def _branch_norm_cos(q_att, p_att, qa, pa, bp: BlockParams, st, asymptotic: bool
             return _ln_fluct_cos_causal(q_att, p_att, qa, pa, bp, st)
         if not bp.causal and bp.attention == "softmax":
             return _ln_fluct_cos(q_att, p_att, qa, pa, bp, st)
-    return _cos(p_att, q_att)
+    return cos_of(p_att, q_att)
 
 
 def _renorm(q, p, gain2):
     """A branch output after a norm with mean squared gain ``gain2``: ``(g^2, g^2 cos)``."""
-    return np.full_like(np.asarray(q, dtype=np.float64), gain2), gain2 * _cos(p, q)
+    return np.full_like(np.asarray(q, dtype=np.float64), gain2), gain2 * cos_of(p, q)
 
 
 def cross_map(qa, pa, bp: BlockParams):
@@ -482,7 +482,7 @@ def cross_map(qa, pa, bp: BlockParams):
     v, rho)``; the values give ``s_v^2 [p_m + (q_m - p_m) Y]`` (docs/theory.md §2.4), times
     ``s_o^2``. Heads are averaged as in :func:`_head_stats`."""
     sig, var_v, var_o, T_m, q_m, r_m = bp.cross
-    rho = np.clip(_cos(pa, qa), 0.0, 1.0)
+    rho = np.clip(cos_of(pa, qa), 0.0, 1.0)
     v = (np.asarray(qa, dtype=np.float64)[..., None] * sig**2) * q_m * (1.0 - r_m)
     if T_m < 2:
         y2 = yx = np.ones(np.shape(rho))
@@ -507,7 +507,7 @@ def measured_map(q, p, bp: BlockParams, *, branch_scale=1.0):
     q_in, c_in, q_out, c_out = bp.mixer
     q = np.asarray(q, dtype=np.float64)
     if bp.norm == "post":
-        c = np.clip(_cos(p, q) + (c_out - c_in), -1.0, 1.0)
+        c = np.clip(cos_of(p, q) + (c_out - c_in), -1.0, 1.0)
         return np.ones_like(q), c, None
     q2 = q + branch_scale * (q_out - q_in)
     p2 = np.asarray(p, dtype=np.float64) + branch_scale * (c_out * q_out - c_in * q_in)
@@ -540,7 +540,7 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     if bp.mixer is not None:
         return measured_map(q, p, bp, branch_scale=branch_scale)
     normed = bp.norm in ("post", "pre")
-    qa, pa = (np.ones_like(q), _cos(p, q)) if normed and not (raw_input and bp.norm == "post") \
+    qa, pa = (np.ones_like(q), cos_of(p, q)) if normed and not (raw_input and bp.norm == "post") \
         else (q, p)
     if asymptotic:
         # a mean pairwise cosine is >= -1/(T-1), so >= 0 as T -> inf; the limit maps (Y2 = 0
@@ -573,11 +573,11 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
         q = a2 * q + branch_scale * (q_att + q_h)
         p = a2 * p + branch_scale * (p_att + p_h)
         if bp.norm == "post":
-            q, p = np.ones_like(q), _cos(p, q)
+            q, p = np.ones_like(q), cos_of(p, q)
         return q, p, rep
     q, p = a2 * q + branch_scale * q_att, a2 * p + branch_scale * p_att
     if bp.cross is not None and bp.norm != "post":  # decoder: cross-attention, then the MLP
-        qc_in, pc_in = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
+        qc_in, pc_in = (np.ones_like(q), cos_of(p, q)) if normed else (q, p)
         q_c, p_c = cross_map(qc_in, pc_in, bp)
         q, p = q + branch_scale * q_c, p + branch_scale * p_c
     if bp.norm == "post":
@@ -590,12 +590,12 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
         elif ln_avg and not bp.causal and bp.attention == "softmax":
             p = _ln_fluct_cos(q, p, qa, pa, bp, st)
         else:
-            p = _cos(p, q)
+            p = cos_of(p, q)
         q = np.ones_like(q)
         if bp.cross is not None:  # post-LN decoder: LN(x + cross(x, memory))
             q_c, p_c = cross_map(q, p, bp)
-            q, p = np.ones_like(q), _cos(p + p_c, q + q_c)
-    qm, pm = (np.ones_like(q), _cos(p, q)) if normed else (q, p)
+            q, p = np.ones_like(q), cos_of(p + p_c, q + q_c)
+    qm, pm = (np.ones_like(q), cos_of(p, q)) if normed else (q, p)
     q_h, p_h = mlp_map(qm, pm, activation=bp.activation, var_w_in=bp.var_w_in,
                        var_w_out=bp.var_w_out, var_b=bp.var_b, moe=bp.moe,
                        glu_shift=bp.glu_shift)
@@ -604,5 +604,5 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     m2 = np.asarray(bp.alpha_mlp, dtype=np.float64) ** 2
     q, p = m2 * q + branch_scale * q_h, m2 * p + branch_scale * p_h
     if bp.norm == "post":
-        q, p = np.ones_like(q), _cos(p, q)
+        q, p = np.ones_like(q), cos_of(p, q)
     return q, p, rep

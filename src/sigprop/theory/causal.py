@@ -1,9 +1,10 @@
 """The causal block's per-position work, vectorised over the query positions (docs/theory.md
 §2.4 causal, :mod:`.fluct` causal rows).
 
-A causal layer averages REM statistics over the :func:`.blocks._causal_nodes` positions (12 at
-T = 512), each a row of t keys with its own tables (Y2, Yx, the LayerNorm factor r). Calling
-each position's table in turn cost 12 Python-level spline calls per statistic and layer, and
+A causal layer averages REM statistics over the :func:`.blocks.causal_position_nodes`
+positions (12 at T = 512), each a row of t keys with its own tables (Y2, Yx, the LayerNorm
+factor r). Calling each position's table in turn cost 12 Python-level spline calls per
+statistic and layer, and
 :func:`.fluct.causal_pair_means` walked 256 position bins per grid entry: profiled on
 ``diagram.compute`` (256 x 256 grid, depth 60, post-LN softmax, T = 512) the causal diagram took
 13.2 s against 0.50 s bidirectional (26x); 6.3 s of it in the pair means, 2.2 s in the causal
@@ -24,7 +25,7 @@ of 1024; the one-pass code with ``MALLOC_TRIM_THRESHOLD_`` raised took 0.52 s, s
 faults, not the arithmetic, were most of it (the gathers went from 0.47 s to 0.07 s). Chunks
 change no arithmetic per entry (each entry is independent). Also: the pair sums' temporaries
 are reused in place (8% of them), Yx sums its cell polynomial as one matmul
-(:func:`_powers`, 5% of the diagram) and :func:`_causal_grid` caches the positions.
+(:func:`_powers`, 5% of the diagram) and :func:`causal_grid` caches the positions.
 Same run, 256 x 256, depth 60: causal 2.40 s -> 1.50 s against 0.22 s bidirectional (10.7x ->
 6.7x). Profiled then: pair sums 33%, Y2/Yx tables 28%, LayerNorm factor 18%, the rest small
 -array overhead of 420 block calls. The per-position tables alone (11 positions x 3 tables per
@@ -141,7 +142,7 @@ heads, beta, rho_in) points, within 0.012 of 6 seeds x 2 sequences, as the per-p
 
 Cost. Building costs 0.5 s per (T, d_head, heads) (44k G nodes, 40k P0 nodes through the
 per-position path, ~6 us each; T = 512, d_head 64, 12 heads); loading from disk 0.1-0.3 s, the
-splines refitted by :func:`.rem_tables._notaknot` (NumPy: scipy.interpolate alone took 0.3-0.8 s to
+splines refitted by :func:`.rem_tables.notaknot` (NumPy: scipy.interpolate alone took 0.3-0.8 s to
 import). The G coefficients take 20 MB (T 512) to 27 MB (T 4096) in memory, so at most 4 sets
 are kept. Evaluated, the causal block is one 1-D, three 2-D and one 3-D cell lookup per entry
 against the bidirectional block's 1-D and two 2-D ones. The benchmark (``sigprop bench
@@ -177,21 +178,21 @@ CAUSAL_POSITIONS = 12
 
 
 @functools.lru_cache(maxsize=64)
-def _causal_grid(T: int, k: int = CAUSAL_POSITIONS) -> tuple:
-    """``(nodes, weights, pair bracket, E_pairs[1/b])`` of :func:`_causal_nodes` and
-    :func:`_causal_pair_weights`, read-only and cached per (T, k): a causal block asked for
+def causal_grid(T: int, k: int = CAUSAL_POSITIONS) -> tuple:
+    """``(nodes, weights, pair bracket, E_pairs[1/b])`` of :func:`causal_position_nodes` and
+    :func:`causal_pair_weights`, read-only and cached per (T, k): a causal block asked for
     them three times per call (geomspace, unique, a cumsum over T): 0.19 s of the causal
     diagram's 4.2 s under cProfile (~4%)."""
     nodes = np.unique(np.round(np.geomspace(1, T, min(k, T))).astype(int)).astype(float)
     edges = np.concatenate([[0.5], 0.5 * (nodes[1:] + nodes[:-1]), [T + 0.5]])
     weights = np.diff(edges) / T
-    pair, inv_cross = _causal_pair_weights(T, nodes)
+    pair, inv_cross = causal_pair_weights(T, nodes)
     for a in (nodes, weights, pair):
         a.setflags(write=False)
     return nodes, weights, pair, inv_cross
 
 
-def _causal_pair_weights(T: int, nodes: np.ndarray) -> tuple[np.ndarray, float]:
+def causal_pair_weights(T: int, nodes: np.ndarray) -> tuple[np.ndarray, float]:
     """Causal cross term (docs/theory.md §2.4 causal). Rows a < b share the first a keys; by key
     exchangeability row b puts mass a/b on them in expectation, so (neglecting the correlation
     of that mass with its shape) ``E sum_c A_ac A_bc = (a/b) Yx(N=a)``. Averaged over pairs:
@@ -253,7 +254,7 @@ def _y2_nodes(v, ts, d_head):
     tabs, coef, y0, a_inf, p0, dp = _y2_stack(tuple(ts), d_head)
     lv = tabs[0].parts["lv"]
     power = tabs[0].parts["power"]
-    i, d = rem_tables._cell(lv, np.log(np.clip(v, np.exp(lv[0]), None)))
+    i, d = rem_tables.grid_cell(lv, np.log(np.clip(v, np.exp(lv[0]), None)))
     c = coef[:, :, i]
     with np.errstate(over="ignore"):  # exp(-x) -> inf gives 0, the logistic's limit
         out = 1.0 / (1.0 + np.exp(-(((c[0] * d + c[1]) * d + c[2]) * d + c[3])))
@@ -276,9 +277,9 @@ def _yx_nodes(v, rho, ts, d_head, y2):
     parts = tabs[0].parts
     lv, vmin, vmax = parts["lv"], parts["vmin"], parts["vmax"]
     vc = np.clip(v, vmin, vmax)
-    (i, dx), (j, dy) = (rem_tables._cell(lv, np.log(vc)),
-                        rem_tables._cell(rem_tables._XI, rem_tables._xi(vc, rho)))
-    g = np.take(coef, i * (rem_tables._XI.size - 1) + j, axis=0, mode="clip")  # (E,4,4,K)
+    (i, dx), (j, dy) = (rem_tables.grid_cell(lv, np.log(vc)),
+                        rem_tables.grid_cell(rem_tables.XI_NODES, rem_tables.xi_of_rho(vc, rho)))
+    g = np.take(coef, i * (rem_tables.XI_NODES.size - 1) + j, axis=0, mode="clip")  # (E,4,4,K)
     out = np.matmul(_powers(dx, dy)[:, None, :], g.reshape(v.size, 16, -1))[:, 0]
     inv = 1.0 / np.asarray(ts, dtype=np.float64)[:, None]
     out = inv + out.T * (y2 - inv)
@@ -319,11 +320,11 @@ def ln_nodes(v, kappa, nodes, d_head, heads):
     base = np.arange(len(big))[:, None] * cells
     for lo in range(0, v.size, CHUNK):
         part = slice(lo, lo + CHUNK)
-        lv = np.clip(np.log(np.maximum(v[part], 1e-300)), fluct._LV[0], fluct._LV[-1])
+        lv = np.clip(np.log(np.maximum(v[part], 1e-300)), fluct.LOGV_NODES[0], fluct.LOGV_NODES[-1])
         kap = np.clip(kappa[sel, part], 0.0, 1.0)
-        i, dx = rem_tables._cell(fluct._LV, lv)
-        j, dy = rem_tables._cell(fluct._KAPPA, kap)
-        g = np.take(coef, base + i * (fluct._KAPPA.size - 1) + j, axis=0,
+        i, dx = rem_tables.grid_cell(fluct.LOGV_NODES, lv)
+        j, dy = rem_tables.grid_cell(fluct.KAPPA_NODES, kap)
+        g = np.take(coef, base + i * (fluct.KAPPA_NODES.size - 1) + j, axis=0,
                     mode="clip")                                     # (K, E, 4, 4)
         res = 0.0
         for a in range(4):
@@ -354,7 +355,7 @@ def _plan(T: int, nodes: tuple, q: int):
     (n(n-1)/2); ``pair`` (J', q, q) for the pairs inside a group, ``sum_{k<k'} n_k g_k
     f(lam_k) n_k'/g_k' h(lam_k')``; ``upper`` sums the later groups (a lone bin is a group)."""
     nd = np.asarray(nodes, dtype=np.float64)
-    g, n = fluct._position_bins(T)
+    g, n = fluct.position_bins(T)
     idx = np.interp(np.log(g), np.log(nd), np.arange(nd.size, dtype=np.float64))
     seg = np.minimum(np.floor(idx).astype(int), nd.size - 2)
     lam = idx - seg
@@ -470,7 +471,7 @@ VMAX = V0 * np.expm1(U_SPAN)
 #: spacings: u of the attention's Y2 average (1-D), u and the LayerNorm coordinate z of the
 #: 2-D tables (Yx average in (u, xi), P0 in (u, z)), and of the 3-D ratio G in (u, xi, z)
 H_U1, H_U2, H_Z2, H_U3, H_Z3 = 0.05, 0.1, 0.025, 0.2, 0.25
-#: nodes in xi (:func:`.rem_tables._xi`, the Yx tables' coordinate for rho) of the 2-D and
+#: nodes in xi (:func:`.rem_tables.xi_of_rho`, the Yx tables' coordinate for rho) of the 2-D and
 #: 3-D tables
 N_XI2, N_XI3 = 41, 21
 _TAB_VERSION = "ctab-v2"  # bump when the nodes or what is tabulated change (node values only)
@@ -492,7 +493,7 @@ def _v_of_u(u):
 def _xi_of(v, rho):
     """The Yx tables' rho coordinate; below v = 1e-2 they hold their ratio at v = 1e-2, so
     the position averages depend on rho only through xi(max(v, 1e-2), rho)."""
-    return rem_tables._xi(np.maximum(v, 1e-2), rho)
+    return rem_tables.xi_of_rho(np.maximum(v, 1e-2), rho)
 
 
 def _z_of(a0, b, T):
@@ -506,7 +507,7 @@ def _ln_exact(v, rho, a0, b, T, d_head, heads, y2n=None, yxn=None):
     """The per-position LayerNorm pair means ``(P0, P1)`` of :func:`.blocks._ln_fluct_cos_causal`
     (softmax rows) for flat entries; ``y2n``, ``yxn``: the node tables if already known."""
 
-    nodes = _causal_grid(int(T))[0]
+    nodes = causal_grid(int(T))[0]
     if y2n is None:
         y2n, yxn = node_tables(v, rho, nodes, d_head)
     n_t = a0 + b * y2n
@@ -517,11 +518,11 @@ def _ln_exact(v, rho, a0, b, T, d_head, heads, y2n=None, yxn=None):
     return pair_means(nodes, m, yxn, T)
 
 
-def _att_exact(v, rho, T, d_head):
+def att_exact(v, rho, T, d_head):
     """The attention's position averages ``(Y2, Yx)`` of :func:`.blocks.attention_stats`
     (causal, per position) for flat entries, and the node tables."""
 
-    nodes, weights, pair, _ = _causal_grid(int(T))
+    nodes, weights, pair, _ = causal_grid(int(T))
     y2n, yxn = node_tables(v, rho, nodes, d_head)
     acc2, accx = 0.0, 0.0
     for i, (w, pw) in enumerate(zip(weights, pair, strict=True)):  # summed in order
@@ -536,7 +537,7 @@ def _spline_axes(vals, grids):
     first axis's power outermost)."""
     c, n = vals, len(grids)
     for k, g in enumerate(grids):  # each pass prepends (power, cell) of axis k
-        c = rem_tables._notaknot(g, c, 2 * k)
+        c = rem_tables.notaknot(g, c, 2 * k)
     # axes now (p_{n-1}, c_{n-1}, ..., p_0, c_0): cells first, then powers, axis 0 outermost
     cells = [2 * (n - 1 - k) + 1 for k in range(n)]
     powers = [2 * (n - 1 - k) for k in range(n)]
@@ -549,13 +550,13 @@ def _att_tables(T: int, d_head):
     u1, u2, xi2 = _ugrid(H_U1), _ugrid(H_U2), np.linspace(0.0, 1.0, N_XI2)
 
     def build():
-        y2 = _att_exact(_v_of_u(u1), np.zeros_like(u1), T, d_head)[0]
+        y2 = att_exact(_v_of_u(u1), np.zeros_like(u1), T, d_head)[0]
         v = np.broadcast_to(_v_of_u(u2)[:, None], (u2.size, xi2.size))
-        rho = rem_tables._rho_of_xi(np.maximum(v, 1e-2), xi2[None, :])
-        yx = _att_exact(v.ravel(), rho.ravel(), T, d_head)[1]
+        rho = rem_tables.rho_of_xi(np.maximum(v, 1e-2), xi2[None, :])
+        yx = att_exact(v.ravel(), rho.ravel(), T, d_head)[1]
         return {"y2": y2, "yx": yx.reshape(v.shape)}
 
-    z = rem_tables._disk_cached(f"{_TAB_VERSION}-att-T{T}-d{d_head}-U{U_SPAN:g}-h{H_U1:g}-"
+    z = rem_tables.disk_cached(f"{_TAB_VERSION}-att-T{T}-d{d_head}-U{U_SPAN:g}-h{H_U1:g}-"
                                 f"{H_U2:g}-{N_XI2}", build)
     return {"u1": u1, "c1": _spline_axes(z["y2"], [u1]), "u2": u2, "xi2": xi2,
             "c2": _spline_axes(z["yx"], [u2, xi2])}
@@ -575,14 +576,14 @@ def _ln_tables(T: int, d_head, heads: int):
                        heads)[0]
         v, xi, a = np.broadcast_arrays(_v_of_u(u3)[:, None, None], xi3[None, :, None],
                                        ((np.exp(z3) - 1.0) / (T - 1))[None, None, :])
-        rho = rem_tables._rho_of_xi(np.maximum(v, 1e-2), xi)
+        rho = rem_tables.rho_of_xi(np.maximum(v, 1e-2), xi)
         vf, rf, af = v.ravel(), rho.ravel(), a.ravel()
-        _, yx, y2n, yxn = _att_exact(vf, rf, T, d_head)
+        _, yx, y2n, yxn = att_exact(vf, rf, T, d_head)
         q0, q1 = _ln_exact(vf, rf, af, 1.0 - af, T, d_head, heads, y2n, yxn)
         return {"p0": np.log(p0).reshape(u2.size, z2.size),
                 "g": (q1 / (q0 * yx)).reshape(v.shape)}
 
-    z = rem_tables._disk_cached(f"{_TAB_VERSION}-ln-T{T}-d{d_head}-h{heads}-U{U_SPAN:g}-"
+    z = rem_tables.disk_cached(f"{_TAB_VERSION}-ln-T{T}-d{d_head}-h{heads}-U{U_SPAN:g}-"
                                 f"{H_U2:g}-{H_Z2:g}-{H_U3:g}-{N_XI3}-{H_Z3:g}", build)
     return {"u2": u2, "z2": z2, "c0": _spline_axes(z["p0"], [u2, z2]),
             "u3": u3, "xi3": xi3, "z3": z3, "cg": _spline_axes(z["g"], [u3, xi3, z3])}
@@ -606,10 +607,10 @@ def tabulated_attention(v, rho, T: int, d_head):
     ok = (v >= 0.0) & (v <= VMAX) & np.isfinite(rho)
     vs = np.where(ok, v, 0.0)
     u = np.log(vs + V0)
-    i1, d1 = rem_tables._cell(tab["u1"], u)
+    i1, d1 = rem_tables.grid_cell(tab["u1"], u)
     y2 = _horner(tab["c1"][i1], (d1,))
-    i2, d2 = rem_tables._cell(tab["u2"], u)
-    j2, e2 = rem_tables._cell(tab["xi2"], _xi_of(vs, rho))
+    i2, d2 = rem_tables.grid_cell(tab["u2"], u)
+    j2, e2 = rem_tables.grid_cell(tab["xi2"], _xi_of(vs, rho))
     yx = _horner(tab["c2"][i2 * (tab["xi2"].size - 1) + j2], (d2, e2))
     return y2, yx, ok
 
@@ -627,12 +628,12 @@ def tabulated_ln(v, rho, a0, b, yx, T: int, d_head, heads):
     with np.errstate(divide="ignore", invalid="ignore"):
         z = np.where(ok, _z_of(a0, b, T), 0.0)
     u = np.log(vs + V0)
-    i2, d2 = rem_tables._cell(tab["u2"], u)
-    l2, e2 = rem_tables._cell(tab["z2"], z)
+    i2, d2 = rem_tables.grid_cell(tab["u2"], u)
+    l2, e2 = rem_tables.grid_cell(tab["z2"], z)
     p0 = np.exp(_horner(tab["c0"][i2 * (tab["z2"].size - 1) + l2], (d2, e2))) / ss
-    i3, d3 = rem_tables._cell(tab["u3"], u)
-    j3, x3 = rem_tables._cell(tab["xi3"], _xi_of(vs, rho))
-    l3, e3 = rem_tables._cell(tab["z3"], z)
+    i3, d3 = rem_tables.grid_cell(tab["u3"], u)
+    j3, x3 = rem_tables.grid_cell(tab["xi3"], _xi_of(vs, rho))
+    l3, e3 = rem_tables.grid_cell(tab["z3"], z)
     cell = (i3 * (tab["xi3"].size - 1) + j3) * (tab["z3"].size - 1) + l3
     p1 = _horner(tab["cg"][cell], (d3, x3, e3)) * p0 * yx
     return p0, p1, ok
@@ -646,7 +647,7 @@ def ln_off_tables(v, rho, a0, b, p0, p1, ok, T: int, d_head, heads, att_off=None
     tables are exact quadrature, ~1 ms per entry and node)."""
 
     bad = np.flatnonzero(~ok)
-    nodes = _causal_grid(int(T))[0]
+    nodes = causal_grid(int(T))[0]
     y2n, yxn = np.empty((nodes.size, bad.size)), np.empty((nodes.size, bad.size))
     have = np.zeros(bad.size, bool)
     if att_off is not None and att_off[0].size:

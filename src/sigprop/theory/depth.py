@@ -44,7 +44,7 @@ import numpy as np
 
 from ..spec import ArchSpec, SpecError
 from . import rem
-from .blocks import BlockParams, _cos, block_step
+from .blocks import BlockParams, block_step, cos_of
 
 #: largest signal norm q carried unscaled (beyond it the next layer may overflow float64)
 Q_MAX = 1e300
@@ -110,7 +110,7 @@ def _certificates(bp: BlockParams, mode, sig, alp, threshold: float, asymptotic:
     p = np.broadcast_to(x, (n, x.size))
     q2, p2, _, _ = step(np.ones_like(p), p, np.zeros_like(p), grid, mode,
                         asymptotic=asymptotic, full=False)
-    f = _cos(p2, q2)
+    f = cos_of(p2, q2)
     fg = f[:, :-1]
     ok = np.isfinite(f).all(axis=1) & (fg[:, 0] >= -MONO_SLACK) & (fg[:, -1] <= 1 + MONO_SLACK)
     mono = ok & (np.diff(fg, axis=1) >= -MONO_SLACK).all(axis=1)
@@ -178,7 +178,7 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
             if cert and act.size and layer % CERT_EVERY == 0:
                 if not mono[act].any():
                     cert = False
-                c = _cos(p[act], q[act])
+                c = cos_of(p[act], q[act])
                 below = c < threshold
                 inside = (c >= 0) & (c <= 1)
                 done = mono[act] & inside & np.where(below, f_below[act], ~f_below[act])
@@ -200,16 +200,16 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
             fixed = (q2 == q[act]) & (p2 == p[act]) & ((lg2 == logs[act]) | (mode != "pre"))
             fixed &= not per_layer or layer + 1 >= len(spec.layers)  # later blocks may differ
             q[act], p[act], logs[act] = q2, p2, lg2
-            out[act[fixed & ~bad]] = _cos(p2[fixed & ~bad], q2[fixed & ~bad])
+            out[act[fixed & ~bad]] = cos_of(p2[fixed & ~bad], q2[fixed & ~bad])
             act = act[~(bad | fixed)]
-        out[act] = _cos(p[act], q[act])
+        out[act] = cos_of(p[act], q[act])
     return out.reshape(shape)
 
 
 def _rows(layer, q, p, logs, st, source, inv_t):
     """Trajectory rows of one layer, each observable within its range (see :func:`propagate`);
     a measured mixer (``st`` None, docs/theory.md §2.8.1) has no attention rows."""
-    cos = float(np.clip(_cos(p, q), -1.0, 1.0))
+    cos = float(np.clip(cos_of(p, q), -1.0, 1.0))
     vals = (("cos", cos), ("q", float(q * np.exp(logs))))
     if st is not None:
         vals += (("ipr", max(float(st.y2), inv_t)), ("ipr_cross", float(st.yx)),

@@ -46,9 +46,9 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._lazy import LazyModule
+from .lazy import LazyModule
 from .rem_finite import y2_finite
-from .rem_tables import _bicubic, _bicubic_coef, _disk_cached
+from .rem_tables import bicubic_coef, bicubic_eval, disk_cached
 
 special = LazyModule("scipy.special")
 
@@ -60,8 +60,8 @@ ROWS = 2048          #: Monte Carlo rows (head groups) per table
 SEED = 20261122      #: the tables' fixed seed (they are deterministic functions of T, d, H)
 _CHUNK = 1 << 21     #: scores held at once
 CAUSAL_BINS = 256    #: position bins of the causal pair sums (every position up to this T)
-_LV = np.arange(np.log(1e-3), np.log(1e4) + 1e-9, 0.3)   # nodes in log v
-_KAPPA = np.linspace(0.0, 1.0, 21)                       # nodes in kappa
+LOGV_NODES = np.arange(np.log(1e-3), np.log(1e4) + 1e-9, 0.3)   # nodes in log v
+KAPPA_NODES = np.linspace(0.0, 1.0, 21)                       # nodes in kappa
 
 
 def _chi(rng, shape, d_head):
@@ -153,18 +153,19 @@ def ln_factor_table(T: int, d_head: int | None = None, heads: int = 1
     rows = max(256, ROWS // heads)  # heads average out: r - 1 shrinks ~1/heads
 
     def build():
-        v = np.exp(_LV)
+        v = np.exp(LOGV_NODES)
         y2 = sample_y2(v, T, rows=rows, heads=heads, d_head=d_head)
-        return {"coef": _bicubic_coef(_LV, _KAPPA, _ratio(y2, _KAPPA, y2_finite(v, T, d_head)))}
+        ratio = _ratio(y2, KAPPA_NODES, y2_finite(v, T, d_head))
+        return {"coef": bicubic_coef(LOGV_NODES, KAPPA_NODES, ratio)}
 
-    coef = _disk_cached(f"lnfluct-T{T}-d{d_head}-h{heads}-n{rows}-s{SEED}", build)["coef"]
-    spl = _bicubic(_LV, _KAPPA, coef)
+    coef = disk_cached(f"lnfluct-T{T}-d{d_head}-h{heads}-n{rows}-s{SEED}", build)["coef"]
+    spl = bicubic_eval(LOGV_NODES, KAPPA_NODES, coef)
 
     def f(v, kappa):
         v, kappa = np.broadcast_arrays(np.asarray(v, dtype=np.float64),
                                        np.clip(np.asarray(kappa, dtype=np.float64), 0.0, 1.0))
         shape = v.shape
-        lv = np.clip(np.log(np.maximum(v.ravel(), 1e-300)), _LV[0], _LV[-1])
+        lv = np.clip(np.log(np.maximum(v.ravel(), 1e-300)), LOGV_NODES[0], LOGV_NODES[-1])
         out = np.maximum(spl(lv, kappa.ravel()), 1.0)
         return out.reshape(shape)
 
@@ -177,7 +178,7 @@ def ln_factor(v, kappa, T: int, d_head: int | None = None, heads: int = 1) -> np
     return ln_factor_table(T, d_head, heads)(v, kappa)
 
 
-def _position_bins(T: int, k: int = CAUSAL_BINS) -> tuple[np.ndarray, np.ndarray]:
+def position_bins(T: int, k: int = CAUSAL_BINS) -> tuple[np.ndarray, np.ndarray]:
     """Log-spaced representative positions g (every integer while T <= k) and the number of
     the T positions each stands for (the counts sum to T)."""
     g = (np.arange(1, T + 1) if T <= k
@@ -204,7 +205,7 @@ def causal_pair_means(nodes, m, yx, T: int) -> tuple[np.ndarray, np.ndarray]:
     inside one bin use the bin's value (a/c ~ 1 there)."""
     nodes = np.asarray(nodes, dtype=np.float64)
     m, yx = np.asarray(m, dtype=np.float64), np.asarray(yx, dtype=np.float64)
-    g, n = _position_bins(int(T))
+    g, n = position_bins(int(T))
     idx = np.interp(np.log(g), np.log(nodes), np.arange(nodes.size, dtype=np.float64))
     j = np.minimum(np.floor(idx).astype(int), max(nodes.size - 2, 0))
     lam = (idx - j).reshape((-1,) + (1,) * (m.ndim - 1))

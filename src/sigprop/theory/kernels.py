@@ -29,7 +29,7 @@ from collections.abc import Callable
 import numpy as np
 from numpy.polynomial.hermite_e import hermegauss
 
-from ._lazy import LazyModule
+from .lazy import LazyModule
 
 special = LazyModule("scipy.special")
 

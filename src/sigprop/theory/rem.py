@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import numpy as np
 
-from ._lazy import LazyModule
+from .lazy import LazyModule
 from .rem_finite import (
-    _arr,
     entropy_finite,
+    f64,
     wmax_finite,
     y2_finite,
     yx_finite,
@@ -41,24 +41,24 @@ _LR = np.arange(-40.0, 5.0, 0.1)                      # wmax_asymptotic: grid in
 def beta_c(rho) -> np.ndarray:
     """Condensation threshold ``sqrt(2 / (1 - rho))`` (docs/theory.md §2.2); +inf at rho = 1."""
     with np.errstate(divide="ignore"):
-        return np.sqrt(2.0 / (1.0 - _arr(rho)))
+        return np.sqrt(2.0 / (1.0 - f64(rho)))
 
 
 def y2_asymptotic(beta, rho=0.0) -> np.ndarray:
     """REM participation ratio: 0 for beta <= beta_c(rho), ``1 - beta_c/beta`` above (§2.2)."""
-    beta, bc = np.broadcast_arrays(_arr(beta), beta_c(rho))
+    beta, bc = np.broadcast_arrays(f64(beta), beta_c(rho))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.where(beta > bc, 1.0 - bc / beta, 0.0)
 
 
 def yx_asymptotic(beta, rho=0.0) -> np.ndarray:
     """Cross-row overlap: sub-leading, 0 in the T -> inf limit (docs/theory.md §2.2)."""
-    return np.zeros(np.broadcast(_arr(beta), _arr(rho)).shape)
+    return np.zeros(np.broadcast(f64(beta), f64(rho)).shape)
 
 
 def entropy_asymptotic(beta, rho=0.0) -> np.ndarray:
     """Normalised entropy S / log T: ``1 - (beta/beta_c)^2`` below beta_c, 0 above (gg25 B.7)."""
-    beta, bc = np.broadcast_arrays(_arr(beta), beta_c(rho))
+    beta, bc = np.broadcast_arrays(f64(beta), beta_c(rho))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.where(beta <= bc, 1.0 - (beta / bc) ** 2, 0.0)
 
@@ -76,7 +76,7 @@ def wmax_asymptotic(beta, rho=0.0) -> np.ndarray:
     (integration by parts; P the regularised lower incomplete gamma). m -> 0 gives 1, m -> 1
     gives 0. 1-D trapezoid rule in log r.
     """
-    beta, bc = np.broadcast_arrays(_arr(beta), beta_c(rho))
+    beta, bc = np.broadcast_arrays(f64(beta), beta_c(rho))
     out = np.zeros(beta.shape)
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         m = bc / beta

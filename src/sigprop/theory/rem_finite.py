@@ -19,7 +19,7 @@ from math import comb
 
 import numpy as np
 
-from ._lazy import LazyModule
+from .lazy import LazyModule
 
 special = LazyModule("scipy.special")
 
@@ -53,12 +53,12 @@ _GD = np.array([sum(c * comb(j, i) * (-1) ** (j - i) for j, c in enumerate(_GREG
                 for i in range(6)])
 
 
-def _arr(x) -> np.ndarray:
+def f64(x) -> np.ndarray:
     return np.asarray(x, dtype=np.float64)
 
 
 # ------------------------------------------------------------------- finite T (docs/theory.md §2.3)
-def _tpow(m, n):
+def tpow(m, n):
     """``(1 - m)^n`` for 0 <= m <= 1 in log space; n = 0 gives 1."""
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         return np.exp(np.where(n == 0, 0.0, n * np.log1p(-np.clip(m, -0.5, 1.0))))
@@ -88,7 +88,7 @@ def _terms_large(uu, sg, need):
     return res
 
 
-def _row_terms(u, sig, need):
+def row_terms(u, sig, need):
     """Gaussian averages ``E_s k(s - u)``, s ~ N(0, sig^2), for u of shape (P, n), sig (P,).
 
     ``m``: 1 - exp(-e^x); ``a1``: e^{x - e^x}; ``a2``: e^{2x - e^x}; ``b``: x e^{x - e^x}.
@@ -105,7 +105,7 @@ def _row_terms(u, sig, need):
     return out
 
 
-def _grid(a, b, n):
+def linear_grid(a, b, n):
     """Uniform trapezoid nodes and weights on [a, b] per point: shapes (P, n)."""
     u = a[:, None] + (b - a)[:, None] * np.linspace(0.0, 1.0, n)
     w = np.repeat(((b - a) / (n - 1))[:, None], n, axis=1)
@@ -113,17 +113,17 @@ def _grid(a, b, n):
     return u, w
 
 
-def _bracket(sig, T):
+def score_bracket(sig, T):
     """u-interval carrying the integrands: the smoothed law of log Z, ``J = T a1 g0^(T-1)``.
     ``log Z >= max(log T + mean(s), max(s))``, ``log Z <= log T + max(s)``, Gaussian quantiles
     at tail 1e-12; a coarse pass keeps where log J > max - _DROP."""
     lt, a_hi = np.log(T), -special.ndtri(1e-12 / T)
     a_lo = -special.ndtri(-np.expm1(np.log(1e-12) / T))
     lo = np.maximum(lt - 7.5 * sig / np.sqrt(T), sig * a_lo) - 6.0
-    u, _ = _grid(lo, lt + sig * a_hi + _DROP + 2.0, _NCOARSE)
-    f = _row_terms(u, sig, ("a1", "m"))
+    u, _ = linear_grid(lo, lt + sig * a_hi + _DROP + 2.0, _NCOARSE)
+    f = row_terms(u, sig, ("a1", "m"))
     with np.errstate(divide="ignore"):
-        lj = np.log(f["a1"]) + np.log(_tpow(f["m"], T[:, None] - 1))
+        lj = np.log(f["a1"]) + np.log(tpow(f["m"], T[:, None] - 1))
     ok = lj >= lj.max(axis=1, keepdims=True) - _DROP
     i0 = np.maximum(np.argmax(ok, axis=1) - 1, 0)
     i1 = np.minimum(_NCOARSE - np.argmax(ok[:, ::-1], axis=1), _NCOARSE - 1)
@@ -131,11 +131,11 @@ def _bracket(sig, T):
 
 
 def _kernel_integral(v, T, key):
-    """``T int du E_s[k(s - u)] g0(u)^(T-1)`` for the kernel ``key`` of :func:`_row_terms`."""
+    """``T int du E_s[k(s - u)] g0(u)^(T-1)`` for the kernel ``key`` of :func:`row_terms`."""
     sig = np.sqrt(v)
-    u, w = _grid(*_bracket(sig, T), _NU)
-    f = _row_terms(u, sig, (key, "m"))
-    return T * np.sum(w * f[key] * _tpow(f["m"], T[:, None] - 1), axis=1)
+    u, w = linear_grid(*score_bracket(sig, T), _NU)
+    f = row_terms(u, sig, (key, "m"))
+    return T * np.sum(w * f[key] * tpow(f["m"], T[:, None] - 1), axis=1)
 
 
 def _y2_core(v, T):
@@ -164,7 +164,7 @@ def _wmax_core(v, T):
     ``U = int_s^inf p(s') exp(-e^{s'-u}) ds'``: an upper-tail integral, cumulative on a fine
     grid with Gregory end corrections (sixth order)."""
     sig = np.sqrt(v)
-    u, w = _grid(*_bracket(sig, T), _NUX)
+    u, w = linear_grid(*score_bracket(sig, T), _NUX)
     res, small = np.empty(T.shape), sig < 1.0
     for sel in (small, ~small):
         if not sel.any():
@@ -177,10 +177,10 @@ def _wmax_core(v, T):
         else:
             x, h = _XF, _XF[1] - _XF[0]
             dens = np.exp(-0.5 * ((x + uu) / sg) ** 2) / (np.sqrt(2 * np.pi) * sg)
-            m = _row_terms(u[sel], sig[sel], ("m",))["m"]
+            m = row_terms(u[sel], sig[sel], ("m",))["m"]
         ex = np.exp(x)
         tail = _tail_integral(dens * np.exp(-ex), h)
-        k = h * dens * np.exp(x - ex) * _tpow(m[..., None] + tail, T[sel, None, None] - 1)
+        k = h * dens * np.exp(x - ex) * tpow(m[..., None] + tail, T[sel, None, None] - 1)
         res[sel] = T[sel] * np.sum(w[sel] * k.sum(-1), axis=1)
     return res
 
@@ -189,12 +189,12 @@ def _yx_small_shared(vs, vp, T, u, w):
     """Shared std small vs the private kernels: Gauss-Hermite over c, (u, u') tensor grid;
     ``1 - G00 = mbar_i + mbar_j - E_c[m_i m_j]`` keeps small values precise."""
     P, n = u.shape
-    f = _row_terms((u[:, :, None] - np.sqrt(vs)[:, None, None] * _ZC).reshape(P, -1),
+    f = row_terms((u[:, :, None] - np.sqrt(vs)[:, None, None] * _ZC).reshape(P, -1),
                    np.sqrt(vp), ("a1", "m"))
     m, a1 = f["m"].reshape(P, n, -1), f["a1"].reshape(P, n, -1)
     mbar = m @ _WC
     m00 = mbar[:, :, None] + mbar[:, None, :] - (m * _WC) @ m.transpose(0, 2, 1)
-    f2 = ((a1 * _WC) @ a1.transpose(0, 2, 1)) * _tpow(m00, T[:, None, None] - 1)
+    f2 = ((a1 * _WC) @ a1.transpose(0, 2, 1)) * tpow(m00, T[:, None, None] - 1)
     return T * np.einsum("pi,pij,pj->p", w, f2, w)
 
 
@@ -211,7 +211,7 @@ def _yx_large_shared(vs, vp, T, u, w):
     h = np.maximum.reduce([np.minimum.reduce([_HY * np.maximum(1.0, sp), hu, sc]),
                            dreq / (2 * _JD), (dreq + 40.0 + 16.0 * sp) / (_NY - 1)])
     yl, off = 0.5 * dreq + 35.0 + 8.0 * sp, _JD + _NY - 1
-    f = _row_terms(yl[:, None] + h[:, None] * np.arange(-off, _JD + 1), sp, ("a1", "m"))
+    f = row_terms(yl[:, None] + h[:, None] * np.arange(-off, _JD + 1), sp, ("a1", "m"))
     k, j = np.arange(_NY)[:, None], np.arange(_JD + 1)[None, :]
     i1, i2 = j - k + off, -j - k + off
     a1, m = f["a1"], f["m"]
@@ -225,8 +225,8 @@ def _yx_large_shared(vs, vp, T, u, w):
     # c-averages [1 - G00 - mbar, G11]; products split into 8-row blocks so that each BLAS
     # call stays below OpenBLAS's threading threshold (threads thrash on a loaded machine)
     g = (np.exp(c, out=c).reshape(len(T), -1, 8, _NY) @ bb[:, None]).reshape(*c.shape[:2], -1)
-    m00 = _row_terms(u, np.sqrt(vs + vp), ("m",))["m"][:, :, None] + g[:, :, :_JD + 1]
-    f2 = g[:, :, _JD + 1:] * _tpow(m00, T[:, None, None] - 1)
+    m00 = row_terms(u, np.sqrt(vs + vp), ("m",))["m"][:, :, None] + g[:, :, :_JD + 1]
+    f2 = g[:, :, _JD + 1:] * tpow(m00, T[:, None, None] - 1)
     f2[:, :, 1:] *= 2.0
     return T * 2.0 * h * np.einsum("pi,pij->p", w, f2)
 
@@ -239,7 +239,7 @@ def _yx_core(vs, vp, T):
     vs, vp, T = vs[~same], vp[~same], T[~same]
     if not T.size:
         return out
-    u, w = _grid(*_bracket(np.sqrt(vs + vp), T), _NUX)
+    u, w = linear_grid(*score_bracket(np.sqrt(vs + vp), T), _NUX)
     res = np.empty(T.shape)
     small = np.sqrt(vs) < _SWITCH * np.maximum(1.0, np.sqrt(vp))
     for sel, fn in ((small, _yx_small_shared), (~small, _yx_large_shared)):
@@ -250,7 +250,7 @@ def _yx_core(vs, vp, T):
 
 
 @functools.cache
-def _chi_nodes(d_head: int):
+def chi_nodes(d_head: int):
     """Quadrature for chi ~ chi2(d)/d = X/k, X ~ Gamma(k = d/2) (docs/theory.md §2.3): trapezoid in
     log X (density ``exp(k t - e^t)``, tails cut at 1e-13), >= 48 nodes, spacing <= 0.25.
     (Gauss-Laguerre fails both for d = 1, mass near 0, and for d >~ 1000.)"""
@@ -267,12 +267,12 @@ def _evaluate(core, variances, T, d_head, chunk, at0, lo):
     """Broadcast; optionally average the variances over the chi2 row scale (extra axis);
     fill degenerate points (T = 1 or first variance 0) with ``at0(T)``; run the core on the
     others in chunks; clip to the exact bounds ``[lo(T), 1]``."""
-    arrs = np.broadcast_arrays(*[_arr(a) for a in (*variances, T)])
+    arrs = np.broadcast_arrays(*[f64(a) for a in (*variances, T)])
     shape, flat = arrs[0].shape, [a.ravel() for a in arrs]
     if np.any(~(flat[-1] >= 1)) or any(np.any(~(a >= 0)) for a in flat[:-1]):
         raise ValueError("need T >= 1 and variances >= 0")
     if d_head is not None:
-        chi, wc = _chi_nodes(int(d_head))
+        chi, wc = chi_nodes(int(d_head))
         flat = [np.multiply.outer(a, chi).ravel() for a in flat[:-1]] \
             + [np.repeat(flat[-1], chi.size)]
     T = flat[-1]
@@ -286,7 +286,7 @@ def _evaluate(core, variances, T, d_head, chunk, at0, lo):
     return out.reshape(shape)
 
 
-def _inv(T):
+def inv_length(T):
     return 1.0 / T
 
 
@@ -294,9 +294,9 @@ def y2_finite(v, T, d_head=None) -> np.ndarray:
     """``Y2 = E sum_b w_b^2``, i.i.d. scores ``N(v)`` over T keys (docs/theory.md §2.3): the exact
     1-D
     integral ``T int_0^inf t g2 g0^(T-1) dt``. ``d_head``: averaged over the row variance
-    ``v chi``, ``chi ~ chi2(d_head)/d_head`` (:func:`_chi_nodes`). v = 0 gives 1/T exactly,
+    ``v chi``, ``chi ~ chi2(d_head)/d_head`` (:func:`chi_nodes`). v = 0 gives 1/T exactly,
     T = 1 gives 1. T may be any real >= 1."""
-    return _evaluate(_y2_core, (v,), T, d_head, 32, _inv, _inv)
+    return _evaluate(_y2_core, (v,), T, d_head, 32, inv_length, inv_length)
 
 
 def yx_finite(v_shared, v_private, T, d_head=None) -> np.ndarray:
@@ -311,7 +311,7 @@ def yx_finite(v_shared, v_private, T, d_head=None) -> np.ndarray:
     v_private = 0 gives y2_finite(v_shared) exactly. ``d_head``: both rows share one chi draw
     (both variances scaled by it), a simplification (real rows have independent query norms).
     """
-    return _evaluate(_yx_core, (v_shared, v_private), T, d_head, 16, _inv, _inv)
+    return _evaluate(_yx_core, (v_shared, v_private), T, d_head, 16, inv_length, inv_length)
 
 
 def entropy_finite(v, T, d_head=None) -> np.ndarray:
@@ -324,5 +324,5 @@ def entropy_finite(v, T, d_head=None) -> np.ndarray:
 def wmax_finite(v, T, d_head=None) -> np.ndarray:
     """``E max_b w_b`` (deshpande26 Eq. 4) by the deterministic 2-D quadrature over (s, t) of
     :func:`_wmax_core`; in [1/T, 1]."""
-    return _evaluate(_wmax_core, (v,), T, d_head, 8, _inv, _inv)
+    return _evaluate(_wmax_core, (v,), T, d_head, 8, inv_length, inv_length)
 

@@ -3,7 +3,7 @@ float64.
 
 Re-exported by :mod:`sigprop.theory.rem`. ``*_table(T, d_head)`` returns a fast function of the
 row variance (and rho for Yx): a spline through :mod:`.rem_finite` values, cached in memory per
-(T, d_head) and on disk (:func:`_disk_cached`). The spline evaluators and the disk cache are
+(T, d_head) and on disk (:func:`disk_cached`). The spline evaluators and the disk cache are
 shared with :mod:`.fluct`.
 """
 
@@ -15,8 +15,16 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ._lazy import LazyModule
-from .rem_finite import _arr, _chi_nodes, _inv, entropy_finite, wmax_finite, y2_finite, yx_finite
+from .lazy import LazyModule
+from .rem_finite import (
+    chi_nodes,
+    entropy_finite,
+    f64,
+    inv_length,
+    wmax_finite,
+    y2_finite,
+    yx_finite,
+)
 
 special = LazyModule("scipy.special")
 
@@ -29,7 +37,7 @@ def _expit(x: np.ndarray) -> np.ndarray:
 
 
 # ------------------------------------------------------------------ splines and the disk cache
-def _cell(grid, q):
+def grid_cell(grid, q):
     """Cell index of q on a uniform grid (clipped to the end cells) and the offset in it (NaN
     for a NaN q: its index is the first cell's, so that no NaN is cast to an integer)."""
     pos = (q - grid[0]) * ((grid.size - 1) / (grid[-1] - grid[0]))
@@ -38,7 +46,7 @@ def _cell(grid, q):
     return i, q - grid[i]
 
 
-def _notaknot(x, vals, axis):
+def notaknot(x, vals, axis):
     """Not-a-knot cubic spline coefficients along ``axis`` on the uniform grid x (at least 4
     nodes), shaped as :class:`scipy.interpolate.CubicSpline`'s ``c``: (4, n - 1, other axes).
     NumPy only (one dense solve for the second derivatives): importing scipy.interpolate costs
@@ -59,32 +67,32 @@ def _notaknot(x, vals, axis):
 
 def _spline1_coef(x, vals):
     """Not-a-knot cubic spline coefficients (4, n-1) on the uniform grid x."""
-    return _notaknot(x, vals, 0)
+    return notaknot(x, vals, 0)
 
 
 def _spline1(x, c):
     """Fast evaluator of spline coefficients ``c`` on a uniform grid (arithmetic cell lookup)."""
 
     def ev(xq):
-        i, d = _cell(x, xq)
+        i, d = grid_cell(x, xq)
         return ((c[0][i] * d + c[1][i]) * d + c[2][i]) * d + c[3][i]
 
     return ev
 
 
-def _bicubic_coef(x, y, vals):
+def bicubic_coef(x, y, vals):
     """Tensor-product not-a-knot cubic spline on a uniform (x, y) grid as per-cell bicubic
     polynomials: (x-power, y-power, cell), highest power first."""
-    cx = _notaknot(x, vals, 0)                                     # (4, nx-1, ny)
-    c = _notaknot(y, cx, 2)                                        # (4, ny-1, 4, nx-1)
+    cx = notaknot(x, vals, 0)                                     # (4, nx-1, ny)
+    c = notaknot(y, cx, 2)                                        # (4, ny-1, 4, nx-1)
     return c.transpose(2, 0, 3, 1).reshape(4, 4, -1)
 
 
-def _bicubic(x, y, coef):
-    """Fast evaluator of :func:`_bicubic_coef` (arithmetic cell lookup, 16 coefficients)."""
+def bicubic_eval(x, y, coef):
+    """Fast evaluator of :func:`bicubic_coef` (arithmetic cell lookup, 16 coefficients)."""
 
     def ev(xq, yq):
-        (i, dx), (j, dy) = _cell(x, xq), _cell(y, yq)
+        (i, dx), (j, dy) = grid_cell(x, xq), grid_cell(y, yq)
         cell, out = i * (y.size - 1) + j, 0.0
         for ck in coef:
             out = out * dx + ((ck[0][cell] * dy + ck[1][cell]) * dy + ck[2][cell]) * dy \
@@ -103,7 +111,7 @@ def _cache_dir() -> str:
     return os.path.join(root, _CACHE_VERSION)
 
 
-def _disk_cached(key: str, compute: Callable[[], dict]) -> dict:
+def disk_cached(key: str, compute: Callable[[], dict]) -> dict:
     """Table coefficients are deterministic functions of (kind, T, d_head): keep them in
     ``$SIGPROP_CACHE_DIR`` (default ``~/.cache/sigprop``) so a new process skips the
     quadrature. ``SIGPROP_NO_CACHE=1`` disables it; an unwritable cache is silently skipped."""
@@ -131,9 +139,9 @@ def _disk_cached(key: str, compute: Callable[[], dict]) -> dict:
 _LMIN, _LMAX = np.log(1e-3), np.log(1e4)
 _LTOP = np.log(1e16)  # beyond _LMAX: an extended table to 1e16, then the 1/sqrt(v) law
 _KINDS = {  # finite function, node spacing in log v, small-v power of F - F(0), F(0), F(inf)
-    "y2": (y2_finite, 0.1, 1.0, _inv, 1.0),
+    "y2": (y2_finite, 0.1, 1.0, inv_length, 1.0),
     "entropy": (entropy_finite, 0.1, 1.0, np.ones_like, 0.0),
-    "wmax": (wmax_finite, 0.2, 0.5, _inv, 1.0),
+    "wmax": (wmax_finite, 0.2, 0.5, inv_length, 1.0),
 }
 
 
@@ -157,19 +165,19 @@ def _table1d(kind: str, T: float, d_head: int | None, lmax: float = _LMAX):
         if d_head is None:
             vals = fin(np.exp(lv), T)
         else:
-            chi, wc = _chi_nodes(d_head)
+            chi, wc = chi_nodes(d_head)
             base = _table1d(kind, T, None, lmax + lh * np.ceil(np.log(chi[-1]) / lh))
             vals = base(np.multiply.outer(np.exp(lv), chi)) @ wc
         p = np.clip((vals - y0) / (at_inf - y0), 1e-300, 1 - 1e-16)
         return {"c": _spline1_coef(lv, special.logit(p)), "p": p}
 
-    z = _disk_cached(f"{kind}-T{T!r}-d{d_head}-l{lmax:.9g}", build)
+    z = disk_cached(f"{kind}-T{T!r}-d{d_head}-l{lmax:.9g}", build)
     p, coef = z["p"], z["c"]
     spl = _spline1(lv, coef)
     dp = p[0] * (1 - p[0]) * coef[2][0] / power  # spline slope at the first node
 
     def f(v):
-        shape, v = np.shape(v), _arr(v).ravel()
+        shape, v = np.shape(v), f64(v).ravel()
         out = _expit(spl(np.log(np.clip(v, np.exp(lv[0]), None))))
         low = v < np.exp(lv[0])
         t = (v[low] / np.exp(lv[0])) ** power
@@ -207,23 +215,23 @@ def wmax_table(T, d_head=None) -> Callable[[np.ndarray], np.ndarray]:
     return _table1d("wmax", float(T), None if d_head is None else int(d_head))
 
 
-_XI, _ALPHA = np.linspace(0.0, 1.0, 21), 0.5
+XI_NODES, _ALPHA = np.linspace(0.0, 1.0, 21), 0.5
 _LV2MIN = np.log(1e-2)
 _LH2 = (_LMAX - _LV2MIN) / 23                         # 24 nodes in log v on [1e-2, 1e4]
 
 
-def _xi(v, rho):
+def xi_of_rho(v, rho):
     """Yx table coordinate for rho at fixed v: ``a (1-rho) + (1-a) log1p(v_p) / log1p(v)``,
     ``v_p = v (1 - rho)``: linear in rho near rho = 0 and logarithmic in the private variance
     near rho = 1, where Yx moves when v_p ~ 1 (xi = 0: rho = 1, xi = 1: rho = 0)."""
     return _ALPHA * (1 - rho) + (1 - _ALPHA) * np.log1p(v * (1 - rho)) / np.log1p(v)
 
 
-def _rho_of_xi(v, xi):
+def rho_of_xi(v, xi):
     lo, hi = np.zeros(np.broadcast(v, xi).shape), np.ones(np.broadcast(v, xi).shape)
     for _ in range(60):                                # bisection: xi decreases in rho
         mid = 0.5 * (lo + hi)
-        big = _xi(v, mid) > xi
+        big = xi_of_rho(v, mid) > xi
         lo, hi = np.where(big, mid, lo), np.where(big, hi, mid)
     return 0.5 * (lo + hi)
 
@@ -238,30 +246,30 @@ def _table2d(T: float, d_head: int | None, lmax: float = _LMAX):
     grid, so it is not used)."""
     y2 = _table1d("y2", T, d_head, _LMAX + 0.1 * np.ceil((lmax - _LMAX) / 0.1 - 1e-9))
     if T == 1:
-        return lambda v, rho: np.ones(np.broadcast(_arr(v), _arr(rho)).shape)
+        return lambda v, rho: np.ones(np.broadcast(f64(v), f64(rho)).shape)
     lv = np.arange(_LV2MIN, lmax + 1e-9, _LH2)
     vt = np.exp(lv)[:, None]
 
     def build():
-        rho = _rho_of_xi(vt, _XI[1:-1])
+        rho = rho_of_xi(vt, XI_NODES[1:-1])
         if d_head is None:
             inner = yx_finite(vt * rho, vt * (1 - rho), T)
         else:
-            chi, wc = _chi_nodes(d_head)
+            chi, wc = chi_nodes(d_head)
             base = _table2d(T, None, lv[-1] + _LH2 * np.ceil(np.log(chi[-1]) / _LH2))
             inner = base(np.multiply.outer(vt, chi), rho[..., None]) @ wc
         r = np.concatenate([np.ones_like(vt), (inner - 1 / T) / (y2(vt) - 1 / T), 0 * vt],
                            axis=1)
-        return {"coef": _bicubic_coef(lv, _XI, r)}
+        return {"coef": bicubic_coef(lv, XI_NODES, r)}
 
-    coef = _disk_cached(f"yx-T{T!r}-d{d_head}-l{lmax:.9g}", build)["coef"]
-    spl, vmin, vmax = _bicubic(lv, _XI, coef), vt[0, 0], vt[-1, 0]
+    coef = disk_cached(f"yx-T{T!r}-d{d_head}-l{lmax:.9g}", build)["coef"]
+    spl, vmin, vmax = bicubic_eval(lv, XI_NODES, coef), vt[0, 0], vt[-1, 0]
 
     def f(v, rho):
-        v, rho = np.broadcast_arrays(_arr(v), np.clip(_arr(rho), 0.0, 1.0))
+        v, rho = np.broadcast_arrays(f64(v), np.clip(f64(rho), 0.0, 1.0))
         shape, v, rho = v.shape, v.ravel(), rho.ravel()
         vc = np.clip(v, vmin, vmax)
-        out = 1.0 / T + spl(np.log(vc), _xi(vc, rho)) * (y2(v) - 1.0 / T)
+        out = 1.0 / T + spl(np.log(vc), xi_of_rho(vc, rho)) * (y2(v) - 1.0 / T)
         high = v > vmax * (1 + 1e-12)
         if high.any():
             out[high] = yx_finite(v[high] * rho[high], v[high] * (1 - rho[high]), T, d_head)
@@ -275,5 +283,5 @@ def yx_table(T, d_head=None) -> Callable[[np.ndarray, np.ndarray], np.ndarray]:
     """``(v, rho) -> yx_finite(v rho, v (1 - rho), T, d_head)``, v the row variance
     ``sigma_s^2 (1 - rho)`` (docs/theory.md §2.3): bicubic spline of the ratio to Y2 on 24 x 21
     nodes
-    in (log v, :func:`_xi`), cached per (T, d_head); v > 1e4 evaluated exactly."""
+    in (log v, :func:`xi_of_rho`), cached per (T, d_head); v > 1e4 evaluated exactly."""
     return _table2d(float(T), None if d_head is None else int(d_head))

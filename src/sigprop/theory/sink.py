@@ -33,8 +33,8 @@ from __future__ import annotations
 import numpy as np
 
 from . import rem_tables
-from .causal import _causal_grid, pair_means
-from .rem_finite import _bracket, _chi_nodes, _grid, _row_terms, _tpow
+from .causal import causal_grid, pair_means
+from .rem_finite import chi_nodes, linear_grid, row_terms, score_bracket, tpow
 
 __all__ = ["sink_moments", "sink_stats"]
 
@@ -47,15 +47,15 @@ _CHUNK = 64
 def _core(v, vc, s, n):
     """``(E W, E W^2, Y2s)`` for flat arrays (n >= 1, v >= 0)."""
     sig = np.sqrt(v)
-    lo, hi = _bracket(sig, n)
+    lo, hi = score_bracket(sig, n)
     hi = np.maximum(hi, s + 4.0 * np.sqrt(vc) + 30.0)
     lo = np.minimum(lo, hi - 1.0)
-    u, w = _grid(lo, hi, N_U)
-    f = _row_terms(u, sig, ("a1", "a2", "m"))
-    sink = 1.0 - _row_terms(u - s[:, None], np.sqrt(vc), ("m",))["m"]
+    u, w = linear_grid(lo, hi, N_U)
+    f = row_terms(u, sig, ("a1", "a2", "m"))
+    sink = 1.0 - row_terms(u - s[:, None], np.sqrt(vc), ("m",))["m"]
     nn = n[:, None]
-    g1 = _tpow(f["m"], nn - 1) * sink
-    g2 = np.where(nn >= 2, _tpow(f["m"], np.maximum(nn - 2, 0)), 0.0) * sink
+    g1 = tpow(f["m"], nn - 1) * sink
+    g2 = np.where(nn >= 2, tpow(f["m"], np.maximum(nn - 2, 0)), 0.0) * sink
     w1 = n * np.sum(w * f["a1"] * g1, axis=1)
     y2s = n * np.sum(w * f["a2"] * g1, axis=1)
     w2 = y2s + n * (n - 1) * np.sum(w * f["a1"] ** 2 * g2, axis=1)
@@ -74,7 +74,7 @@ def sink_moments(v, v_common, sink, n, d_head: int | None = None):
     if np.any(~(flat[3] >= 1)) or np.any(~(flat[0] >= 0)) or np.any(~(flat[1] >= 0)):
         raise ValueError("need n >= 1 and variances >= 0")
     if d_head is not None:
-        chi, wc = _chi_nodes(int(d_head))
+        chi, wc = chi_nodes(int(d_head))
         flat = [np.multiply.outer(flat[0], chi).ravel(), np.multiply.outer(flat[1], chi).ravel(),
                 np.repeat(flat[2], chi.size), np.repeat(flat[3], chi.size)]
     out = np.empty((3, flat[0].size))
@@ -111,7 +111,7 @@ def sink_stats(sigma_s, rho, sink, T: int, *, d_head: int | None = None,
         wx = _pair_mass(w1, w2, w1, w2, rho)
         yxs = wx * rem_tables.yx_table(T, d_head)(v, rho)
         return y2s, yxs, w2, wx
-    nodes, weights, _, _ = _causal_grid(int(T))
+    nodes, weights, _, _ = causal_grid(int(T))
     k = nodes.reshape((-1,) + (1,) * v.ndim)
     w1, w2, y2s = sink_moments(v[None], vc[None], sink[None], k, d_head)
     yx = np.stack([np.ones(v.shape) if t < 2 else rem_tables.yx_table(int(t), d_head)(v, rho)

@@ -139,7 +139,7 @@ class TrainResult:
     alphas: list[float] | None = None
 
 
-def _mean_err(v: np.ndarray) -> tuple[float, float]:
+def mean_err(v: np.ndarray) -> tuple[float, float]:
     v = np.asarray(v, dtype=np.float64)
     err = float(v.std(ddof=1) / math.sqrt(v.size)) if v.size > 1 else math.nan
     return float(v.mean()), err
@@ -173,12 +173,12 @@ def train(spec: ArchSpec, config: TrainConfig = DEFAULT_CONFIG, *, data: str = "
     On CPU, denormal floats are flushed to zero while training (and the flag reset after):
     condensed attention (large beta) fills the softmax backward with denormals, which made
     the beta = 8 acceptance run 1.5x slower on this machine for a change below 1e-38."""
-    from ..measurement._threads import cpu_settings
+    from ..measurement.threads import cpu_settings
 
     check_memory(spec, config, betas=betas, alphas=alphas, data=data, corpus=corpus)
     cpu = config.device == "cpu"
     with cpu_settings(threads=config.threads if cpu else None, flush_denormal=cpu):
-        return _train(spec, config, data, corpus, betas, on_step, keep_model, sinks, warn,
+        return train_loop(spec, config, data, corpus, betas, on_step, keep_model, sinks, warn,
                       alphas)
 
 
@@ -207,7 +207,7 @@ def check_memory(spec: ArchSpec, config: TrainConfig, *, betas: Sequence[float] 
                         tie=config.tie, shrink=shrink)
 
 
-def _train(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
+def train_loop(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
            warn=False, alphas=None) -> TrainResult:
     from .. import trajectory
     from ..data.batches import Batches
@@ -246,7 +246,7 @@ def _train(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
     def emit(step, observable, layer, per_slice, *, out=rows, **extra):
         per_slice = np.asarray(per_slice, dtype=np.float64)
         for gi, key in enumerate(keys):
-            m, e = _mean_err(per_slice[group == gi])
+            m, e = mean_err(per_slice[group == gi])
             out.append(dict(layer=layer, observable=observable, source="measured", value=m,
                             stderr=e, step=step, **key, **extra))
 

@@ -14,7 +14,7 @@ import torch
 
 from ..spec import ArchSpec, SpecError
 from .config import TrainConfig
-from .loop import _mean_err, check_memory, train
+from .loop import check_memory, mean_err, train
 
 #: the deep small model used when ``trainability`` gets no architecture: post-LN, gg25's
 #: variances (sigma_v^2 = sigma_w^2 = 0.2, sigma_b^2 = 4e-4, no W_O), 24 layers, d = T = 32
@@ -131,8 +131,8 @@ def _grid_batched(spec, config, pb, pa, data, corpus, on_step, n_alphas, workers
     ``[(None, result), ...]`` per shard (the alphas are in each result's ``alphas``)."""
     import threading
 
-    from ..measurement._threads import cpu_settings
-    from .loop import _train
+    from ..measurement.threads import cpu_settings
+    from .loop import train_loop
 
     n = len(pb)
     cpu = config.device == "cpu"
@@ -152,7 +152,7 @@ def _grid_batched(spec, config, pb, pa, data, corpus, on_step, n_alphas, workers
         try:
             if cpu:  # the denormal flag is per thread (the caller's is set by cpu_settings)
                 torch.set_flush_denormal(True)
-            results[i] = (None, _train(sp, config, data, corpus, pb[lo:hi], step_cb if i == 0
+            results[i] = (None, train_loop(sp, config, data, corpus, pb[lo:hi], step_cb if i == 0
                                        else None, False, (), False, pa[lo:hi]))
         except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
             errors.append(err)
@@ -201,7 +201,7 @@ def _tables(spec, config, betas, alphas, results, margin):
     rows = []
     for ai, a in enumerate(alphas):
         for bi, b in enumerate(betas):
-            m, e = _mean_err(finals[ai * nb + bi])
+            m, e = mean_err(finals[ai * nb + bi])
             theory = depth.verdict(replace(spec, alpha_attn=a, beta=b, qk_std=None))
             learned = m <= baseline - margin
             agree = learned == (theory == "trainable")

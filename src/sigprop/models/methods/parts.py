@@ -148,8 +148,8 @@ def spectral_norm(w: torch.Tensor) -> float:
     (:func:`~sigprop.measurement.observables.top_eigenvalue`, converged to 1e-12 relative;
     ~30 ms at 768 x 768 on one thread, a quarter of ``svdvals``), the exact ``svdvals`` where
     it does not converge."""
-    from ...measurement._threads import cpu_settings
     from ...measurement.observables import top_eigenvalue
+    from ...measurement.threads import cpu_settings
 
     with cpu_settings(threads=1):  # small sequential work: a second thread only waits
         w = w.detach().to(torch.float64)

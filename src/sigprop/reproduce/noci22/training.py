@@ -47,7 +47,7 @@ def qk_grad_norms(spec: ArchSpec, config, batches: int = 4) -> np.ndarray:
     import torch
 
     from ...data.batches import Batches
-    from ...measurement._threads import cpu_settings
+    from ...measurement.threads import cpu_settings
     from ...training.task import TaskModel, slice_losses
 
     # as in training: one thread, denormals flushed (a collapsed stack's backward is full of
