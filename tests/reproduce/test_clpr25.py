@@ -76,18 +76,34 @@ def test_table1_orders(tiny):
 
 
 def test_bad_keywords():
-    with pytest.raises(ValueError, match="rho"):
+    # one line through sigprop.reproduce.args: "NAME: must be ..."
+    with pytest.raises(ValueError, match="^rho: must be "):
         clpr25.fig1(rho=1.0)
-    with pytest.raises(ValueError, match="ns"):
+    with pytest.raises(ValueError, match="^ns: must be "):
         clpr25.fig1(ns=(64,))
-    with pytest.raises(ValueError, match="ds"):
+    with pytest.raises(ValueError, match="^ds: must be "):
         clpr25.fig2(ds=(128, 16))
-    with pytest.raises(ValueError, match="n_gamma"):
+    with pytest.raises(ValueError, match="^n_gamma: must be "):
         clpr25.fig2(n_gamma=2)
-    with pytest.raises(ValueError, match="alpha"):
+    with pytest.raises(ValueError, match="^alpha: must be "):
         clpr25.thm21(alpha=0.0)
-    with pytest.raises(ValueError, match="level"):
+    with pytest.raises(ValueError, match="^level: must be "):
         clpr25.vs_gg25(level=1.0)
+    with pytest.raises(ValueError, match="^d: must be "):
+        clpr25.table1(d=4)
+
+
+def test_parts_compose():
+    # an item is data + checks + plot: the plot draws into axes it is given
+    from matplotlib.figure import Figure
+
+    from sigprop.reproduce.clpr25 import theorems
+
+    r = theorems.thm23_data([8, 16], 0.5, seed=0)
+    assert len(theorems.thm23_checks(r)) == 4
+    fig = Figure()
+    ax = fig.subplots()
+    assert theorems.plot_thm23(r, ax=ax) is fig and ax.lines
 
 
 def test_seeded(tiny):

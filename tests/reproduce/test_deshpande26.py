@@ -58,7 +58,7 @@ def test_gumbel_bulk_closed_form():
     x, N = 0.3, 1e3
     assert dp.gumbel_bulk(x, N) == pytest.approx(
         gamma_fn(0.7) * (4 * math.pi * math.log(N)) ** (-0.15), rel=1e-12)
-    assert dp._exponent_pred(0.0, 10, 100) == pytest.approx(1.0)
+    assert dp.exponent_pred(0.0, 10, 100) == pytest.approx(1.0)
 
 
 def test_sample_wmax_matches_direct():
@@ -76,18 +76,34 @@ def test_retrieval_shift_formula():
     from scipy.special import ndtri
     for N in (1e3, 1e6):
         exact = ndtri(0.5 ** (1 / N)) / math.sqrt(2 * math.log(N))
-        assert abs(dp._kappa_half_gumbel(N) - exact) < 0.01
+        assert abs(dp.kappa_half_gumbel(N) - exact) < 0.01
 
 
 def test_bad_keywords():
-    with pytest.raises(ValueError, match="Ns"):
+    # one line through sigprop.reproduce.args: "NAME: must be ..."
+    with pytest.raises(ValueError, match="^Ns: must be "):
         dp.wmax(Ns=(100,))
-    with pytest.raises(ValueError, match="sigma"):
+    with pytest.raises(ValueError, match="^sigma: must be "):
         dp.bulk(sigma=0.0)
-    with pytest.raises(ValueError, match="budget"):
+    with pytest.raises(ValueError, match="^budget: must be "):
         dp.retrieval(budget=10)
-    with pytest.raises(ValueError, match="ds"):
+    with pytest.raises(ValueError, match="^ds: must be "):
         dp.eq12(ds=(64, 16, 4))
+    with pytest.raises(ValueError, match="^N: must be "):
+        dp.eq12(N=8)
+
+
+def test_parts_compose():
+    # an item is data + checks + plot: the plot draws into axes it is given
+    from matplotlib.figure import Figure
+
+    from sigprop.reproduce.deshpande26 import head_width
+
+    r = head_width.eq12_data([4, 16, 64], 64, 1.0, 16, 1, seed=0)
+    assert len(head_width.eq12_checks(r)) == 4
+    fig = Figure()
+    ax = fig.subplots()
+    assert head_width.plot_eq12(r, ax=ax) is fig and ax.lines
 
 
 @pytest.mark.slow
