@@ -27,7 +27,7 @@ txt = _text_ids(2, T, vocab, 0)
 g = np.random.default_rng(1000)
 uni = torch.from_numpy(np.stack([g.permutation(np.arange(1, vocab))[:T] for _ in range(2)]))
 res = {"preset": preset, "T": T, "ids_text": txt.tolist(), "ids_unique": uni.tolist()}
-rope = hf.FAMILIES[cfg.model_type][4] == "rope"
+rope = hf.FAMILIES[cfg.model_type].positions == "rope"
 runs = [("text", txt, None), ("unique", uni, None)]
 if rope:
     runs += [("text_norope", txt, no_rope)]

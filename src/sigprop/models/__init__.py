@@ -10,6 +10,7 @@ load_local_weights), :mod:`.fixes` (apply_fix, the registered attention function
 
 from .arch import (
     FAMILIES,
+    FamilyLayout,
     HFInfo,
     describe,
     spec_and_info,
@@ -25,7 +26,7 @@ from .presets import PRESETS
 from .reload import from_pretrained
 
 __all__ = [
-    "FAMILIES", "PRESETS", "FixReport", "HFInfo", "LoadReport", "apply_fix", "describe",
-    "from_pretrained", "load_config", "load_local_weights", "model_at_init", "qkv_names",
-    "shrink", "spec_and_info", "spec_from_config", "spec_with_record", "translations",
+    "FAMILIES", "FamilyLayout", "PRESETS", "FixReport", "HFInfo", "LoadReport", "apply_fix",
+    "describe", "from_pretrained", "load_config", "load_local_weights", "model_at_init",
+    "qkv_names", "shrink", "spec_and_info", "spec_from_config", "spec_with_record", "translations",
 ]

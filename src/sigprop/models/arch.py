@@ -27,14 +27,32 @@ from typing import Any
 from ..spec import ArchSpec, SpecError
 from .config import load_config
 
-__all__ = ["HFInfo", "FAMILIES", "describe", "spec_from_config", "spec_and_info",
+__all__ = ["HFInfo", "FAMILIES", "FamilyLayout", "describe", "spec_from_config", "spec_and_info",
            "generic_spec_and_info", "input_kind", "structure_spec",
            "translations"]
 
-_ENC, _DEC = ("post", "layernorm", False, False, "learned"), ("pre", "rms", True, True, "rope")
-#: model_type -> (norm, ln_kind, causal, gated MLP, positions); the families checked here.
+
+
+@dataclass(frozen=True, kw_only=True)
+class FamilyLayout:
+    """How a family checked against the theory lays out its blocks: norm placement
+    (``"pre"`` / ``"post"``), norm kind (``"layernorm"`` / ``"rms"``), causal attention, a gated
+    MLP, and its positions (``"learned"`` / ``"rope"``)."""
+
+    norm: str
+    ln_kind: str
+    causal: bool
+    gated: bool
+    positions: str
+
+
+_ENC = FamilyLayout(norm="post", ln_kind="layernorm", causal=False, gated=False,
+                    positions="learned")
+_DEC = FamilyLayout(norm="pre", ln_kind="rms", causal=True, gated=True, positions="rope")
+#: model_type -> its :class:`FamilyLayout`; the families checked here.
 FAMILIES = {"bert": _ENC, "roberta": _ENC, "xlm-roberta": _ENC,
-            "gpt2": ("pre", "layernorm", True, False, "learned"),
+            "gpt2": FamilyLayout(norm="pre", ln_kind="layernorm", causal=True, gated=False,
+                                 positions="learned"),
             "llama": _DEC, "mistral": _DEC, "qwen2": _DEC, "qwen3": _DEC}
 _QK_NORM = ("qwen3",)
 _ACTS = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_fast": "gelu",
@@ -42,7 +60,7 @@ _ACTS = {"gelu": "gelu", "gelu_new": "gelu", "gelu_pytorch_tanh": "gelu", "gelu_
 DEFAULT_SEQ_LEN = 512
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class HFInfo:
     """Facts about an HF architecture that :class:`ArchSpec` cannot hold, and ``notes``: one
     plain sentence per place where the theory does not (fully) cover the model."""
@@ -102,7 +120,9 @@ def _analyse(config, seq_len, rho0, absorb_embedding) -> tuple[ArchSpec, HFInfo]
     if mt not in FAMILIES:
         raise SpecError("model", f"architecture {mt!r} is not supported; supported: "
                                  f"{', '.join(FAMILIES)}")
-    norm, ln_kind, causal, gated, positions = FAMILIES[mt]
+    lay = FAMILIES[mt]
+    norm, ln_kind, causal, gated, positions = (lay.norm, lay.ln_kind, lay.causal, lay.gated,
+                                               lay.positions)
     notes: list[str] = []
     d, L, H = cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads
     kv = getattr(cfg, "num_key_value_heads", None) or H
@@ -219,10 +239,15 @@ def _analyse(config, seq_len, rho0, absorb_embedding) -> tuple[ArchSpec, HFInfo]
         spec = spec_with_record(spec, fix)
         notes.append("sigprop fix in config.json: " + ", ".join(
             f"{k}={v}" for k, v in fix.items() if k != "version" and v is not None))
-    info = HFInfo(mt, H, kv, head_dim, cfg.vocab_size, positions, theta, rtype, a_rope,
-                  scale, m, bool(getattr(cfg, "tie_word_embeddings", False)), max_pos, max_len,
-                  embed_q, float(shared / tables), str(act_hf), qk_norm,
-                  bool(getattr(cfg, "attention_bias", False) or mt == "qwen2"), tuple(notes))
+    info = HFInfo(model_type=mt, n_heads=H, n_kv_heads=kv, head_dim=head_dim,
+                  vocab_size=cfg.vocab_size, positions=positions, rope_theta=theta,
+                  rope_type=rtype, rope_attention_factor=a_rope, attention_scale=scale,
+                  logit_multiplier=m,
+                  tied_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
+                  max_position=max_pos, max_len=max_len, embed_q=embed_q,
+                  rho0=float(shared / tables), activation_hf=str(act_hf), qk_norm=qk_norm,
+                  attention_bias=bool(getattr(cfg, "attention_bias", False) or mt == "qwen2"),
+                  notes=tuple(notes))
     return spec, info
 
 
@@ -354,11 +379,14 @@ def generic_spec_and_info(config, seq_len: int | None = None) -> tuple[ArchSpec,
     from .inputs import config_value
 
     vocab = int(config_value(cfg, ("vocab_size",), 1))
-    info = HFInfo(mt, H, kv, head_dim, vocab, "unknown",
-                  None, None, 1.0, head_dim ** -0.5, 1.0,
-                  bool(getattr(cfg, "tie_word_embeddings", False)),
-                  int(max_pos) if max_pos else None, max_len, 1.0, 0.0, str(act_hf), False,
-                  False, notes)
+    info = HFInfo(model_type=mt, n_heads=H, n_kv_heads=kv, head_dim=head_dim,
+                  vocab_size=vocab, positions="unknown", rope_theta=None, rope_type=None,
+                  rope_attention_factor=1.0, attention_scale=head_dim ** -0.5,
+                  logit_multiplier=1.0,
+                  tied_embeddings=bool(getattr(cfg, "tie_word_embeddings", False)),
+                  max_position=int(max_pos) if max_pos else None, max_len=max_len,
+                  embed_q=1.0, rho0=0.0, activation_hf=str(act_hf), qk_norm=False,
+                  attention_bias=False, notes=notes)
     return spec, info
 
 
