@@ -180,3 +180,18 @@ def test_scaling_tau_star_equalises_the_gradients(rho):
 
     assert ratio(1.0) > 5
     assert 1 / 1.5 < ratio(ts) < 1.5
+
+
+def test_spec_errors_are_named_once_in_run():
+    """Every command's SpecError reaches ``cli.run``, which names a field that is an option of
+    the invoked command as that option, ``model`` as MODEL, anything else by its own name."""
+    from sigprop.cli import common
+    from sigprop.spec import SpecError
+
+    opts = common.options_of(["diagnose", "cfg.json", "--seeds", "1"])
+    assert "--seq-len" in opts and "--stack" in opts and "--lengths" not in opts
+    assert "--lengths" in common.options_of(["longctx"])
+    err = SpecError("seq_len", "must be an integer in [2, 1048576] (got 1)")
+    assert common.spec_message(err, opts) == "--seq-len: must be an integer in [2, 1048576] (got 1)"
+    assert common.spec_message(SpecError("model", "no attention"), opts) == "MODEL: no attention"
+    assert common.spec_message(SpecError("vocab_size", "bad"), opts) == "vocab_size: bad"

@@ -31,7 +31,6 @@ from .common import (
     SeedOpt,
     app,
     fail,
-    fail_spec,
     option_name,
     spec_command,
     write_figure,
@@ -40,7 +39,7 @@ from .common import (
 
 __all__ = [
     "AsymptoticOpt", "Fmt", "bench", "FormatOpt", "SeedOpt", "TRANSLATE_KEYS", "app", "diagnose",
-    "diagram_cmd", "fail", "fail_spec", "fix_cmd", "longctx", "main", "measure", "option_name",
+    "diagram_cmd", "fail", "fix_cmd", "longctx", "main", "measure", "option_name",
     "predict", "reproduce", "results", "run", "spec_command", "sweep", "train_cmd",
     "trainability", "translate", "translations",
     "write_figure", "write_report_file", "parse_alpha", "parse_lengths",
@@ -113,10 +112,9 @@ def run(args: list[str] | None = None) -> int:
             raise
         typer.echo(f"sigprop: error: {line}", err=True)
         return 2
-    except SpecError as err:  # raised past a command's own handling: name the option
-        msg = str(err).split(": ", 1)[-1]
-        where = common.option_name(err.field) if err.field in common.SPEC_OPTIONS else err.field
-        typer.echo(f"sigprop: error: {where}: {msg}", err=True)
+    except SpecError as err:  # every command's bad input: one line naming the option
+        line = common.spec_message(err, common.options_of(common.ARGV))
+        typer.echo(f"sigprop: error: {line}", err=True)
         return 2
     return rv if isinstance(rv, int) else 0
 

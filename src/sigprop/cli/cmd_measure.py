@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from ..spec import ArchSpec, SpecError
+from ..spec import ArchSpec
 from .common import (
     AsymptoticOpt,
     Fmt,
@@ -19,7 +19,7 @@ from .common import (
     check_figure_path,
     emit_json,
     fail,
-    fail_spec,
+    progress,
     spec_command,
     stack_methods,
     timing_fields,
@@ -45,12 +45,10 @@ def measure(spec: ArchSpec,
 
     check_figure_path("--plot", plot)
     names, params = stack_methods(method, param)
-    try:  # theory at --rho0, else at the measured input cosine
-        m = run(spec, seeds=seeds, sequences=sequences, input=input, seed=seed,
-                float64=float64, grads=grads, asymptotic=asymptotic, methods=names,
-                method_params=params)
-    except SpecError as err:
-        fail_spec(err)
+    # theory at --rho0, else at the measured input cosine
+    m = run(spec, seeds=seeds, sequences=sequences, input=input, seed=seed,
+            float64=float64, grads=grads, asymptotic=asymptotic, methods=names,
+            method_params=params)
     spec = m.spec
     traj, verdict, a_crit, agreement, rho0 = (m.trajectory, m.verdict, m.alpha_crit,
                                               m.max_abs_error, m.rho0)
@@ -162,28 +160,13 @@ def longctx(spec: ArchSpec,
             fail(f"{name}: applies to a MODEL (sigprop longctx MODEL {name} ...)")
     ts = ts or lc.default_lengths()
     queries = 256 if queries is None else queries
-    try:
-        lc.check_args(ts, queries, chunk, input, spec)
-    except SpecError as err:
-        fail_spec(err)
-    try:  # before any allocation: work bound and memory (also checked inside sweep)
-        lc.check_resources(spec, ts, queries=queries, chunk=chunk, input=input,
-                           n_scalings=len(lc.scaling_kinds(spec, compare)))
-    except SpecError as err:
-        fail_spec(err)
-    try:
-        if fmt == Fmt.table:
-            from rich.progress import Progress
-
-            with Progress(transient=True) as bar:
-                task = bar.add_task("streaming keys", total=sum(ts))
-                sw = lc.sweep(spec, ts, queries=queries, input=input, compare=compare,
-                              chunk=chunk, seed=seed, on_progress=lambda k: bar.advance(task, k))
-        else:
-            sw = lc.sweep(spec, ts, queries=queries, input=input, compare=compare, chunk=chunk,
-                          seed=seed)
-    except SpecError as err:
-        fail_spec(err)
+    lc.check_args(ts, queries, chunk, input, spec)
+    # before any allocation: work bound and memory (also checked inside sweep)
+    lc.check_resources(spec, ts, queries=queries, chunk=chunk, input=input,
+                       n_scalings=len(lc.scaling_kinds(spec, compare)))
+    with progress(fmt, "streaming keys", sum(ts)) as tick:
+        sw = lc.sweep(spec, ts, queries=queries, input=input, compare=compare, chunk=chunk,
+                      seed=seed, on_progress=tick)
     if plot:
         from ..plotting.longctx import plot_sweep
 
@@ -241,17 +224,8 @@ def _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len
         fail(f"--train-len: must be an integer in [2, 2^30] (got {train_len})")
     if not 1 <= sequences <= 64:
         fail(f"--sequences: must be an integer in [1, 64] (got {sequences})")
-    try:
-        if fmt == Fmt.table:
-            from rich.progress import Progress
-
-            with Progress(transient=True) as bar:
-                task = bar.add_task(f"streaming {model}", total=None)
-                r = sweep_model(model, ts, on_progress=lambda k: bar.advance(task, k), **kw)
-        else:
-            r = sweep_model(model, ts, **kw)
-    except SpecError as err:
-        fail_spec(err)
+    with progress(fmt, f"streaming {model}") as tick:
+        r = sweep_model(model, ts, on_progress=tick, **kw)
     if plot:
         write_figure("--plot", plot, lambda traj, path, **_: r.plot(path), r.trajectory)
     if report is not None:

@@ -7,7 +7,6 @@ from contextlib import contextmanager
 
 import typer
 
-from ..spec import SpecError
 from .common import (
     Fmt,
     FormatOpt,
@@ -18,7 +17,7 @@ from .common import (
     check_output_file,
     emit_json,
     fail,
-    fail_spec,
+    progress,
     write_report_file,
 )
 
@@ -42,20 +41,10 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
     if seq_len is not None and not 2 <= seq_len <= 2**20:
         fail(f"--seq-len: must be an integer in [2, 1048576] (got {seq_len})")
     check_output_file("--report", report, ("html", "htm"))
-    try:
-        if fmt == Fmt.table:
-            from rich.progress import Progress
-
-            with Progress(transient=True) as bar:
-                task = bar.add_task(f"measuring {model}", total=seeds)
-                d = dg.diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences,
-                                device=device, seed=seed, stack=stack,
-                                on_seed=lambda s: bar.advance(task))
-        else:
-            d = dg.diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences,
-                            device=device, seed=seed, stack=stack)
-    except SpecError as err:
-        fail_spec(err)
+    with progress(fmt, f"measuring {model}", seeds) as tick:
+        d = dg.diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences,
+                        device=device, seed=seed, stack=stack,
+                        on_seed=tick and (lambda s: tick()))
     if report is not None:
         write_report_file(report, d)
     if fmt == Fmt.json:
@@ -169,18 +158,8 @@ def fix_cmd(model: str | None = typer.Argument(None, help="preset name or local 
               scaling_param=scaling_param, methods=method, params=param, seq_len=seq_len,
               seeds=2 if seeds is None else seeds, sequences=sequences, device=device,
               seed=seed)
-    try:
-        if fmt == Fmt.table:
-            from rich.progress import Progress
-
-            with Progress(transient=True) as bar:
-                task = bar.add_task("fix", total=4)
-                r = dg.fix(model, out, on_stage=lambda s: (
-                    bar.update(task, description=s), bar.advance(task)), **kw)
-        else:
-            r = dg.fix(model, out, **kw)
-    except SpecError as err:
-        fail_spec(err)
+    with progress(fmt, "fix", 4) as tick:
+        r = dg.fix(model, out, on_stage=tick and (lambda s: tick(description=s)), **kw)
     before, rep, after = r.before, r.report, r.after
     if report is not None:
         write_report_file(report, after, fix=(before, rep))
@@ -225,12 +204,9 @@ def _compare(model, which, param, seq_len, seeds, sequences, device, seed, train
     # table: a bar on stdout, before the table; JSON / CSV: stdout holds the result, so a bar
     # on stderr, or one line per stage where stderr is a log file or a pipe
     progress = None if fmt == Fmt.table else Console(stderr=True)
-    try:
-        with _stages(progress, "comparing fixes") as stage:
-            c = compare(model, which, param, seq_len=seq_len, seeds=seeds, sequences=sequences,
-                        device=device, seed=seed, train_steps=train_steps, on_method=stage)
-    except SpecError as err:
-        fail_spec(err)
+    with _stages(progress, "comparing fixes") as stage:
+        c = compare(model, which, param, seq_len=seq_len, seeds=seeds, sequences=sequences,
+                    device=device, seed=seed, train_steps=train_steps, on_method=stage)
     if plot is not None:
         c.plot(plot)
     if fmt == Fmt.json:

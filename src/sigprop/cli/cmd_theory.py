@@ -6,7 +6,7 @@ import sys
 
 import typer
 
-from ..spec import ArchSpec, SpecError
+from ..spec import ArchSpec
 from .common import (
     AsymptoticOpt,
     Fmt,
@@ -18,7 +18,6 @@ from .common import (
     check_figure_path,
     emit_json,
     fail,
-    fail_spec,
     spec_command,
     stack_methods,
     write_figure,
@@ -34,10 +33,7 @@ def predict(spec: ArchSpec, asymptotic: bool = AsymptoticOpt, fmt: Fmt = FormatO
     from .. import trajectory
     from ..analysis.predict import predict as run
     names, params = stack_methods(method, param)
-    try:
-        p = run(spec, asymptotic=asymptotic, methods=names, method_params=params, seed=seed)
-    except SpecError as err:
-        fail_spec(err)
+    p = run(spec, asymptotic=asymptotic, methods=names, method_params=params, seed=seed)
     spec = p.spec
     traj, verdict, a_crit, derived = p.trajectory, p.verdict, p.alpha_crit, p.derived
     if fmt == Fmt.json:

@@ -18,7 +18,7 @@ from .common import (
     check_output_dir,
     emit_json,
     fail,
-    fail_spec,
+    progress,
     spec_command,
     timing_fields,
     write_figure,
@@ -53,19 +53,13 @@ def _train_config(**kw):
         fail(f"--device: must be cpu, cuda or cuda:N (got {dev!r})")
     if dev.startswith("cuda") and not torch.cuda.is_available():
         fail("--device: cuda is not available on this machine (use --device cpu)")
-    try:
-        return TrainConfig(**kw)
-    except SpecError as err:
-        fail_spec(err)
+    return TrainConfig(**kw)
 
 
 def _check_memory_or_fail(spec, cfg, **kw) -> None:
     from ..training.loop import check_memory
 
-    try:
-        check_memory(spec, cfg, **kw)
-    except SpecError as err:
-        fail_spec(err)
+    check_memory(spec, cfg, **kw)
 
 
 def _explicit(name: str) -> bool:
@@ -135,13 +129,8 @@ def _corpus_or_fail(task: str, data: str, documents: int | None, vocab_size: int
 
 def _progress(fmt: Fmt, label: str, total: int, run):
     """Run ``run(on_step)`` under a rich progress bar in table mode."""
-    if fmt != Fmt.table:
-        return run(None)
-    from rich.progress import Progress
-
-    with Progress(transient=True) as bar:
-        task = bar.add_task(label, total=total)
-        return run(lambda s, _t: bar.update(task, completed=s))
+    with progress(fmt, label, total) as tick:
+        return run(tick and (lambda s, _t: tick(completed=s)))
 
 
 @spec_command
@@ -200,8 +189,8 @@ def train_cmd(spec: ArchSpec,
                         lambda cb: train(spec, cfg, corpus=corpus, on_step=cb,
                                          keep_model=checkpoint is not None, sinks=sinks))
         written = save_checkpoint(res, checkpoint) if checkpoint else []
-    except SpecError as err:
-        fail_spec(err)
+    except SpecError:
+        raise  # cli.run names the option
     except ValueError as err:
         fail(str(err))
     except OSError as err:
@@ -315,12 +304,9 @@ def trainability(spec: ArchSpec,
                         device=device, measure_every=0, threads=threads, bias_init=bias_init)
     _check_memory_or_fail(spec, cfg, data=data, betas=b)
     corpus = _corpus_or_fail("mlm", data, None, 2000)
-    try:
-        table, traj = _progress(fmt, f"trainability ({len(b)}x{len(a)} points)", steps * len(a),
-                                lambda cb: run_grid(spec, b, a, cfg, corpus=corpus,
-                                                    margin=margin, on_step=cb))
-    except SpecError as err:
-        fail_spec(err)
+    table, traj = _progress(fmt, f"trainability ({len(b)}x{len(a)} points)", steps * len(a),
+                            lambda cb: run_grid(spec, b, a, cfg, corpus=corpus,
+                                                margin=margin, on_step=cb))
     if plot:
         from ..report.training import plot_trainability
 

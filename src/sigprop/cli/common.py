@@ -3,6 +3,7 @@ options every architecture command takes (docs/cli.md "Spec options")."""
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import inspect
@@ -53,36 +54,57 @@ def option_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def _command_options() -> set[str]:
-    """Long option names of the command being run (empty outside a click context)."""
-    ctx = None
-    try:  # typer >= 0.2x vendors its own click
-        from typer._click.globals import get_current_context
+@contextlib.contextmanager
+def progress(fmt: Fmt, label: str, total: float | None = None):
+    """A transient progress bar on stderr for table output: yields ``tick(n=1, *,
+    completed=None, description=None)`` that advances it (by ``n``, to ``completed``, or with a
+    new label); for JSON / CSV output yields None, so the caller passes no callback."""
+    if fmt != Fmt.table:
+        yield None
+        return
+    from rich.progress import Progress
 
-        ctx = get_current_context(silent=True)
-    except ImportError:
-        pass
-    if ctx is None:
-        try:
-            import click
+    with Progress(transient=True) as bar:
+        task = bar.add_task(label, total=total)
 
-            ctx = click.get_current_context(silent=True)
-        except ImportError:
-            pass
-    if ctx is None:
-        return set()
-    return {o for p in ctx.command.params for o in getattr(p, "opts", ()) if o.startswith("--")}
+        def tick(n: float = 1, *, completed: float | None = None,
+                 description: str | None = None) -> None:
+            if description is not None:
+                bar.update(task, description=description)
+            if completed is not None:
+                bar.update(task, completed=completed)
+            else:
+                bar.advance(task, n)
+
+        yield tick
 
 
-def fail_spec(err: SpecError):
-    """A SpecError as the CLI's one-line message: a field that is an option of this command is
+def spec_message(err: SpecError, options: set[str]) -> str:
+    """A SpecError as the CLI's one line: a field that is one of the command's ``options`` is
     named as the option (``--seq-len``), ``model`` as the MODEL argument, anything else (a
     config.json field, ``weights``) by its own name."""
-    msg = str(err).split(": ", 1)[1]
+    msg = str(err).split(": ", 1)[-1]
     name = option_name(err.field)
     if err.field == "model":
-        fail(f"MODEL: {msg}")
-    fail(f"{name}: {msg}" if name in _command_options() else f"{err.field}: {msg}")
+        return f"MODEL: {msg}"
+    return f"{name}: {msg}" if name in options else f"{err.field}: {msg}"
+
+
+def options_of(argv: list[str]) -> set[str]:
+    """Long option names of the (sub)command that ``argv`` invokes (empty when it names
+    none)."""
+    try:
+        cmd = typer.main.get_command(app)
+    except Exception:  # noqa: BLE001 - no command tree: no options to name
+        return set()
+    for tok in argv:
+        sub_cmds = getattr(cmd, "commands", None)
+        if not isinstance(sub_cmds, dict):
+            break
+        if tok in sub_cmds:
+            cmd = sub_cmds[tok]
+    return {o for p in getattr(cmd, "params", ()) for o in getattr(p, "opts", ())
+            if o.startswith("--")}
 
 
 # ---- output paths, checked before any work ---------------------------------------------------
@@ -218,10 +240,7 @@ def spec_command(fn):
     @functools.wraps(fn)
     def wrapper(**kwargs):
         values = {k: kwargs.pop(k) for k in SPEC_OPTIONS}
-        try:
-            spec = ArchSpec(**values)
-        except SpecError as err:
-            fail_spec(err)
+        spec = ArchSpec(**values)
         return fn(spec=spec, **kwargs)
 
     wrapper.__signature__ = sig.replace(parameters=own + extra)
@@ -244,11 +263,8 @@ def stack_methods(method: str | None, param: list[str] | None):
         return None, None
     from ..models.methods import parse_methods, parse_params
 
-    try:
-        names = parse_methods(method)
-        return names, parse_params(param, names)
-    except SpecError as err:
-        fail_spec(err)
+    names = parse_methods(method)
+    return names, parse_params(param, names)
 AsymptoticOpt = typer.Option(False, "--asymptotic", help="T -> inf theory (docs/theory.md §2.2)")
 SeedOpt = typer.Option(0, "--seed", help="randomness seed, 0 <= seed < 2^63",
                        callback=_check_seed)
