@@ -1,5 +1,5 @@
-"""The reproduced items that train (sigprop.reproduce.gg25_training, noci22_training,
-mindthegap_training; docs/reproduce/training.md) and the training hooks they use
+"""The reproduced items that train (sigprop.reproduce.gg25.training, noci22.training,
+mindthegap.training; docs/reproduce/training.md) and the training hooks they use
 (TrainConfig.tau_warmup, train_alpha, value_bias).
 
 Default suite: every item at its tiny size (wiring, data, figure, the checks that tiny sizes
@@ -110,7 +110,7 @@ def test_fig4_agrees_with_sigprop_train():
     ("mindthegap.heaviside", dict(d=1), "d"),
 ])
 def test_bad_keywords(name, kw, field):
-    with pytest.raises(ValueError, match=f"^{field}:? must be") as err:
+    with pytest.raises(SpecError, match=f"^{field}: must be") as err:
         core.run(name, "tiny", **kw)
     assert "\n" not in str(err.value)
 

@@ -30,7 +30,7 @@ run spends most of its budget learning token frequencies. Measured: the deep pos
 there); the 1-layer
 ``sigprop train`` acceptance pair (d = T = 64, 2,000 steps) ends at 2.21 (beta 0.5) vs 4.20
 nats (beta 8) with ``unigram`` against 3.52 vs 4.44 with ``zero``. The CLI commands default to
-``unigram``, and so do the reproduced items that train (sigprop.reproduce.gg25_training and
+``unigram``, and so do the reproduced items that train (sigprop.reproduce.gg25.training and
 friends); the library default stays ``zero`` for existing library callers. Tasks:
 
 * ``mlm``: BERT masked LM on a corpus (:mod:`sigprop.data.corpus`); ``clm``: next-token LM

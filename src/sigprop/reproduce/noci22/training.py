@@ -25,8 +25,9 @@ import pandas as pd
 
 from ...plotting.figures import REGIME_COLOURS, new_figure
 from ...spec import ArchSpec
+from .. import args
 from ..core import Check, Experiment, frame, register
-from ..gg25_training import gain_of, loss_rows, need, need_floats, need_int, run_config
+from ..gg25.training import gain_of, loss_rows, run_config
 
 __all__ = ["qk_grad_norms", "reverse", "fig15", "reverse_runs", "reverse_checks",
            "plot_reverse", "fig15_data", "fig15_checks", "plot_fig15"]
@@ -230,10 +231,11 @@ def reverse(*, seed: int = 0, device: str = "cpu", depth: int = 5, d_model: int 
             seq_len: int = 20, alphas: Sequence[float] = (0.1, 1.0), steps: int = 1500,
             lr: float = 0.01, batch_size: int = 64, seeds: int = 3,
             eval_sequences: int = 256) -> Experiment:
-    need_int("depth", depth, 1, 1000)
-    a_lo, a_hi = need_floats("alphas", alphas, 0.0, 100.0, n_min=2)[:2]
-    need("alphas", a_lo < a_hi, "two attention residual strengths, the weak one first", alphas)
-    need_int("steps", steps, 1, 10_000_000)
+    args.integer("depth", depth, 1, 1000)
+    a_lo, a_hi = (float(a) for a in args.reals("alphas", alphas, 0.0, 100.0, n_min=2)[:2])
+    args.need("alphas", a_lo < a_hi,
+              f"two attention residual strengths, the weak one first (got {alphas!r})")
+    args.integer("steps", steps, 1, 10_000_000)
     data = reverse_runs(seed=seed, device=device, depth=depth, d_model=d_model, seq_len=seq_len,
                         alphas=(a_lo, a_hi), steps=steps, lr=lr, batch_size=batch_size,
                         seeds=seeds, eval_sequences=eval_sequences)
@@ -500,9 +502,9 @@ def fig15(*, seed: int = 0, device: str = "cpu", depth: int = 6, d_model: int = 
           heads: int = 2, seq_len: int = 32, steps: int = 600, warmup: float = 0.2,
           lr: float = 2e-3, batch_size: int = 64, seeds: int = 2, eval_sequences: int = 256,
           data: str = "builtin", vocab_size: int = 2000) -> Experiment:
-    need_int("depth", depth, 1, 1000)
-    need_int("steps", steps, 5, 10_000_000)
-    need_floats("warmup", warmup, 0.01, 0.5)
+    args.integer("depth", depth, 1, 1000)
+    args.integer("steps", steps, 5, 10_000_000)
+    args.real("warmup", warmup, 0.01, 0.5)
     d = fig15_data(seed=seed, device=device, depth=depth, d_model=d_model, heads=heads,
                    seq_len=seq_len, steps=steps, warmup=warmup, lr=lr, batch_size=batch_size,
                    seeds=seeds, eval_sequences=eval_sequences, data=data, vocab_size=vocab_size)

@@ -23,19 +23,21 @@ from dataclasses import replace
 import numpy as np
 import pandas as pd
 
-from ..plotting.figures import REGIME_COLOURS, new_figure
-from ..spec import ArchSpec
-from .core import Check, Experiment, frame, register
+from ...plotting.figures import REGIME_COLOURS
+from ...spec import ArchSpec
+from .. import args
+from ..core import Check, Experiment, frame, register
+from .common import GG25_VARS, axes_for
 
-__all__ = ["LEARN_MARGIN", "STUCK_MARGIN", "run_config", "loss_rows", "gain_of"]
+__all__ = ["LEARN_MARGIN", "STUCK_MARGIN", "run_config", "loss_rows", "gain_of", "fig1f",
+           "fig1f_data", "fig1f_checks", "plot_fig1f", "fig4", "fig4_checks", "plot_fig4",
+           "figC2", "figC2_data", "figC2_checks", "plot_figC2", "one_layer_data"]
 
 #: issue 7's criterion for "learns": the final eval loss at least this many nats below the
 #: context-free (unigram) baseline
 LEARN_MARGIN = 0.3
 #: "does not learn": within this many nats of the baseline
 STUCK_MARGIN = 0.05
-#: gg25's weight and bias variances (Fig. 1(d-f), A.1)
-GG25_VARS = dict(sigma_v2=0.2, sigma_w2=0.2, sigma_b2=4e-4)
 _COLOUR = dict(zip(("trainable", "rank_collapse", "entropy_collapse"), REGIME_COLOURS,
                    strict=True))
 
@@ -44,36 +46,12 @@ _COLOUR = dict(zip(("trainable", "rank_collapse", "entropy_collapse"), REGIME_CO
 # helpers shared by the training items
 
 
-def need(name: str, ok: bool, allowed: str, got) -> None:
-    """One-line ValueError naming the keyword and its allowed range."""
-    if not ok:
-        raise ValueError(f"{name} must be {allowed} (got {got!r})")
-
-
-def need_int(name: str, v, lo: int, hi: int) -> int:
-    need(name, isinstance(v, int | np.integer) and not isinstance(v, bool) and lo <= v <= hi,
-         f"an integer in [{lo}, {hi}]", v)
-    return int(v)
-
-
-def need_floats(name: str, vals, lo: float, hi: float, *, n_min: int = 1) -> list[float]:
-    try:
-        arr = np.atleast_1d(np.asarray(vals, dtype=np.float64))
-    except (TypeError, ValueError):
-        arr = np.array([np.nan])
-    need(name, arr.ndim == 1 and arr.size >= n_min and bool(np.all(np.isfinite(arr)))
-         and bool(np.all((arr >= lo) & (arr <= hi))),
-         f"{'a list of at least ' + str(n_min) + ' ' if n_min > 1 else ''}numbers in "
-         f"[{lo:g}, {hi:g}]", vals)
-    return [float(x) for x in arr]
-
-
 def run_config(*, steps: int, seed: int, device: str, lr: float = 2e-3, batch_size: int = 64,
                seeds: int = 1, eval_sequences: int = 256, eval_every: int | None = None,
                measure_every: int | None = None, **extra):
     """``sigprop train``'s configuration (unigram readout bias, its optimiser defaults) with
     the item's sizes; evaluation every ``steps / 20`` for the loss curves."""
-    from ..training.config import TrainConfig
+    from ...training.config import TrainConfig
 
     return TrainConfig(steps=steps, batch_size=batch_size, lr=lr, seeds=seeds, seed=seed,
                        device=device, eval_sequences=eval_sequences, bias_init="unigram",
@@ -107,7 +85,7 @@ def _obs(res, name: str, layer: int, beta: float | None = None) -> pd.DataFrame:
 
 
 def _corpus(data: str, vocab_size: int):
-    from ..data.corpus import load_corpus
+    from ...data.corpus import load_corpus
 
     return load_corpus(data, vocab_size=vocab_size)
 
@@ -119,40 +97,26 @@ def _loss_axes(ax, baseline: float, steps: int) -> None:
     ax.set_xlim(0, steps)
 
 
+def _floats(name: str, vals, lo: float, hi: float, n_min: int = 1) -> list[float]:
+    """:func:`sigprop.reproduce.args.reals` as a list of Python floats (what the runs and
+    the table take)."""
+    return [float(x) for x in args.reals(name, vals, lo, hi, n_min=n_min)]
+
+
 # ============================================================================================
 # Fig. 1(f)
 
 
-@register("gg25.fig1f", ref="Fig. 1(f)",
-          title="MLM test loss: deep model trainable vs rank-collapsed, shallow model in "
-                "entropy collapse",
-          claim="gg25 Fig. 1(f): BERT-style post-LN models trained by masked-LM learn only in "
-                "the trainable regime: a 60-layer model at small beta learns when alpha_attn "
-                "is above alpha_crit(60), not when it is below (rank collapse), and a 12-layer "
-                "model with beta > beta_c = sqrt 2 does not learn (entropy collapse).",
-          trains=True,
-          tiny=dict(depth=4, shallow_depth=2, d_model=16, seq_len=16, steps=8, batch_size=8,
-                    eval_sequences=16),
-          quick=dict(depth=16, shallow_depth=12, steps=300),
-          full=dict(depth=60, shallow_depth=12, d_model=384, heads=6, seq_len=128, beta=0.12,
-                    alphas=(1.0, 2.0), shallow_beta=3.0, steps=20000, lr=1e-4),
-          runtime={"tiny": 4.3, "quick": 71.0, "default": 137.0})
-def fig1f(*, seed: int = 0, device: str = "cpu", depth: int = 24, shallow_depth: int = 12,
-          d_model: int = 32, heads: int = 2, seq_len: int = 32, beta: float = 0.3,
-          alphas: Sequence[float] = (0.2, 2.0), shallow_beta: float = 16.0, steps: int = 400,
-          lr: float = 2e-3, batch_size: int = 64, eval_sequences: int = 256, seeds: int = 1,
-          data: str = "builtin", vocab_size: int = 2000) -> Experiment:
-    from ..theory import depth as tdepth
-    from ..theory import diagram
-    from ..training.loop import train
+def fig1f_data(*, seed: int, device: str, depth: int, shallow_depth: int, d_model: int,
+               heads: int, seq_len: int, beta: float, a_lo: float, a_hi: float,
+               shallow_beta: float, steps: int, lr: float, batch_size: int,
+               eval_sequences: int, seeds: int, data: str, vocab_size: int) -> dict:
+    """The three runs (deep below / above alpha_crit, shallow above beta_c): records, the
+    table (theory regime, cosine at init, final loss and gain per run) and the runs."""
+    from ...theory import depth as tdepth
+    from ...theory import diagram
+    from ...training.loop import train
 
-    need_int("depth", depth, 2, 1000)
-    need_int("shallow_depth", shallow_depth, 1, 1000)
-    a_lo, a_hi = need_floats("alphas", alphas, 0.0, 100.0, n_min=2)[:2]
-    need("alphas", a_lo < a_hi, "two strengths, the first below the second", alphas)
-    need_floats("beta", beta, 0.0, math.sqrt(2))
-    need_floats("shallow_beta", shallow_beta, math.sqrt(2), 1e3)
-    need_int("steps", steps, 1, 10_000_000)
     corpus = _corpus(data, vocab_size)
     base = ArchSpec(depth=depth, d_model=d_model, heads=heads, seq_len=seq_len, norm="post",
                     beta=float(beta), **GG25_VARS)
@@ -183,15 +147,26 @@ def fig1f(*, seed: int = 0, device: str = "cpu", depth: int = 24, shallow_depth:
         curves.append((label, theory, res))
     table = pd.DataFrame(rows)
     table["alpha_crit"] = a_crit
+    return dict(recs=recs, table=table, curves=curves, a_crit=a_crit, a_lo=a_lo, a_hi=a_hi,
+                depth=depth, shallow_depth=shallow_depth, shallow_beta=shallow_beta,
+                steps=steps, d_model=d_model,
+                size=f"{steps} steps, batch {batch_size}, lr {lr:g}, d = {d_model}, "
+                     f"T = {seq_len}")
+
+
+def fig1f_checks(data: dict) -> list[Check]:
+    """The three regimes, learning only in the trainable one, and the collapsed cosine at
+    the readout of the rank-collapse run."""
+    table, a_crit, steps, size = data["table"], data["a_crit"], data["steps"], data["size"]
     g = table.set_index("theory")["gain"]
     names = list(table["theory"])
-    size = f"{steps} steps, batch {batch_size}, lr {lr:g}, d = {d_model}, T = {seq_len}"
-    checks = [
+    lo = table.iloc[0]
+    return [
         Check.that("gg25 Fig. 1(c, f): sigprop's theory puts the three runs in the trainable "
                    "/ rank-collapse / entropy-collapse regimes as the paper's panel",
                    names == ["rank_collapse", "trainable", "entropy_collapse"],
-                   a_crit, f"alpha {a_lo:g} < alpha_crit = {a_crit:.3g} < alpha {a_hi:g}; "
-                           f"beta {shallow_beta:g} > beta_c",
+                   a_crit, f"alpha {data['a_lo']:g} < alpha_crit = {a_crit:.3g} < alpha "
+                           f"{data['a_hi']:g}; beta {data['shallow_beta']:g} > beta_c",
                    why="finite-T block map of docs/theory.md §2.7 at the runs' own sizes "
                        "(rho_max 0.9)"),
         Check.within("gg25 Fig. 1(f): the trainable run learns (gain over the unigram "
@@ -207,31 +182,71 @@ def fig1f(*, seed: int = 0, device: str = "cpu", depth: int = 24, shallow_depth:
                      why=f"'stuck' = within {STUCK_MARGIN} nats of the baseline after "
                          f"{steps} steps; condensed attention learns slowly, so the margin "
                          "holds for a few hundred steps at this size, not for an epoch"),
+        Check.within(
+            "gg25 Fig. 1(d) at training time: the rank-collapse run's tokens enter the readout "
+            "collapsed (measured cosine at the last layer, step 0)", lo.rho_L_init,
+            lo.rho_L_theory - 0.05, 1.0,
+            why=f"theory rho_L = {lo.rho_L_theory:.4f}; 0.05 covers the 8 probe sequences and "
+                f"d = {data['d_model']}"),
     ]
-    lo = table.iloc[0]
-    checks.append(Check.within(
-        "gg25 Fig. 1(d) at training time: the rank-collapse run's tokens enter the readout "
-        "collapsed (measured cosine at the last layer, step 0)", lo.rho_L_init,
-        lo.rho_L_theory - 0.05, 1.0,
-        why=f"theory rho_L = {lo.rho_L_theory:.4f}; 0.05 covers the 8 probe sequences and "
-            f"d = {d_model}"))
-    fig = new_figure((5.2, 3.6), layout="constrained")
-    ax = fig.subplots()
+
+
+def plot_fig1f(data: dict, ax=None):
+    """The three runs' test loss over training, coloured by regime."""
+    fig, ax = axes_for(ax, (5.2, 3.6))
+    curves = data["curves"]
     for label, theory, res in curves:
         ev = res.trajectory.query("observable == 'loss' and split == 'eval'").sort_values("step")
         ax.plot(ev["step"], ev["value"], "o-", ms=2.5, lw=1.2, color=_COLOUR[theory],
                 label=f"{label} ({theory.replace('_', ' ')})")
-    _loss_axes(ax, curves[0][2].baseline, steps)
-    ax.set_title(f"gg25 Fig. 1(f): L = {depth} (α = {a_lo:g}, {a_hi:g}; α_crit = {a_crit:.2g})"
-                 f", L = {shallow_depth} (β = {shallow_beta:g})", fontsize=8)
+    _loss_axes(ax, curves[0][2].baseline, data["steps"])
+    ax.set_title(f"gg25 Fig. 1(f): L = {data['depth']} (α = {data['a_lo']:g}, "
+                 f"{data['a_hi']:g}; α_crit = {data['a_crit']:.2g}), L = "
+                 f"{data['shallow_depth']} (β = {data['shallow_beta']:g})", fontsize=8)
     ax.legend(fontsize=7)
+    return fig
+
+
+@register("gg25.fig1f", ref="Fig. 1(f)",
+          title="MLM test loss: deep model trainable vs rank-collapsed, shallow model in "
+                "entropy collapse",
+          claim="gg25 Fig. 1(f): BERT-style post-LN models trained by masked-LM learn only in "
+                "the trainable regime: a 60-layer model at small beta learns when alpha_attn "
+                "is above alpha_crit(60), not when it is below (rank collapse), and a 12-layer "
+                "model with beta > beta_c = sqrt 2 does not learn (entropy collapse).",
+          trains=True,
+          tiny=dict(depth=4, shallow_depth=2, d_model=16, seq_len=16, steps=8, batch_size=8,
+                    eval_sequences=16),
+          quick=dict(depth=16, shallow_depth=12, steps=300),
+          full=dict(depth=60, shallow_depth=12, d_model=384, heads=6, seq_len=128, beta=0.12,
+                    alphas=(1.0, 2.0), shallow_beta=3.0, steps=20000, lr=1e-4),
+          runtime={"tiny": 4.3, "quick": 71.0, "default": 137.0})
+def fig1f(*, seed: int = 0, device: str = "cpu", depth: int = 24, shallow_depth: int = 12,
+          d_model: int = 32, heads: int = 2, seq_len: int = 32, beta: float = 0.3,
+          alphas: Sequence[float] = (0.2, 2.0), shallow_beta: float = 16.0, steps: int = 400,
+          lr: float = 2e-3, batch_size: int = 64, eval_sequences: int = 256, seeds: int = 1,
+          data: str = "builtin", vocab_size: int = 2000) -> Experiment:
+    args.integer("depth", depth, 2, 1000)
+    args.integer("shallow_depth", shallow_depth, 1, 1000)
+    a_lo, a_hi = _floats("alphas", alphas, 0.0, 100.0, n_min=2)[:2]
+    args.need("alphas", a_lo < a_hi,
+              f"two strengths, the first below the second (got {alphas!r})")
+    args.real("beta", beta, 0.0, math.sqrt(2))
+    args.real("shallow_beta", shallow_beta, math.sqrt(2), 1e3)
+    args.integer("steps", steps, 1, 10_000_000)
+    d = fig1f_data(seed=seed, device=device, depth=depth, shallow_depth=shallow_depth,
+                   d_model=d_model, heads=heads, seq_len=seq_len, beta=beta, a_lo=a_lo,
+                   a_hi=a_hi, shallow_beta=shallow_beta, steps=steps, lr=lr,
+                   batch_size=batch_size, eval_sequences=eval_sequences, seeds=seeds,
+                   data=data, vocab_size=vocab_size)
     notes = (f"sigprop's post-LN model with gg25's variances (sigma_v^2 = sigma_w^2 = 0.2, "
              f"sigma_b^2 = 4e-4), d = {d_model}, {heads} heads, T = {seq_len}, beta = {beta:g}, "
              f"depths {depth} and {shallow_depth} (gg25: 60 and 12 layers, 6 heads, "
              "TinyStories for an epoch at lr 1e-4); MLM on the built-in stories, "
-             f"{size}, AdamW as `sigprop train` (unigram readout bias). "
+             f"{d['size']}, AdamW as `sigprop train` (unigram readout bias). "
              "alpha_crit is the finite-T theory's at these sizes.")
-    return Experiment(frame(recs), table, checks, fig, notes=notes)
+    return Experiment(frame(d["recs"]), d["table"], fig1f_checks(d), plot_fig1f(d),
+                      notes=notes)
 
 
 # ============================================================================================
@@ -242,7 +257,7 @@ def _one_layer(betas, d_model, seq_len, steps, lr, batch_size, seeds, eval_seque
                device, corpus):
     """Train the one-layer, one-head model of gg25 A.3 at every beta side by side (``sigprop
     train``'s spec: HF initialisation of the other weights)."""
-    from ..training.loop import train
+    from ...training.loop import train
 
     spec = ArchSpec(depth=1, heads=1, d_model=d_model, seq_len=seq_len, beta=float(betas[0]))
     cfg = run_config(steps=steps, seed=seed, device=device, lr=lr, batch_size=batch_size,
@@ -252,14 +267,14 @@ def _one_layer(betas, d_model, seq_len, steps, lr, batch_size, seeds, eval_seque
 
 
 def _entropy_theory(spec: ArchSpec, beta: float) -> float:
-    from ..theory import depth as tdepth
+    from ...theory import depth as tdepth
 
     t = tdepth.propagate(replace(spec, beta=float(beta)))
     return float(t[(t["observable"] == "entropy") & (t["layer"] == 1)]["value"].iloc[0])
 
 
 def _beta_rows(spec, res, betas, **coords) -> tuple[list[dict], list[dict]]:
-    from ..theory import depth as tdepth
+    from ...theory import depth as tdepth
 
     recs, rows = [], []
     for i, b in enumerate(betas):
@@ -308,16 +323,85 @@ def _draw_betas(ax, ax_e, res, betas, steps, title, theory=None):
 
 
 def _validate_one_layer(betas, d_model, seq_len, steps, lrs=None):
-    betas = need_floats("betas", betas, 0.0, 1e3, n_min=2)
-    need("betas", betas[0] < math.sqrt(2) < betas[-1],
-         "increasing scales with the first below and the last above beta_c = sqrt 2", betas)
-    need_int("d_model", d_model, 2, 65536)
-    need_int("seq_len", seq_len, 2, 65536)
-    need_int("steps", steps, 1, 10_000_000)
+    betas = _floats("betas", betas, 0.0, 1e3, n_min=2)
+    args.need("betas", betas[0] < math.sqrt(2) < betas[-1],
+              "increasing scales with the first below and the last above beta_c = sqrt 2 "
+              f"(got {betas!r})")
+    args.integer("d_model", d_model, 2, 65536)
+    args.integer("seq_len", seq_len, 2, 65536)
+    args.integer("steps", steps, 1, 10_000_000)
     if lrs is not None:
-        lrs = need_floats("lrs", lrs, 1e-7, 1.0, n_min=2)
-        need("lrs", lrs[0] > lrs[1], "two learning rates, Fig. 4's then a smaller one", lrs)
+        lrs = _floats("lrs", lrs, 1e-7, 1.0, n_min=2)
+        args.need("lrs", lrs[0] > lrs[1],
+                  f"two learning rates, Fig. 4's then a smaller one (got {lrs!r})")
     return betas, lrs
+
+
+def one_layer_data(*, seed: int, device: str, betas: list[float], lrs: Sequence[float],
+                   d_model: int, seq_len: int, steps: int, batch_size: int, seeds: int,
+                   eval_sequences: int, data: str, vocab_size: int) -> dict:
+    """The one-layer model trained at every beta side by side, once per learning rate:
+    records, the table (one row per (lr, beta)) and the runs ``(lr, result)``."""
+    corpus = _corpus(data, vocab_size)
+    recs, rows, runs = [], [], []
+    for lr in lrs:
+        spec, res = _one_layer(betas, d_model, seq_len, steps, lr, batch_size, seeds,
+                               eval_sequences, seed, device, corpus)
+        r, w = _beta_rows(spec, res, betas, lr=lr)
+        recs += r
+        rows += w
+        runs.append((lr, res))
+    return dict(recs=recs, table=pd.DataFrame(rows), runs=runs, betas=betas, steps=steps,
+                d_model=d_model, seq_len=seq_len)
+
+
+def fig4_checks(data: dict) -> list[Check]:
+    """The regimes, the REM entropy at init, learning below beta_c, blocked above, the final
+    loss increasing in beta and the entropy frozen above beta_c."""
+    table, (lr, _) = data["table"], data["runs"][0]
+    lo, hi = table.iloc[0], table.iloc[-1]
+    size = f"{data['steps']} steps at lr {lr:g}, d = T = {data['d_model']}"
+    e_err = float(np.max(np.abs(table["entropy_init"] - table["entropy_theory"])))
+    return [
+        Check.that("gg25 Eq. 13: the lowest beta is below beta_c = sqrt 2, the highest above "
+                   "(sigprop's regimes)", lo.theory != "entropy_collapse"
+                   and hi.theory == "entropy_collapse", hi.beta,
+                   "low: not entropy_collapse; high: entropy_collapse",
+                   why="beta_c(rho0 = 0) = sqrt 2 (docs/theory.md §2.7)"),
+        Check.within("gg25 Sec. 3.2.3: the attention entropy at initialisation follows the "
+                     "finite-T REM (max over betas |measured - theory|, entropy / log T)",
+                     e_err, 0.0, 0.08,
+                     why=f"8 probe sequences of the built-in text at T = {data['seq_len']}; "
+                         "repeated tokens and position embeddings give rho0 > 0, which the "
+                         "theory (rho0 = 0) ignores"),
+        Check.within(f"gg25 Fig. 4: below beta_c the model learns (beta = {lo.beta:g}: gain "
+                     "over the unigram baseline, nats)", lo.gain, LEARN_MARGIN, math.inf,
+                     why=f"issue 7's criterion at {size} (gg25: an epoch of TinyStories at "
+                         "lr 5e-4)"),
+        Check.within(f"gg25 Fig. 4: above beta_c training is blocked (final loss of beta = "
+                     f"{hi.beta:g} minus that of beta = {lo.beta:g}, nats)",
+                     hi.final_eval - lo.final_eval, LEARN_MARGIN, math.inf,
+                     why=f"issue 7's acceptance pair (beta 0.5 vs 8, >= {LEARN_MARGIN} nats)"),
+        Check.that("gg25 Fig. 4: the final loss grows with beta", bool(np.all(np.diff(
+            table["final_eval"]) > 0)), float(table["final_eval"].iloc[-1]),
+            "final loss increasing in beta",
+            why="the closer to condensation the later attention starts to use the context"),
+        Check.within(f"gg25 Sec. 3.2.3: above beta_c the attention stays collapsed during "
+                     f"training (entropy / log T at the last step, beta = {hi.beta:g})",
+                     hi.entropy_final, 0.0, 2 * hi.entropy_theory + 0.05,
+                     why=f"theory at init {hi.entropy_theory:.3f}; frozen = not more than "
+                         "twice that (plus 0.05 for the probe's noise)"),
+    ]
+
+
+def plot_fig4(data: dict, ax=None):
+    """Left the test loss per beta, right the attention entropy (dashed REM at init)."""
+    fig, (a, a_e) = axes_for(ax, (9.0, 3.5), 2)
+    table, (lr, res) = data["table"], data["runs"][0]
+    _draw_betas(a, a_e, res, data["betas"], data["steps"],
+                f"gg25 Fig. 4: 1 layer, 1 head, lr {lr:g}",
+                theory=dict(zip(table["beta"], table["entropy_theory"], strict=True)))
+    return fig
 
 
 @register("gg25.fig4", ref="Fig. 4",
@@ -337,54 +421,63 @@ def fig4(*, seed: int = 0, device: str = "cpu", betas: Sequence[float] = (0.5, 1
          batch_size: int = 64, seeds: int = 1, eval_sequences: int = 256,
          data: str = "builtin", vocab_size: int = 2000) -> Experiment:
     betas, _ = _validate_one_layer(betas, d_model, seq_len, steps)
-    corpus = _corpus(data, vocab_size)
-    spec, res = _one_layer(betas, d_model, seq_len, steps, lr, batch_size, seeds,
-                           eval_sequences, seed, device, corpus)
-    recs, rows = _beta_rows(spec, res, betas, lr=lr)
-    table = pd.DataFrame(rows)
-    lo, hi = table.iloc[0], table.iloc[-1]
-    size = f"{steps} steps at lr {lr:g}, d = T = {d_model}"
-    e_err = float(np.max(np.abs(table["entropy_init"] - table["entropy_theory"])))
-    checks = [
-        Check.that("gg25 Eq. 13: the lowest beta is below beta_c = sqrt 2, the highest above "
-                   "(sigprop's regimes)", lo.theory != "entropy_collapse"
-                   and hi.theory == "entropy_collapse", hi.beta,
-                   "low: not entropy_collapse; high: entropy_collapse",
-                   why="beta_c(rho0 = 0) = sqrt 2 (docs/theory.md §2.7)"),
-        Check.within("gg25 Sec. 3.2.3: the attention entropy at initialisation follows the "
-                     "finite-T REM (max over betas |measured - theory|, entropy / log T)",
-                     e_err, 0.0, 0.08,
-                     why=f"8 probe sequences of the built-in text at T = {seq_len}; repeated "
-                         "tokens and position embeddings give rho0 > 0, which the theory "
-                         "(rho0 = 0) ignores"),
-        Check.within(f"gg25 Fig. 4: below beta_c the model learns (beta = {lo.beta:g}: gain "
-                     "over the unigram baseline, nats)", lo.gain, LEARN_MARGIN, math.inf,
-                     why=f"issue 7's criterion at {size} (gg25: an epoch of TinyStories at "
-                         "lr 5e-4)"),
-        Check.within(f"gg25 Fig. 4: above beta_c training is blocked (final loss of beta = "
-                     f"{hi.beta:g} minus that of beta = {lo.beta:g}, nats)",
-                     hi.final_eval - lo.final_eval, LEARN_MARGIN, math.inf,
-                     why=f"issue 7's acceptance pair (beta 0.5 vs 8, >= {LEARN_MARGIN} nats)"),
-        Check.that("gg25 Fig. 4: the final loss grows with beta", bool(np.all(np.diff(
-            table["final_eval"]) > 0)), float(table["final_eval"].iloc[-1]),
-            "final loss increasing in beta",
-            why="the closer to condensation the later attention starts to use the context"),
-        Check.within(f"gg25 Sec. 3.2.3: above beta_c the attention stays collapsed during "
-                     f"training (entropy / log T at the last step, beta = {hi.beta:g})",
-                     hi.entropy_final, 0.0, 2 * hi.entropy_theory + 0.05,
-                     why=f"theory at init {hi.entropy_theory:.3f}; frozen = not more than "
-                         "twice that (plus 0.05 for the probe's noise)"),
-    ]
-    fig = new_figure((9.0, 3.5), layout="constrained")
-    ax, ax_e = fig.subplots(1, 2)
-    _draw_betas(ax, ax_e, res, betas, steps, f"gg25 Fig. 4: 1 layer, 1 head, lr {lr:g}",
-                theory=dict(zip(table["beta"], table["entropy_theory"], strict=True)))
+    d = one_layer_data(seed=seed, device=device, betas=betas, lrs=[lr], d_model=d_model,
+                       seq_len=seq_len, steps=steps, batch_size=batch_size, seeds=seeds,
+                       eval_sequences=eval_sequences, data=data, vocab_size=vocab_size)
     notes = (f"sigprop's 1-layer post-LN model as `sigprop train --depth 1 --heads 1 --d-model "
              f"{d_model} --seq-len {seq_len} --beta B` (HF initialisation of the other "
              "weights, no Q/K biases, no LayerNorm affine), the betas trained side by side "
-             f"from the same draws; MLM on the built-in stories, {size} (gg25: TinyStories, "
-             "one epoch, lr 5e-4; sigprop's lr 2e-3 makes a CPU-length run show the effect).")
-    return Experiment(frame(recs), table, checks, fig, notes=notes)
+             f"from the same draws; MLM on the built-in stories, {steps} steps at lr {lr:g}, "
+             f"d = T = {d_model} (gg25: TinyStories, one epoch, lr 5e-4; sigprop's lr 2e-3 "
+             "makes a CPU-length run show the effect).")
+    return Experiment(frame(d["recs"]), d["table"], fig4_checks(d), plot_fig4(d), notes=notes)
+
+
+def figC2_data(**kw) -> dict:
+    """:func:`one_layer_data` at both learning rates, with the gain ratio high-beta /
+    low-beta per learning rate (``r_big``, ``r_small`` and the table's ``gain_ratio``)."""
+    d = one_layer_data(**kw)
+    table, lrs = d["table"], [lr for lr, _ in d["runs"]]
+
+    def ratio(lr):
+        t = table[table["lr"] == lr]
+        lo, hi = t.iloc[0], t.iloc[-1]
+        return hi.gain / lo.gain if lo.gain > 0 else math.nan
+
+    d["r_big"], d["r_small"] = ratio(lrs[0]), ratio(lrs[1])
+    table["gain_ratio"] = table["lr"].map({lrs[0]: d["r_big"], lrs[1]: d["r_small"]})
+    return d
+
+
+def figC2_checks(data: dict) -> list[Check]:
+    """The entropy-collapsed run keeps closer pace at the smaller lr, which still trains."""
+    table, betas, steps = data["table"], data["betas"], data["steps"]
+    (lr_big, _), (lr_small, _) = data["runs"]
+    r_big, r_small = data["r_big"], data["r_small"]
+    return [
+        Check.that(f"gg25 Fig. C.2: at the smaller lr ({lr_small:g}) the entropy-collapsed run "
+                   f"(beta = {betas[-1]:g}) keeps closer pace with the trainable one (beta = "
+                   f"{betas[0]:g}) than at Fig. 4's lr ({lr_big:g}): gain ratio "
+                   "high-beta / low-beta", r_small > r_big, r_small,
+                   f"> the ratio at lr {lr_big:g} ({r_big:.3g})",
+                   why=f"both lrs train {steps} steps from the same draws and batches; gains "
+                       "are over the unigram baseline"),
+        Check.within("gg25 Fig. C.2: the smaller lr still trains the low-beta model (gain, "
+                     "nats)", float(table[table["lr"] == lr_small].iloc[0].gain), 0.05,
+                     math.inf,
+                     why="a run that learned nothing would make the ratio meaningless; 0.05 "
+                         "nats is sigprop's 'stuck' margin"),
+    ]
+
+
+def plot_figC2(data: dict, ax=None):
+    """The test loss per beta at both learning rates, side by side (shared y axis)."""
+    fig, axes = axes_for(ax, (9.0, 3.5), 2, sharey=True)
+    lr_big = data["runs"][0][0]
+    for a, (lr, res) in zip(axes, data["runs"], strict=True):
+        tag = "Fig. 4's lr" if lr == lr_big else "Fig. C.2: 5x smaller lr"
+        _draw_betas(a, None, res, data["betas"], data["steps"], f"gg25 {tag}: lr {lr:g}")
+    return fig
 
 
 @register("gg25.figC2", ref="Fig. C.2",
@@ -403,45 +496,12 @@ def figC2(*, seed: int = 0, device: str = "cpu", betas: Sequence[float] = (0.5, 
           steps: int = 2000, batch_size: int = 64, seeds: int = 1, eval_sequences: int = 256,
           data: str = "builtin", vocab_size: int = 2000) -> Experiment:
     betas, lrs = _validate_one_layer(betas, d_model, seq_len, steps, lrs)
-    corpus = _corpus(data, vocab_size)
-    recs, rows, runs = [], [], []
-    for lr in lrs[:2]:
-        spec, res = _one_layer(betas, d_model, seq_len, steps, lr, batch_size, seeds,
-                               eval_sequences, seed, device, corpus)
-        r, w = _beta_rows(spec, res, betas, lr=lr)
-        recs += r
-        rows += w
-        runs.append((lr, res))
-    table = pd.DataFrame(rows)
-
-    def ratio(lr):
-        t = table[table["lr"] == lr]
-        lo, hi = t.iloc[0], t.iloc[-1]
-        return hi.gain / lo.gain if lo.gain > 0 else math.nan
-
-    r_big, r_small = ratio(lrs[0]), ratio(lrs[1])
-    table["gain_ratio"] = table["lr"].map({lrs[0]: r_big, lrs[1]: r_small})
-    checks = [
-        Check.that(f"gg25 Fig. C.2: at the smaller lr ({lrs[1]:g}) the entropy-collapsed run "
-                   f"(beta = {betas[-1]:g}) keeps closer pace with the trainable one (beta = "
-                   f"{betas[0]:g}) than at Fig. 4's lr ({lrs[0]:g}): gain ratio "
-                   "high-beta / low-beta", r_small > r_big, r_small,
-                   f"> the ratio at lr {lrs[0]:g} ({r_big:.3g})",
-                   why=f"both lrs train {steps} steps from the same draws and batches; gains "
-                       "are over the unigram baseline"),
-        Check.within("gg25 Fig. C.2: the smaller lr still trains the low-beta model (gain, "
-                     "nats)", float(table[table["lr"] == lrs[1]].iloc[0].gain), 0.05, math.inf,
-                     why="a run that learned nothing would make the ratio meaningless; 0.05 "
-                         "nats is sigprop's 'stuck' margin"),
-    ]
-    fig = new_figure((9.0, 3.5), layout="constrained")
-    axes = fig.subplots(1, 2, sharey=True)
-    for ax, (lr, res) in zip(axes, runs, strict=True):
-        tag = "Fig. 4's lr" if lr == lrs[0] else "Fig. C.2: 5x smaller lr"
-        _draw_betas(ax, None, res, betas, steps, f"gg25 {tag}: lr {lr:g}")
+    d = figC2_data(seed=seed, device=device, betas=betas, lrs=lrs[:2], d_model=d_model,
+                   seq_len=seq_len, steps=steps, batch_size=batch_size, seeds=seeds,
+                   eval_sequences=eval_sequences, data=data, vocab_size=vocab_size)
     notes = (f"gg25.fig4's set-up (1 layer, 1 head, d = T = {d_model}, MLM on the built-in "
              f"stories, {steps} steps) at Fig. 4's lr {lrs[0]:g} and at {lrs[1]:g}, five times "
              "smaller as gg25's 5e-4 -> 1e-4. At equal steps a smaller lr slows every run, so "
              "the check compares the high-beta run's gain relative to the low-beta run's, "
              "not the losses themselves.")
-    return Experiment(frame(recs), table, checks, fig, notes=notes)
+    return Experiment(frame(d["recs"]), d["table"], figC2_checks(d), plot_figC2(d), notes=notes)
