@@ -326,21 +326,16 @@ def register(name: str, *, ref: str, title: str, claim: str, trains: bool = Fals
     return deco
 
 
-#: Modules holding registered items (imported by :func:`items`).
-MODULES = ("gg25", "gg25_training", "noci22", "noci22_training", "clpr25", "deshpande26",
-           "mindthegap", "mindthegap_training", "mindthegap_fig8_12")
+#: The packages holding registered items, one per paper (imported by :func:`items`).
+MODULES = ("gg25", "noci22", "clpr25", "deshpande26", "mindthegap")
 
 
 def items() -> dict[str, Item]:
-    """Every registered item, importing the item modules on first use."""
+    """Every registered item, importing the paper packages on first use."""
     import importlib
 
     for mod in MODULES:
-        try:
-            importlib.import_module(f"sigprop.reproduce.{mod}")
-        except ModuleNotFoundError as err:
-            if err.name != f"sigprop.reproduce.{mod}":
-                raise
+        importlib.import_module(f"sigprop.reproduce.{mod}")
     order = {p: i for i, p in enumerate(PAPERS)}
     return dict(sorted(ITEMS.items(), key=lambda kv: (order[kv[1].paper], kv[0])))
 
