@@ -30,6 +30,14 @@ class Ran:
     stderr: str
     wall: float
 
+    @property
+    def exit_code(self) -> int:  # the names typer's CliRunner result uses
+        return self.returncode
+
+    @property
+    def output(self) -> str:
+        return self.stdout + self.stderr
+
 
 @contextlib.contextmanager
 def _env(extra: dict | None):

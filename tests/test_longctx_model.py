@@ -242,15 +242,12 @@ def test_recommendation_holds_when_remeasured_after_fix(tmp_path):
 
 # ------------------------------------------------------------------------------------ CLI
 def test_cli_json_and_errors(tmp_path):
-    from typer.testing import CliRunner
-
-    from sigprop.cli import app
+    from .clirun import sigprop
 
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(LLAMA))
-    runner = CliRunner()
-    res = runner.invoke(app, ["longctx", str(cfg), "--lengths", "1024,2^13", "--queries", "16",
-                              "--format", "json", "--no-timing"])
+    res = sigprop("longctx", str(cfg), "--lengths", "1024,2^13", "--queries", "16",
+                              "--format", "json", "--no-timing")
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert {"rows", "layers", "band", "recommendation", "lengths", "train_len"} <= set(out)
@@ -258,19 +255,19 @@ def test_cli_json_and_errors(tmp_path):
     assert len(out["layers"]) == 2
     assert set(out["band"]) == {"0", "1"} and out["band_width"] == 0.05
     assert "seconds" not in out
-    table = runner.invoke(app, ["longctx", str(cfg), "--lengths", "1024", "--queries", "16",
+    table = sigprop("longctx", str(cfg), "--lengths", "1024", "--queries", "16",
                                 "--plot", str(tmp_path / "f.png"),
-                                "--report", str(tmp_path / "r.html")])
+                                "--report", str(tmp_path / "r.html"))
     assert table.exit_code == 0, table.output
     assert (tmp_path / "f.png").stat().st_size > 0
     assert "<html" in (tmp_path / "r.html").read_text().lower()
     for argv, opt in ([["--band", "0"], "band"], [["--queries", "1"], "queries"],
                       [["--scalings", "bogus"], "scalings"], [["--layers", "7"], "layers"],
                       [["--depth", "3"], "--depth"], [["--scalings", "yarn:0.5"], "scalings"]):
-        bad = runner.invoke(app, ["longctx", str(cfg), "--lengths", "1024", *argv])
+        bad = sigprop("longctx", str(cfg), "--lengths", "1024", *argv)
         assert bad.exit_code == 2, (argv, bad.output)
         assert opt in bad.output and "Traceback" not in bad.output
-    nospec = runner.invoke(app, ["longctx", "--layers", "1", "--lengths", "1024"])
+    nospec = sigprop("longctx", "--layers", "1", "--lengths", "1024")
     assert nospec.exit_code == 2 and "--layers" in nospec.output
 
 
@@ -301,9 +298,7 @@ def test_an_nn_module_through_the_python_api():
 
 
 def test_fix_takes_the_recommendation_file(tmp_path):
-    from typer.testing import CliRunner
-
-    from sigprop.cli import app
+    from .clirun import sigprop
 
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(GPT2_HOT))
@@ -311,9 +306,8 @@ def test_fix_takes_the_recommendation_file(tmp_path):
     rec.write_text(json.dumps({"recommendation": {"scaling": "sqrt-qwen",
                                                   "scaling_param": 1024.0}}))
     out = tmp_path / "fixed"
-    runner = CliRunner()
-    res = runner.invoke(app, ["fix", str(cfg), "--out", str(out), "--longctx", str(rec),
-                              "--seeds", "1", "--sequences", "1", "--format", "json"])
+    res = sigprop("fix", str(cfg), "--out", str(out), "--longctx", str(rec),
+                              "--seeds", "1", "--sequences", "1", "--format", "json")
     assert res.exit_code == 0, res.output
     saved = json.loads((out / "config.json").read_text())
     assert saved["sigprop_fix"]["scaling"] == "sqrt-qwen"
@@ -322,8 +316,8 @@ def test_fix_takes_the_recommendation_file(tmp_path):
     none.write_text(json.dumps({"recommendation": {"scaling": "none", "scaling_param": None}}))
     for path, msg in ((none, "no change"), (tmp_path / "missing.json", "cannot read"),
                       (cfg, "not the JSON")):
-        bad = runner.invoke(app, ["fix", str(cfg), "--out", str(tmp_path / "x"), "--longctx",
-                                  str(path)])
+        bad = sigprop("fix", str(cfg), "--out", str(tmp_path / "x"), "--longctx",
+                                  str(path))
         assert bad.exit_code == 2 and msg in bad.output, bad.output
 
 
@@ -331,9 +325,7 @@ def test_position_bias_models_are_refused_with_one_line():
     """ALiBi (BLOOM) adds slope x distance to every logit: at long context it dominates, and
     the stream does not model it, so the command refuses rather than report numbers without
     it."""
-    from typer.testing import CliRunner
-
-    from sigprop.cli import app
+    from .clirun import sigprop
 
     bloom = {"model_type": "bloom", "hidden_size": 64, "n_layer": 2, "n_head": 4,
              "vocab_size": 1000}
@@ -344,7 +336,7 @@ def test_position_bias_models_are_refused_with_one_line():
            "patch_size": 8}
     with pytest.raises(lm.SpecError, match="text model"):
         lm.sweep_model(vit, [1024], queries=8, train_len=1024)
-    res = CliRunner().invoke(app, ["longctx", "no-such-model", "--lengths", "1024"])
+    res = sigprop("longctx", "no-such-model", "--lengths", "1024")
     assert res.exit_code == 2 and "Traceback" not in res.output
 
 

@@ -139,15 +139,11 @@ def test_list_names_every_method_as_json():
     ((), "fix: give at least one of --method"),
 ])
 def test_fix_bad_input_is_one_line_exit_2(tmp_path, args, needle):
-    """In-process (typer's runner: the same app, no interpreter start per case); one case
-    runs as a real subprocess below."""
-    from typer.testing import CliRunner
-
-    from sigprop.cli import app
-
+    """In-process (``cli.run``, no interpreter start per case); one case runs as a real
+    subprocess below."""
     d = _folder(tmp_path, "m")
     args = tuple(str(tmp_path / "o") if a == "OUT" else a for a in args)
-    r = CliRunner().invoke(app, ["fix", str(d), *args])
+    r = sigprop("fix", str(d), *args)
     assert r.exit_code == 2, r.output
     assert needle in r.stderr and "Traceback" not in r.stderr
     assert len(r.stderr.strip().splitlines()) == 1

@@ -99,32 +99,29 @@ def test_fixed_stack_theory_matches_its_simulation(name):
 
 
 def test_cli_predict_and_measure_take_methods():
-    """In process (typer's runner; the shell path of these options is common.stack_methods,
+    """In process (``cli.run``; the shell path of these options is common.stack_methods,
     shared with every spec command): JSON with the fixed spec, and one-line exit-2 errors."""
-    from typer.testing import CliRunner
+    from ..clirun import sigprop
 
-    from sigprop.cli import app
-
-    runner = CliRunner()
     base = ["--depth", "4", "--d-model", "64", "--heads", "4", "--seq-len", "16"]
-    r = runner.invoke(app, ["predict", *base, "--method", "deepnorm", "--format", "json"])
+    r = sigprop("predict", *base, "--method", "deepnorm", "--format", "json")
     assert r.exit_code == 0, r.output
     lay = json.loads(r.stdout)["spec"]["layers"]
     small = ArchSpec(depth=4, d_model=64, heads=4, seq_len=16)
     assert len(lay) == 4 and lay[0]["var_v"] == pytest.approx(
         small.var_v * (8 * 4) ** -0.5, rel=1e-9)   # deepnorm beta^2 = (8 L)^-1/2
-    r = runner.invoke(app, ["measure", *base, "--seeds", "1", "--sequences", "1", "--method",
-                            "depth-mup", "--param", "a=2", "--format", "json", "--no-timing"])
+    r = sigprop("measure", *base, "--seeds", "1", "--sequences", "1", "--method",
+                            "depth-mup", "--param", "a=2", "--format", "json", "--no-timing")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["methods"]["methods"][0]["params"] == {"a": 2.0}
-    r = runner.invoke(app, ["measure", *base, "--seeds", "1", "--sequences", "1", "--method",
-                            "deepnorm"])
+    r = sigprop("measure", *base, "--seeds", "1", "--sequences", "1", "--method",
+                            "deepnorm")
     assert r.exit_code == 0 and "fix deepnorm: W_V, W_O, MLP x beta" in r.stdout, r.output
     for args, needle in ((["--method", "softcap"], "--method: softcap"),
                          (["--param", "a=1"], "--param: needs --method"),
                          (["--method", "nope"], "--method")):
-        r = runner.invoke(app, ["predict", *base, *args])
-        err = r.stderr if r.stderr_bytes is not None else r.output
+        r = sigprop("predict", *base, *args)
+        err = r.stderr
         assert r.exit_code == 2 and needle in err and "Traceback" not in err, err
         assert len(err.strip().splitlines()) == 1
 
