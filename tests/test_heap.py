@@ -21,6 +21,8 @@ CODE = ("import ctypes, resource, sys, sigprop, sigprop.measurement.heap as h\n"
 
 
 def _run(env_extra: dict, how: str = "tune") -> tuple[bool, bool, int]:
+    """(tuned at import, tuned at the end, page faults of the reuse loop) in a fresh
+    interpreter that calls ``tune()`` when ``how == "tune"``."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("MALLOC_")}
     env.pop("SIGPROP_MALLOC", None)
     env.update(env_extra)
@@ -36,12 +38,10 @@ def test_freed_blocks_are_reused_without_new_page_faults():
     # thresholds set the heap keeps it and the reuse takes next to no faults
     imported, on, faults_on = _run({})
     _, off, faults_off = _run({"SIGPROP_MALLOC": "system"})
-    _, bare, faults_bare = _run({}, how="none")
     assert not imported, "importing sigprop must not touch the allocator"
-    assert on and not off and not bare
+    assert on and not off
     assert faults_on < 100, faults_on
     assert faults_off > 5 * max(faults_on, 20), (faults_on, faults_off)
-    assert faults_bare > 5 * max(faults_on, 20), (faults_on, faults_bare)
 
 
 def test_the_command_line_tunes_the_heap():
