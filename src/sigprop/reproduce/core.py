@@ -246,6 +246,21 @@ def mean_se(a, axis: int = -1):
     return mean, se
 
 
+def axes_row(ax, ncols: int, size: tuple[float, float], sharey: bool = False):
+    """The figure and its ``ncols`` panels in a row, for an item's ``plot_X(data, ax=None)``: a
+    new constrained-layout figure of ``size`` when ``ax`` is None, else ``ax`` (one Axes or a
+    sequence of ``ncols``) and the figure it belongs to."""
+    from ..plotting.figures import new_figure
+
+    if ax is None:
+        fig = new_figure(size, layout="constrained")
+        return fig, list(fig.subplots(1, ncols, sharey=sharey, squeeze=False)[0])
+    axes = list(np.atleast_1d(np.asarray(ax, dtype=object)).ravel())
+    if len(axes) != ncols:
+        raise ValueError(f"ax: must be {ncols} Axes (got {len(axes)})")
+    return axes[0].figure, axes
+
+
 def one_thread(fn: Callable) -> Callable:
     """Run ``fn`` with torch at one intra-op thread (restored after): next to NumPy's BLAS on
     the small shared CPU boxes torch's pool made the items' small batched matmuls several

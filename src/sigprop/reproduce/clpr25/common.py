@@ -13,13 +13,11 @@ import math
 
 import numpy as np
 
-from ...plotting.figures import new_figure
 from ...theory import scaling as sc
 from .. import args
 
 __all__ = ["COLOURS", "MAX_SIZE", "sizes", "open_real", "rho_arg", "seq", "crossing", "width",
-           "angle_ratios", "ratio_theory", "ratio_limit", "sd_cos", "gamma_grid",
-           "axes_row"]
+           "angle_ratios", "ratio_theory", "ratio_limit", "sd_cos", "gamma_grid"]
 
 COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3", "#937860", "#da8bc3")
 #: The largest size (n, d, rows ...) an argument check lets through.
@@ -121,16 +119,3 @@ def gamma_grid(n_gamma: int, gmax: float = 2.0) -> np.ndarray:
     """``n_gamma`` (>= 5) equally spaced values of gamma / gamma_c up to ``gmax``."""
     n_gamma = args.integer("n_gamma", n_gamma, 5)
     return np.linspace(gmax / n_gamma, gmax, n_gamma)  # gamma / gamma_c
-
-
-def axes_row(ax, ncols: int, size: tuple[float, float], sharey: bool = False):
-    """The figure and its ``ncols`` panels in a row: a new constrained-layout figure of
-    ``size`` when ``ax`` is None, else ``ax`` (one Axes or a sequence of ``ncols``) and the
-    figure it belongs to."""
-    if ax is None:
-        fig = new_figure(size, layout="constrained")
-        return fig, list(fig.subplots(1, ncols, sharey=sharey, squeeze=False)[0])
-    axes = list(np.atleast_1d(np.asarray(ax, dtype=object)).ravel())
-    if len(axes) != ncols:
-        raise ValueError(f"ax: must be {ncols} Axes (got {len(axes)})")
-    return axes[0].figure, axes

@@ -13,11 +13,10 @@ import pandas as pd
 
 from ...theory import scaling as sc
 from .. import args
-from ..core import Check, Experiment, frame, mean_se, register
+from ..core import Check, Experiment, axes_row, frame, mean_se, register
 from .common import (
     COLOURS,
     angle_ratios,
-    axes_row,
     crossing,
     gamma_grid,
     ratio_limit,

@@ -15,11 +15,10 @@ from ...spec import score_multiplier
 from ...theory import rem
 from ...theory import scaling as sc
 from .. import args
-from ..core import Check, Experiment, frame, register, slope
+from ..core import Check, Experiment, axes_row, frame, register, slope
 from .common import (
     COLOURS,
     angle_ratios,
-    axes_row,
     crossing,
     open_real,
     ratio_limit,

@@ -14,8 +14,8 @@ import pandas as pd
 
 from ...theory import scaling as sc
 from .. import args
-from ..core import Check, Experiment, frame, register, slope
-from .common import COLOURS, axes_row, rho_arg, seq, sizes
+from ..core import Check, Experiment, axes_row, frame, register, slope
+from .common import COLOURS, rho_arg, seq, sizes
 
 __all__ = ["PHASES", "thm21", "thm21_data", "thm21_checks", "plot_thm21", "thm23",
            "thm23_data", "thm23_checks", "plot_thm23"]

@@ -16,10 +16,9 @@ import pandas as pd
 
 from ...theory import rem
 from ...theory import scaling as sc
-from ..core import Check, Experiment, frame, register
+from ..core import Check, Experiment, axes_row, frame, register
 from .common import (
     COLOURS,
-    axes_row,
     budget_arg,
     exponent_pred,
     gumbel_bulk,

@@ -14,13 +14,12 @@ import math
 import numpy as np
 from scipy.special import gamma as gamma_fn
 
-from ...plotting.figures import new_figure
 from ...theory import rem
 from ...theory import scaling as sc
 from .. import args
 
 __all__ = ["COLOURS", "MAX_SIZE", "lengths", "positive", "budget_arg", "rng_of", "trials",
-           "sample_wmax", "gumbel_bulk", "exponent_pred", "wmax_tables", "axes_row"]
+           "sample_wmax", "gumbel_bulk", "exponent_pred", "wmax_tables"]
 
 COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3")
 #: The largest size (N, d, rows ...) an argument check lets through.
@@ -101,16 +100,3 @@ def wmax_tables(Ns, xs, seed, budget, sigma) -> dict:
         exact = rem.wmax_finite((xs * bc * sigma) ** 2, float(N))
         out[N] = (m, se, exact)
     return out
-
-
-def axes_row(ax, ncols: int, size: tuple[float, float]):
-    """The figure and its ``ncols`` panels in a row: a new constrained-layout figure of
-    ``size`` when ``ax`` is None, else ``ax`` (one Axes or a sequence of ``ncols``) and the
-    figure it belongs to."""
-    if ax is None:
-        fig = new_figure(size, layout="constrained")
-        return fig, list(fig.subplots(1, ncols, squeeze=False)[0])
-    axes = list(np.atleast_1d(np.asarray(ax, dtype=object)).ravel())
-    if len(axes) != ncols:
-        raise ValueError(f"ax: must be {ncols} Axes (got {len(axes)})")
-    return axes[0].figure, axes

@@ -15,8 +15,8 @@ import pandas as pd
 from ...theory import rem
 from ...theory import scaling as sc
 from .. import args
-from ..core import Check, Experiment, frame, register
-from .common import COLOURS, MAX_SIZE, axes_row, positive, rng_of
+from ..core import Check, Experiment, axes_row, frame, register
+from .common import COLOURS, MAX_SIZE, positive, rng_of
 
 __all__ = ["eq12", "eq12_data", "eq12_checks", "plot_eq12"]
 

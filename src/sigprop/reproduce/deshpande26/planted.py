@@ -15,8 +15,8 @@ import pandas as pd
 from scipy.special import log_ndtr
 
 from ...theory import scaling as sc
-from ..core import Check, Experiment, frame, register
-from .common import COLOURS, axes_row, budget_arg, lengths, positive, rng_of, trials
+from ..core import Check, Experiment, axes_row, frame, register
+from .common import COLOURS, budget_arg, lengths, positive, rng_of, trials
 
 __all__ = ["BETA_FACTORS", "kappa_half_gumbel", "retrieval", "retrieval_data",
            "retrieval_checks", "plot_retrieval"]
