@@ -56,12 +56,6 @@ def _train_config(**kw):
     return TrainConfig(**kw)
 
 
-def _check_memory_or_fail(spec, cfg, **kw) -> None:
-    from ..training.loop import check_memory
-
-    check_memory(spec, cfg, **kw)
-
-
 def _explicit(name: str) -> bool:
     """Whether option ``name`` (``--batch-size``) was given on the command line rather than
     left at its default: click's parameter source, else the arguments (``common.ARGV``)."""
@@ -181,7 +175,9 @@ def train_cmd(spec: ArchSpec,
     check_figure_path("--plot", plot)
     check_output_dir("--checkpoint", checkpoint)
     cfg = _fit_default_batch(spec, cfg, data=data)
-    _check_memory_or_fail(spec, cfg, data=data)  # before the corpus is built (seconds)
+    from ..training.loop import check_memory
+
+    check_memory(spec, cfg, data=data)  # before the corpus is built (seconds)
     sinks = _store_sinks(store, spec, cfg)
     corpus = _corpus_or_fail(task, data, documents, vocab_size)
     try:
@@ -302,7 +298,9 @@ def trainability(spec: ArchSpec,
     check_figure_path("--plot", plot)
     cfg = _train_config(steps=steps, batch_size=batch_size, lr=lr, seeds=seeds, seed=seed,
                         device=device, measure_every=0, threads=threads, bias_init=bias_init)
-    _check_memory_or_fail(spec, cfg, data=data, betas=b)
+    from ..training.loop import check_memory
+
+    check_memory(spec, cfg, data=data, betas=b)
     corpus = _corpus_or_fail("mlm", data, None, 2000)
     table, traj = _progress(fmt, f"trainability ({len(b)}x{len(a)} points)", steps * len(a),
                             lambda cb: run_grid(spec, b, a, cfg, corpus=corpus,

@@ -162,11 +162,12 @@ def _per_side(cfg) -> int:
     return max(image_size(cfg)[0] // int(config_value(cfg, ("patch_size",), 14)), 1)
 
 
-def _memory(cfg, B, T, g):
-    """What a cross-attention stack attends to when run on its own (a Q-Former's image
-    features): ``(B, T, encoder_hidden_size or hidden size)`` i.i.d. N(0, 1)."""
-    d = config_value(cfg, ("encoder_hidden_size", "cross_attention_hidden_size", "hidden_size",
-                           "d_model"))
+def _states(cfg, B, T, g, widths=("hidden_size", "d_model", "n_embd", "dim", "embed_dim")):
+    """``(B, T, d)`` i.i.d. N(0, 1) with ``d`` the first of the config's ``widths``: token
+    embeddings a forward takes in place of ids (``inputs_embeds``, a Q-Former's
+    ``query_embeds`` ...), or what a cross-attention stack run on its own attends to (a
+    Q-Former's image features, ``encoder_hidden_states``); None without a width."""
+    d = config_value(cfg, widths)
     return None if d is None else torch.randn(B, T, int(d), generator=g)
 
 
@@ -277,7 +278,9 @@ MAKERS: dict[str, Callable] = {
     "input_features": lambda c, m, B, T, V, s, g: _features(c, B, T, g),
     "bbox": lambda c, m, B, T, V, s, g: _boxes(B, T, g),
     "lang_ids": lambda c, m, B, T, V, s, g: torch.zeros(B, dtype=torch.long),  # language 0
-    "encoder_hidden_states": lambda c, m, B, T, V, s, g: _memory(c, B, T, g),
+    "encoder_hidden_states": lambda c, m, B, T, V, s, g: _states(
+        c, B, T, g, ("encoder_hidden_size", "cross_attention_hidden_size", "hidden_size",
+                     "d_model")),
     "target_sizes": lambda c, m, B, T, V, s, g: torch.tensor(  # patches per side (MiniCPM-V)
         [[_per_side(c)] * 2] * B),
     "visual_feats": lambda c, m, B, T, V, s, g: _region_features(c, B, T, g),
@@ -302,19 +305,12 @@ _KIND = {"pixel_values": "image", "pixel_values_videos": "video", "input_values"
          "input_features": "audio", "bbox": "layout"}
 
 
-def _embeds(cfg, B, T, g):
-    """Token embeddings a forward takes in place of ids (``inputs_embeds``, a Q-Former's
-    ``query_embeds`` ...): ``(B, T, hidden size)`` i.i.d. N(0, 1)."""
-    d = config_value(cfg, ("hidden_size", "d_model", "n_embd", "dim", "embed_dim"))
-    return None if d is None else torch.randn(B, T, int(d), generator=g)
-
-
 def _maker(name: str) -> Callable | None:
     """The maker of input ``name``: :data:`MAKERS`, or embeddings for a ``*_embeds`` input."""
     if name in MAKERS:
         return MAKERS[name]
     if name.endswith("_embeds"):
-        return lambda c, m, B, T, V, s, g: _embeds(c, B, T, g)
+        return lambda c, m, B, T, V, s, g: _states(c, B, T, g)
     return None
 
 
