@@ -280,8 +280,8 @@ def _sub_model(model, stack: str, seed: int, device: str):
     else:
         config = hf.load_config(model)
         m = hf.model_at_init(config, seed=seed, attn_implementation="eager").to(device)
-        if model_folder(model) is not None:
-            hf.load_local_weights(m, model_folder(model))
+        if (folder := model_folder(model)) is not None:
+            hf.load_local_weights(m, folder)
     for path, sub in sub_models(m):
         if path == stack or path.split(".")[-1] == stack:
             return sub, path
