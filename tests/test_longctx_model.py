@@ -14,6 +14,7 @@ import pytest
 import torch
 
 from sigprop.analysis import diagnose as dg
+from sigprop.analysis import fix as fx
 from sigprop.analysis import longctx_model as lm
 from sigprop.measurement import stream_model as sm
 from sigprop.measurement.probe_sites import find_attention, find_blocks
@@ -230,7 +231,7 @@ def test_recommendation_holds_when_remeasured_after_fix(tmp_path):
     assert rec["scaling"] != "none"
     assert rec["holds_measured"], rec
     fixed = tmp_path / "fixed"
-    dg.fix(GPT2_HOT, str(fixed), scaling=rec["scaling"], scaling_param=rec["scaling_param"],
+    fx.fix(GPT2_HOT, str(fixed), scaling=rec["scaling"], scaling_param=rec["scaling_param"],
            seeds=1, sequences=1)
     again = lm.sweep_model(str(fixed), lengths, queries=128, seed=0, band=0.05,
                            train_len=1024, bands=r.band)
@@ -371,7 +372,7 @@ def test_config_sliding_window_is_streamed():
 def test_a_fixed_model_passes_the_model_check_with_its_own_scaling(tmp_path):
     """A `sigprop fix` temperature multiplies every logit inside the model's attention: the
     model check models it (it refused such a model before), and the stream applies it."""
-    dg.fix(GPT2_HOT, str(tmp_path / "hot"), scaling="tau", scaling_param=2.0, seeds=1,
+    fx.fix(GPT2_HOT, str(tmp_path / "hot"), scaling="tau", scaling_param=2.0, seeds=1,
            sequences=1)
     r = lm.sweep_model(str(tmp_path / "hot"), [1024], queries=16, train_len=1024)
     assert r.info["own_scaling"] == "tau(2)"

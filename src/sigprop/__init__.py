@@ -21,7 +21,8 @@ The package layout and where a new piece goes: ``docs/architecture.md``.
 from importlib.metadata import PackageNotFoundError as _NotFound
 from importlib.metadata import version as _version
 
-from .analysis.diagnose import Diagnosis, FixResult, diagnose, fix
+from .analysis.diagnose import Diagnosis, diagnose
+from .analysis.fix import FixResult, fix
 from .analysis.longctx import LongContext, longctx
 from .analysis.measure import Comparison, measure
 from .analysis.predict import Prediction, predict

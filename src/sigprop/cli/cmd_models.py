@@ -114,6 +114,7 @@ def fix_cmd(model: str | None = typer.Argument(None, help="preset name or local 
     safetensors, reloadable without remote code) and show the diagnosis before and after;
     or, with --compare, apply every fix to the model and rank them."""
     from ..analysis import diagnose as dg
+    from ..analysis import fix as fx
     from ..spec import SCALINGS
 
     if list_methods:
@@ -159,7 +160,7 @@ def fix_cmd(model: str | None = typer.Argument(None, help="preset name or local 
               seeds=2 if seeds is None else seeds, sequences=sequences, device=device,
               seed=seed)
     with progress(fmt, "fix", 4) as tick:
-        r = dg.fix(model, out, on_stage=tick and (lambda s: tick(description=s)), **kw)
+        r = fx.fix(model, out, on_stage=tick and (lambda s: tick(description=s)), **kw)
     before, rep, after = r.before, r.report, r.after
     if report is not None:
         write_report_file(report, after, fix=(before, rep))
