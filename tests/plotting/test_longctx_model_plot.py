@@ -1,4 +1,4 @@
-"""The per-layer long-context figure (plot_model_sweep) and its HTML report, on synthetic
+"""The per-layer long-context figure (plot_model_longctx) and its HTML report, on synthetic
 trajectories built here: panel layout, one line per drawn layer, the layer subset of deep
 models, entropy bands, saving, escaping and the edge cases (one length, one layer, theory
 only, missing values)."""
@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from sigprop.plotting.longctx_model import layer_subset, plot_model_sweep
+from sigprop.plotting.longctx_model import layer_subset, plot_model_longctx
 from sigprop.report.longctx_html import render_longctx_report, write_longctx_report
 
 EVIL = 'evil<script>alert("x")</script>&"'
@@ -69,7 +69,7 @@ def band_patches(ax) -> list:
 
 @pytest.fixture(scope="module")
 def fig():
-    return plot_model_sweep(make_traj(), band=bands(4), title="tiny model")
+    return plot_model_longctx(make_traj(), band=bands(4), title="tiny model")
 
 
 def test_grid_is_two_rows_per_scaling_plus_a_colour_bar(fig):
@@ -116,8 +116,8 @@ def test_deep_models_draw_an_even_subset_with_first_and_last():
     assert layer_subset(range(40), 1) == [0, 39]
     with pytest.raises(ValueError):
         layer_subset(range(4), 0)
-    f = plot_model_sweep(make_traj(layers=40, lengths=(1024, 2048), scalings=("none",)),
-                         band=bands(40), max_lines=16)
+    f = plot_model_longctx(make_traj(layers=40, lengths=(1024, 2048), scalings=("none",)),
+                           band=bands(40), max_lines=16)
     data, _ = panels(f)
     for ax in data:
         names = layer_lines(ax)
@@ -128,7 +128,7 @@ def test_deep_models_draw_an_even_subset_with_first_and_last():
 
 def test_edge_cases_one_length_one_layer_theory_only_and_no_band():
     traj = make_traj(layers=1, lengths=(3000,), scalings=("qwen",), measured=())
-    f = plot_model_sweep(traj)
+    f = plot_model_longctx(traj)
     data, cbar = panels(f)
     assert len(data) == 2 and len(cbar) == 1
     for ax in data:
@@ -136,18 +136,18 @@ def test_edge_cases_one_length_one_layer_theory_only_and_no_band():
     assert [t.get_text() for t in data[1].get_xticklabels()] == ["3000"]
     # measured rows with NaN stderr everywhere still draw
     traj = make_traj(layers=2, lengths=(512,), scalings=("none",), measured=("none",))
-    f = plot_model_sweep(traj, band={0: (0.2, 0.4)})
+    f = plot_model_longctx(traj, band={0: (0.2, 0.4)})
     assert len(band_patches(panels(f)[0][0])) == 1
     with pytest.raises(ValueError):
-        plot_model_sweep(traj[traj["observable"] == "cos"])
+        plot_model_longctx(traj[traj["observable"] == "cos"])
 
 
 def test_saves_png_and_svg_and_leaves_pyplot_alone(tmp_path):
     import matplotlib.pyplot as plt
 
     traj = make_traj(layers=2, lengths=(256, 1024), scalings=("none", "log-n"))
-    plot_model_sweep(traj, tmp_path / "f.png", band=bands(2))
-    plot_model_sweep(traj, str(tmp_path / "f.svg"))
+    plot_model_longctx(traj, tmp_path / "f.png", band=bands(2))
+    plot_model_longctx(traj, str(tmp_path / "f.svg"))
     assert (tmp_path / "f.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "<svg" in (tmp_path / "f.svg").read_text()[:2000]
     assert plt.get_fignums() == []

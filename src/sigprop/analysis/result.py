@@ -33,15 +33,17 @@ class Result:
         verdict = getattr(self, "verdict", None)
         return f"{type(self).__name__}" + (f": {verdict}" if verdict else "")
 
-    def plot(self, path: str | None = None) -> Figure:
+    def plot(self, path: str | None = None, *, ax=None) -> Figure:
         """Depth curves (theory lines, measured points with standard errors), one panel per
-        observable; written to ``path`` when given (format from the extension)."""
+        observable; written to ``path`` when given (format from the extension). ``ax``: None
+        (a new Figure), a Figure / SubFigure to draw into, or one Axes per panel
+        (:mod:`sigprop.plotting.figures`); the Figure drawn into is returned."""
         from ..plotting.figures import plot_depth
 
         obs = [o for o in ("cos", "ipr", "entropy", "stable_rank")
                if o in set(self.trajectory["observable"])]
         return plot_depth(self.trajectory, path, spec=getattr(self, "spec", None),
-                          observables=tuple(obs))
+                          observables=tuple(obs), ax=ax)
 
     def _table_html(self) -> str:
         t = self.trajectory

@@ -193,7 +193,8 @@ def train_cmd(spec: ArchSpec,
         fail(f"--checkpoint: cannot write {checkpoint!r} ({err.strerror or err})")
     _report_collapse(res.events)
     if plot:
-        from ..report.training import loss_unit, plot_training
+        from ..plotting.training import plot_training
+        from ..report.training import loss_unit
 
         write_figure("--plot", plot, plot_training, res.trajectory,
                      title=f"{task}, L={spec.depth}, beta_eff={spec.beta_eff:.3g}",
@@ -306,7 +307,7 @@ def trainability(spec: ArchSpec,
                             lambda cb: run_grid(spec, b, a, cfg, corpus=corpus,
                                                 margin=margin, on_step=cb))
     if plot:
-        from ..report.training import plot_trainability
+        from ..plotting.training import plot_trainability
 
         write_figure("--plot", plot, plot_trainability, traj, table)
     crit = criterion_text(margin)

@@ -3,24 +3,28 @@
 
 from __future__ import annotations
 
+from .figures import finish, panels
+
 OBS = ("ipr", "entropy", "wmax", "cos")
 _COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3")
+_TITLES = {"ipr": "ipr (1 = one key)", "entropy": "entropy / log T (1 = uniform)",
+           "wmax": "largest weight", "cos": "output cosine"}
 
 
 def _layer1(traj):
     return traj[traj["layer"] == 1]
 
 
-def plot_sweep(traj, path: str | None = None, spec=None, dpi: int = 130):
+def plot_longctx(traj, path: str | None = None, spec=None, dpi: int = 130, *, ax=None):
     """Four panels (ipr, entropy, wmax, cos) against T on a log2 axis: measured points with
     error bars, finite-T theory as lines, the T -> infinity limit dashed; one colour per
-    scaling. Returns the Figure; writes it when ``path`` is given."""
-    from ..plotting.figures import finish, new_figure
-
+    scaling. ``ax``: None, four Axes, or a Figure / SubFigure
+    (:mod:`sigprop.plotting.figures`). Returns the Figure; writes it when ``path`` is given."""
     df = _layer1(traj)
-    fig = new_figure((15, 3.6))
-    axes = fig.subplots(1, 4)
-    fig.subplots_adjust(left=0.05, right=0.99, bottom=0.15, top=0.85, wspace=0.28)
+    own = ax is None
+    fig, host, axes = panels(ax, (15, 3.6), 1, 4)
+    if own:
+        fig.subplots_adjust(left=0.05, right=0.99, bottom=0.15, top=0.85, wspace=0.28)
     for i, (scaling, sub) in enumerate(df.groupby("scaling", sort=False)):
         c = _COLOURS[i % len(_COLOURS)]
         for ax, name in zip(axes, OBS, strict=True):
@@ -37,10 +41,13 @@ def plot_sweep(traj, path: str | None = None, spec=None, dpi: int = 130):
     for ax, name in zip(axes, OBS, strict=True):
         ax.set_xscale("log", base=2)
         ax.set_xlabel("context length T")
-        ax.set_title({"ipr": "ipr (1 = one key)", "entropy": "entropy / log T (1 = uniform)",
-                      "wmax": "largest weight", "cos": "output cosine"}[name])
+        ax.set_title(_TITLES[name])
     axes[0].legend(fontsize=7)
-    if spec is not None:
-        fig.suptitle(f"one attention layer, d={spec.d_model}, H={spec.heads}, weights drawn at "
-                     f"T_ref={spec.seq_len} (dashed: T → ∞ limit)", fontsize=10)
+    if spec is not None and host is not None:
+        host.suptitle(f"one attention layer, d={spec.d_model}, H={spec.heads}, weights drawn "
+                      f"at T_ref={spec.seq_len} (dashed: T → ∞ limit)", fontsize=10)
     return finish(fig, path, dpi)
+
+
+#: the name before the long-context sweep became ``plot_longctx``
+plot_sweep = plot_longctx

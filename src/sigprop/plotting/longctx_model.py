@@ -8,7 +8,8 @@ stated for that layer as a faint shaded strip. Deep models draw an evenly spaced
 layers, always including the first and the last, so the panels stay readable.
 
 Like :mod:`.figures`, the Figure is built outside pyplot: no backend switch, nothing left
-open, written only when a path is given (the format follows the suffix).
+open, written only when a path is given (the format follows the suffix), and ``ax`` follows
+that module's convention (here: ``2 x`` the number of scalings Axes, or a Figure / SubFigure).
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from collections.abc import Mapping, Sequence
 
 import numpy as np
 
-from .figures import finish, new_figure
+from .figures import finish, panels
 
 #: the two rows of the grid, top to bottom, with their axis labels
 ROWS = (("entropy", "entropy / log T"), ("ipr", "ipr"))
@@ -116,9 +117,103 @@ def _set_length_axis(ax, lengths: list[int]) -> None:
     ax.set_xlim(lengths[0] / 2 ** 0.4, lengths[-1] * 2 ** 0.4)
 
 
-def plot_model_sweep(traj, path=None, *, band: Mapping | None = None,
-                     title: str | None = None, max_lines: int = 16,
-                     asymptotic: bool = False, dpi: int = 130):
+def _rows(traj, asymptotic: bool):
+    """The entropy and ipr rows of the drawn sources, with integer layers and lengths."""
+    sources = ["theory", "measured"] + (["theory_asymptotic"] if asymptotic else [])
+    df = traj[traj["observable"].isin([o for o, _ in ROWS])]
+    df = df[df["source"].isin(sources)]
+    if not len(df):
+        raise ValueError("no entropy or ipr rows to plot")
+    return df.assign(layer=df["layer"].astype(int), seq_len=df["seq_len"].astype(int))
+
+
+def _layer_colours(all_layers: list[int]):
+    """The colour map (viridis short of its yellow end) and the layer normalisation."""
+    from matplotlib import colormaps
+    from matplotlib.colors import ListedColormap, Normalize
+
+    base = colormaps["viridis"]
+    cmap = ListedColormap(base(np.linspace(0.0, _CMAP_TOP, 256)), name="viridis_part")
+    lo_l, hi_l = all_layers[0], all_layers[-1]
+    norm = Normalize(lo_l - 0.5, hi_l + 0.5) if lo_l == hi_l else Normalize(lo_l, hi_l)
+    return cmap, norm
+
+
+def _draw_panel(ax, sub, drawn: list[int], colour: dict, bands: dict, alpha: float,
+                asymptotic: bool) -> None:
+    """One panel's layers: the band strip (when ``bands`` has the layer), the theory line,
+    the dashed limit (``asymptotic``) and the measured markers with their errors."""
+    for layer in drawn:
+        c = colour[layer]
+        if layer in bands:
+            ax.axhspan(*bands[layer], color=c, alpha=alpha, lw=0, zorder=0, gid="band")
+        th = _series(sub, layer, "theory")
+        if len(th):  # a single length gets a short dash, or it would not show
+            ax.plot(th["seq_len"], th["value"], "-", color=c, lw=1.3,
+                    marker="_" if len(th) == 1 else None, ms=12,
+                    label=f"layer {layer}", zorder=2)
+        if asymptotic:
+            asy = _series(sub, layer, "theory_asymptotic")
+            if len(asy):
+                ax.plot(asy["seq_len"], asy["value"], "--", color=c, lw=0.9,
+                        alpha=0.7, label=f"_layer {layer} asymptotic", zorder=2)
+        me = _series(sub, layer, "measured")
+        if len(me):
+            ax.errorbar(me["seq_len"], me["value"], yerr=me["stderr"].fillna(0.0),
+                        fmt="o", ms=3.5, color=c, mec="white", mew=0.4, elinewidth=0.9,
+                        capsize=0, label=f"_layer {layer} measured", zorder=3)
+    ax.grid(alpha=0.25)
+
+
+def _set_axes(axes, df, drawn: list[int], bands: dict, lengths: list[int]) -> None:
+    """The entropy row's limits, the ipr row's log scale when it spans decades, and the
+    log2 length axis of every panel."""
+    ent = df[(df["observable"] == "entropy") & df["layer"].isin(drawn)]
+    limits = _entropy_limits(ent, list(bands.values()))
+    for ax in axes[0]:
+        ax.set_ylim(*limits)
+    ipr = df[(df["observable"] == "ipr") & df["layer"].isin(drawn)]
+    if _use_log_ipr(ipr):
+        for ax in axes[1]:
+            ax.set_yscale("log", nonpositive="clip")
+    for ax in axes.ravel():
+        _set_length_axis(ax, lengths)
+
+
+def _colour_bar(where, axes, cmap, norm, all_layers: list[int]) -> None:
+    """The ``layer`` colour bar beside ``axes``, drawn by the (sub)figure ``where``."""
+    from matplotlib.cm import ScalarMappable
+    from matplotlib.ticker import MaxNLocator
+
+    sm = ScalarMappable(norm=norm, cmap=cmap)
+    cb = where.colorbar(sm, ax=axes.ravel().tolist(), label="layer", shrink=0.9, pad=0.02)
+    if len(all_layers) <= 10:
+        cb.set_ticks(all_layers)
+    else:
+        cb.locator = MaxNLocator(integer=True)
+        cb.update_ticks()
+
+
+def _key(measured: bool, asymptotic: bool, banded: bool) -> list:
+    """The legend's grey handles: theory, and what else is drawn."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
+    grey = "#555555"
+    handles = [Line2D([], [], color=grey, lw=1.3, label="theory")]
+    if measured:
+        handles.append(Line2D([], [], color=grey, marker="o", ls="none", ms=4,
+                              label="measured ± se"))
+    if asymptotic:
+        handles.append(Line2D([], [], color=grey, ls="--", lw=0.9, label="T → ∞ limit"))
+    if banded:
+        handles.append(Patch(color=grey, alpha=0.25, lw=0, label="stated entropy band"))
+    return handles
+
+
+def plot_model_longctx(traj, path=None, *, band: Mapping | None = None,
+                       title: str | None = None, max_lines: int = 16,
+                       asymptotic: bool = False, dpi: int = 130, ax=None):
     """Normalised entropy (top row) and ipr (bottom row) against context length T on a log2
     axis, one column per scaling (in order of first appearance in ``traj``) and one colour
     per attention layer (viridis, with a ``layer`` colour bar).
@@ -129,65 +224,33 @@ def plot_model_sweep(traj, path=None, *, band: Mapping | None = None,
     ``theory_asymptotic`` rows as dashed lines. ``band``: ``{layer: (lo, hi)}``, the stated
     entropy band per layer, shaded faintly in that layer's colour on the entropy row.
     More than ``max_lines`` layers: an evenly spaced subset (first and last included) is
-    drawn and the title says so. Returns the Figure; writes it when ``path`` is given.
+    drawn and the title says so. ``ax``: None (a new Figure), a Figure or SubFigure to lay
+    the grid, colour bar, legend and title into, or ``2 x`` (number of scalings) Axes, the
+    entropy row first (then the legend goes on the top right panel and there is no title).
+    Returns the Figure; writes it when ``path`` is given.
     """
-    from matplotlib import colormaps
-    from matplotlib.cm import ScalarMappable
-    from matplotlib.colors import ListedColormap, Normalize
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-    from matplotlib.ticker import MaxNLocator
-
-    sources = ["theory", "measured"] + (["theory_asymptotic"] if asymptotic else [])
-    df = traj[traj["observable"].isin([o for o, _ in ROWS])]
-    df = df[df["source"].isin(sources)]
-    if not len(df):
-        raise ValueError("no entropy or ipr rows to plot")
-    df = df.assign(layer=df["layer"].astype(int), seq_len=df["seq_len"].astype(int))
+    df = _rows(traj, asymptotic)
     scalings = list(dict.fromkeys(df["scaling"]))
     all_layers = sorted(set(df["layer"]))
     drawn = layer_subset(all_layers, max_lines)
     lengths = sorted(set(df["seq_len"]))
-
-    base = colormaps["viridis"]
-    cmap = ListedColormap(base(np.linspace(0.0, _CMAP_TOP, 256)), name="viridis_part")
-    lo_l, hi_l = all_layers[0], all_layers[-1]
-    norm = Normalize(lo_l - 0.5, hi_l + 0.5) if lo_l == hi_l else Normalize(lo_l, hi_l)
+    cmap, norm = _layer_colours(all_layers)
     colour = {layer: cmap(norm(layer)) for layer in drawn}
 
     ncol = len(scalings)
-    fig = new_figure((2.9 * ncol + 1.4, 5.6), layout="constrained")
-    axes = fig.subplots(2, ncol, squeeze=False, sharex=True, sharey="row")
+    fig, host, flat = panels(ax, (2.9 * ncol + 1.4, 5.6), 2, ncol, layout="constrained",
+                             sharex=True, sharey="row")
+    axes = np.array(flat, dtype=object).reshape(2, ncol)
     bands = {layer: b for layer in drawn if (b := band_of(band, layer)) is not None}
     alpha = min(BAND_ALPHA, _BAND_ALPHA_SUM / max(len(bands), 1))
 
     for j, scaling in enumerate(scalings):
         col = df[df["scaling"] == scaling]
         measured = bool((col["source"] == "measured").any())
-        for i, (obs, _) in enumerate(ROWS):
+        for i, (obs, label) in enumerate(ROWS):
             ax = axes[i, j]
-            sub = col[col["observable"] == obs]
-            for layer in drawn:
-                c = colour[layer]
-                if obs == "entropy" and layer in bands:
-                    ax.axhspan(*bands[layer], color=c, alpha=alpha, lw=0, zorder=0,
-                               gid="band")
-                th = _series(sub, layer, "theory")
-                if len(th):  # a single length gets a short dash, or it would not show
-                    ax.plot(th["seq_len"], th["value"], "-", color=c, lw=1.3,
-                            marker="_" if len(th) == 1 else None, ms=12,
-                            label=f"layer {layer}", zorder=2)
-                if asymptotic:
-                    asy = _series(sub, layer, "theory_asymptotic")
-                    if len(asy):
-                        ax.plot(asy["seq_len"], asy["value"], "--", color=c, lw=0.9,
-                                alpha=0.7, label=f"_layer {layer} asymptotic", zorder=2)
-                me = _series(sub, layer, "measured")
-                if len(me):
-                    ax.errorbar(me["seq_len"], me["value"], yerr=me["stderr"].fillna(0.0),
-                                fmt="o", ms=3.5, color=c, mec="white", mew=0.4, elinewidth=0.9,
-                                capsize=0, label=f"_layer {layer} measured", zorder=3)
-            ax.grid(alpha=0.25)
+            _draw_panel(ax, col[col["observable"] == obs], drawn, colour,
+                        bands if obs == "entropy" else {}, alpha, asymptotic)
             if i == 0:
                 # labels are data, not mathtext: a "$" in one must not be parsed
                 ax.set_title(str(scaling) + ("" if measured else " (theory only)"),
@@ -195,38 +258,21 @@ def plot_model_sweep(traj, path=None, *, band: Mapping | None = None,
             else:
                 ax.set_xlabel("context length T")
             if j == 0:
-                ax.set_ylabel(dict(ROWS)[obs])
-
-    ent = df[(df["observable"] == "entropy") & df["layer"].isin(drawn)]
-    axes[0, 0].set_ylim(*_entropy_limits(ent, list(bands.values())))
-    ipr = df[(df["observable"] == "ipr") & df["layer"].isin(drawn)]
-    if _use_log_ipr(ipr):
-        axes[1, 0].set_yscale("log", nonpositive="clip")
-    for ax in axes.ravel():
-        _set_length_axis(ax, lengths)
-
-    sm = ScalarMappable(norm=norm, cmap=cmap)
-    cb = fig.colorbar(sm, ax=axes.ravel().tolist(), label="layer", shrink=0.9, pad=0.02)
-    if len(all_layers) <= 10:
-        cb.set_ticks(all_layers)
-    else:
-        cb.locator = MaxNLocator(integer=True)
-        cb.update_ticks()
-
-    grey = "#555555"
-    handles = [Line2D([], [], color=grey, lw=1.3, label="theory")]
-    if (df["source"] == "measured").any():
-        handles.append(Line2D([], [], color=grey, marker="o", ls="none", ms=4,
-                              label="measured ± se"))
-    if asymptotic:
-        handles.append(Line2D([], [], color=grey, ls="--", lw=0.9, label="T → ∞ limit"))
-    if bands:
-        handles.append(Patch(color=grey, alpha=0.25, lw=0, label="stated entropy band"))
-    fig.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8,
-               frameon=False)
-
+                ax.set_ylabel(label)
+    _set_axes(axes, df, drawn, bands, lengths)
+    _colour_bar(host if host is not None else axes[0, 0].figure, axes, cmap, norm, all_layers)
+    handles = _key(bool((df["source"] == "measured").any()), asymptotic, bool(bands))
+    if host is None:
+        axes[0, -1].legend(handles=handles, fontsize=7)
+        return finish(fig, path, dpi)
+    host.legend(handles=handles, loc="outside lower center", ncol=len(handles), fontsize=8,
+                frameon=False)
     head = title if title is not None else "attention per layer against context length"
     if len(drawn) < len(all_layers):
         head += f" ({len(drawn)} of {len(all_layers)} layers shown, evenly spaced)"
-    fig.suptitle(head, fontsize=10, parse_math=False)
+    host.suptitle(head, fontsize=10, parse_math=False)
     return finish(fig, path, dpi)
+
+
+#: the name before the long-context sweep became ``plot_model_longctx``
+plot_model_sweep = plot_model_longctx

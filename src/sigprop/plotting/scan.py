@@ -14,7 +14,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from .figures import new_figure
+from .figures import finish, panels
 
 __all__ = ["PlotError", "config_keys", "parse_plot", "plot_scan", "scan_table"]
 
@@ -122,16 +122,18 @@ def scan_table(rows: pd.DataFrame, x: str, y: str, hue: str | None = None,
 
 def plot_scan(rows: pd.DataFrame, path: str | None = None, *, x: str, y: str,
               hue: str | None = None, col: str | None = None, layer: int | str = "last",
-              logx: bool = False, logy: bool = False, title: str | None = None, dpi: int = 150):
+              logx: bool = False, logy: bool = False, title: str | None = None, dpi: int = 150,
+              ax=None):
     """Draw the scan (module docstring); returns ``(figure, averaged_columns)`` and writes
-    the figure to ``path`` when given."""
+    the figure to ``path`` when given. ``ax``: None, one Axes per ``col`` value (one Axes
+    without ``col``), or a Figure / SubFigure (:mod:`sigprop.plotting.figures`)."""
     pts, averaged = scan_table(rows, x, y, hue, col, layer)
-    panels: Sequence = sorted(pts[col].unique(), key=_order) if col else [None]
-    fig = new_figure((4.2 * len(panels) + 0.8, 3.4), layout="constrained")
-    axes = fig.subplots(1, len(panels), sharey=True, squeeze=False)[0]
+    values: Sequence = sorted(pts[col].unique(), key=_order) if col else [None]
+    fig, host, axes = panels(ax, (4.2 * len(values) + 0.8, 3.4), 1, len(values),
+                             layout="constrained", sharey=True)
     hues = sorted(pts[hue].unique(), key=_order) if hue else [None]
     cmap = _colours(len(hues))
-    for ax, pv in zip(axes, panels, strict=True):
+    for ax, pv in zip(axes, values, strict=True):
         sub = pts if col is None else pts[pts[col] == pv]
         for i, hv in enumerate(hues):
             h = sub if hue is None else sub[sub[hue] == hv]
@@ -161,12 +163,12 @@ def plot_scan(rows: pd.DataFrame, path: str | None = None, *, x: str, y: str,
     kinds = " · ".join(k for k, ok in (("lines: theory", any(s.startswith("theory")
                                                              for s in srcs)),
                                        ("markers: measured", "measured" in srcs)) if ok)
-    fig.suptitle(title or f"{y} against {x}" + (f"  ({kinds})" if kinds else ""), fontsize=10)
+    if host is not None:
+        host.suptitle(title or f"{y} against {x}" + (f"  ({kinds})" if kinds else ""),
+                      fontsize=10)
     if hue is not None:
         axes[-1].legend(fontsize=8, loc="best")
-    if path is not None:
-        fig.savefig(path, dpi=dpi)
-    return fig, averaged
+    return finish(fig, path, dpi), averaged
 
 
 def _order(v):

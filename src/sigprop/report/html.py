@@ -6,8 +6,9 @@ attached to a paper's supplement. The header records the command line, the sigpr
 the seeds and the sequences measured.
 Every string that comes from the user or the model (names, paths, notes) goes through
 :func:`html.escape`. Figures: depth curves (theory lines, measured dots with standard errors),
-a per-head heat map of attention entropy, and the (beta, alpha_attn) trainability diagram with
-the model's own point (docs/theory.md §2.7).
+a per-head heat map of attention entropy (:func:`sigprop.plotting.heads.plot_head_heatmap`,
+importable from here too, its first home), and the (beta, alpha_attn) trainability diagram
+with the model's own point (docs/theory.md §2.7).
 """
 
 from __future__ import annotations
@@ -18,7 +19,9 @@ import io
 import math
 from typing import Any
 
-from ..plotting.figures import finish, new_figure, plot_depth, plot_diagram
+from ..plotting.figures import plot_depth, plot_diagram
+from ..plotting.heads import HEATMAP_RANGE as HEATMAP_RANGE
+from ..plotting.heads import plot_head_heatmap
 
 PAGE_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;
@@ -62,32 +65,6 @@ def svg_of(draw, *args, **kwargs) -> str:
     buf = io.BytesIO()
     fig.savefig(buf, format="svg")
     return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
-
-
-#: fixed colour scales of the per-head heat map: entropy and wmax live on [0, 1]; a scale
-#: fitted to the data would paint seed noise (0.995 vs 0.997) as structure
-HEATMAP_RANGE = {"entropy": (0.0, 1.0), "wmax": (0.0, 1.0)}
-
-
-def plot_head_heatmap(heads, path=None, observable: str = "entropy", dpi: int = 130):
-    """Layers x heads heat map of a per-head statistic (mean over seeds and sequences) on a
-    fixed colour scale (:data:`HEATMAP_RANGE`); entropy is the row entropy over log(#keys)
-    (1 = uniform, 0 = one-hot). At most ~5.5 inches tall whatever the depth."""
-    sub = heads[heads["observable"] == observable]
-    grid = sub.pivot_table(index="layer", columns="head", values="value", aggfunc="mean")
-    fig = new_figure((min(2.5 + 0.3 * grid.shape[1], 9), min(1.8 + 0.09 * grid.shape[0], 5.5)),
-                     layout="constrained")
-    ax = fig.subplots()
-    lo, hi = HEATMAP_RANGE.get(observable, (None, None))
-    im = ax.imshow(grid.to_numpy(), aspect="auto", cmap="viridis", origin="lower",
-                   extent=(-0.5, grid.shape[1] - 0.5, grid.index.min() - 0.5,
-                           grid.index.max() + 0.5), interpolation="nearest", vmin=lo, vmax=hi)
-    ax.set_xlabel("head")
-    ax.set_ylabel("layer")
-    label = "entropy / log(#keys)" if observable == "entropy" else observable
-    fig.colorbar(im, ax=ax, label=label)
-    ax.set_title(f"per-head {observable}", fontsize=10)
-    return finish(fig, path, dpi)
 
 
 def html_table(rows: list[dict], cols: list[str], left: tuple[str, ...] = ()) -> str:
