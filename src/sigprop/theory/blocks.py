@@ -28,10 +28,11 @@ class AttentionStats(NamedTuple):
     normalised ``entropy``, ``wmax``; ``inv_t`` = E[1/#keys of a row] and ``inv_t_cross`` =
     E[1/#keys of the longer row of a pair] (both 1/T without a mask, 0 in the T -> inf
     limit): what centred attention subtracts from ``y2`` and ``yx``. ``nodes`` (causal
-    finite T, one score std per row): ``(v, rho, Y2_t, Yx_t)`` at the causal positions, flat,
-    which the LayerNorm average of the same block reuses (:func:`_ln_fluct_cos_causal`); with
-    the position-averaged tables (:data:`.causal.TABULATED`) ``("tab", v, rho, Yx average,
-    indices off the tables, their Y2_t, Yx_t)``. ``w2``, ``wx`` (attention sinks,
+    finite T, one score std per row): the flat entries' statistics at the causal positions
+    (:class:`.causal.NodeTables`), or with the position-averaged tables
+    (:data:`.causal.TABULATED`) their Yx average and the entries off the tables
+    (:class:`.causal.TabulatedNodes`), which the LayerNorm average of the same block reuses
+    (:func:`_ln_fluct_cos_causal`). ``w2``, ``wx`` (attention sinks,
     docs/theory.md §2.4.3; None without): ``E W_a^2`` and ``E W_a W_c`` of the rows' masses on
     the keys, which the map's mean terms carry (``y2``, ``yx`` are then the sinked rows'
     ``E sum_b w_ab^2`` and ``E sum_b w_ab w_cb``)."""
@@ -42,7 +43,7 @@ class AttentionStats(NamedTuple):
     wmax: np.ndarray | None
     inv_t: np.ndarray
     inv_t_cross: np.ndarray
-    nodes: tuple | None = None
+    nodes: causal_nodes.NodeTables | causal_nodes.TabulatedNodes | None = None
     w2: np.ndarray | None = None
     wx: np.ndarray | None = None
 
@@ -50,8 +51,8 @@ class AttentionStats(NamedTuple):
 def causal_position_nodes(T: int, k: int = CAUSAL_POSITIONS) -> tuple[np.ndarray, np.ndarray]:
     """Log-spaced query positions t (number of visible keys) and the share of the T positions
     each node stands for (docs/theory.md §2.4 causal: the query at t is a REM with N = t keys)."""
-    nodes, weights = causal_grid(int(T), int(k))[:2]
-    return nodes.copy(), weights.copy()
+    grid = causal_grid(int(T), int(k))
+    return grid.nodes.copy(), grid.weights.copy()
 
 
 def finite_stats(v, rho, n, d_head, full):
@@ -87,28 +88,25 @@ def attention_stats(sigma_s, rho, T: int, *, d_head: int | None = None, causal: 
         y2, yx, ent, wm = finite_stats(v, rho, T, d_head, full)
         inv = np.full(np.shape(y2), 1.0 / T)
         return AttentionStats(y2, yx, ent, wm, inv, inv)
-    nodes, weights, pair, _ = causal_grid(int(T))
+    grid = causal_grid(int(T))
     acc = [0.0, 0.0, 0.0, 0.0]
     extra = None
-    if not full and causal_nodes.TABULATED and T >= 2:  # the position averages' tables
+    if not full:
         vb, rb = np.broadcast_arrays(v, rho)
         vf, rf = vb.ravel(), rb.ravel()
+    if not full and causal_nodes.TABULATED and T >= 2:  # the position averages' tables
         y2f, yxf, ok = causal_nodes.tabulated_attention(vf, rf, int(T), d_head)
         off = np.flatnonzero(~ok)
+        exact = None
         if off.size:  # off the tables: every position's tables (kept for the LayerNorm)
-            y2f[off], yxf[off], *off_nodes = causal_nodes.att_exact(vf[off], rf[off], int(T),
-                                                                     d_head)
+            exact = causal_nodes.att_exact(vf[off], rf[off], int(T), d_head)
+            y2f[off], yxf[off] = exact.y2_mean, exact.yx_mean
         acc[0], acc[1] = y2f.reshape(vb.shape), yxf.reshape(vb.shape)
-        extra = ("tab", vf, rf, yxf, off, *(off_nodes if off.size else (None, None)))
+        extra = causal_nodes.TabulatedNodes(v=vf, rho=rf, yx_mean=yxf, off=off, exact=exact)
     elif not full:  # every position's tables in one pass (:mod:`.causal`), summed in order
-        vb, rb = np.broadcast_arrays(v, rho)
-        vf, rf = vb.ravel(), rb.ravel()
-        y2n, yxn = causal_nodes.node_tables(vf, rf, nodes, d_head)
-        for i, (w, pw) in enumerate(zip(weights, pair, strict=True)):
-            acc[0] = acc[0] + w * y2n[i].reshape(vb.shape)
-            acc[1] = acc[1] + (w * pw) * yxn[i].reshape(vb.shape)
-        extra = (vf, rf, y2n, yxn)
-    for t, w, pw in zip(nodes, weights, pair, strict=True):
+        extra = causal_nodes.att_exact(vf, rf, int(T), d_head)
+        acc[0], acc[1] = extra.y2_mean.reshape(vb.shape), extra.yx_mean.reshape(vb.shape)
+    for t, w, pw in zip(grid.nodes, grid.weights, grid.pair, strict=True):
         if not full:
             break
         if t == 1:  # a single visible key: weight 1 on it
@@ -124,8 +122,9 @@ def attention_stats(sigma_s, rho, T: int, *, d_head: int | None = None, causal: 
     # below the diagonal one, p <= q (the exact harmonic sum of causal_pair_weights differs
     # from the node sum by the node discretisation, which made p > q at small beta).
     return AttentionStats(acc[0], acc[1], acc[2] if full else None, acc[3] if full else None,
-                          np.full(shape, float(np.sum(weights / nodes))),
-                          np.full(shape, float(np.sum(weights * pair / nodes))), extra)
+                          np.full(shape, float(np.sum(grid.weights / grid.nodes))),
+                          np.full(shape, float(np.sum(grid.weights * grid.pair / grid.nodes))),
+                          extra)
 
 
 def uniform_stats(shape, T: int, *, causal: bool = False, asymptotic: bool = False):
@@ -133,8 +132,8 @@ def uniform_stats(shape, T: int, *, causal: bool = False, asymptotic: bool = Fal
     if asymptotic:
         inv = inv_cross = 0.0
     elif causal:
-        nodes, weights, _, inv_cross = causal_grid(int(T))
-        inv = float(np.sum(weights / nodes))
+        grid = causal_grid(int(T))
+        inv, inv_cross = float(np.sum(grid.weights / grid.nodes)), grid.inv_cross
     else:
         inv = inv_cross = 1.0 / T
     arr, cross = np.full(shape, inv), np.full(shape, inv_cross)
@@ -348,31 +347,28 @@ def _ln_fluct_cos_causal(q_z, p_z, qa, pa, bp: BlockParams, st: AttentionStats):
     ratio of averages gives 0.31 at T = 256."""
     b, rho, v = _ln_fluct_inputs(qa, pa, bp)
     a0, c0 = q_z - b * st.y2, p_z - b * st.yx
-    nodes = causal_grid(int(bp.seq_len))[0]
+    nodes = causal_grid(int(bp.seq_len)).nodes
     vb, rb, a0b, bb = np.broadcast_arrays(v, rho, a0, b)
     vf, a0f, bf = vb.ravel(), a0b.ravel(), bb.ravel()
     T = int(bp.seq_len)
     if bp.attention != "uniform" and causal_nodes.TABULATED and T >= 2:
         rf = rb.ravel()
         att = st.nodes
-        if not (att is not None and isinstance(att[0], str) and att[1].shape == vf.shape
-                and np.array_equal(att[1], vf) and np.array_equal(att[2], rf)):
+        if not (isinstance(att, causal_nodes.TabulatedNodes) and att.covers(vf, rf)):
             att = None  # not this block's attention (per-head statistics, another input)
-        yxa = (att[3] if att is not None
+        yxa = (att.yx_mean if att is not None
                else causal_nodes.tabulated_attention(vf, rf, T, bp.d_head)[1])
         p0, p1, ok = causal_nodes.tabulated_ln(vf, rf, a0f, bf, yxa, T, bp.d_head, bp.heads)
         if not ok.all():  # off the tables: the per-position path
             p0, p1 = causal_nodes.ln_off_tables(vf, rf, a0f, bf, p0, p1, ok, T, bp.d_head,
-                                                bp.heads, None if att is None else att[4:])
+                                                bp.heads, att)
         cos = c0 * p0.reshape(vb.shape) + b * p1.reshape(vb.shape)
         cos = np.where(np.isfinite(cos), cos, cos_of(p_z, q_z))  # a vanishing token norm
         return np.minimum(cos, 1.0)
     if bp.attention == "uniform":  # weights 1/t: no spread, r = 1
         y2n = yxn = np.broadcast_to((1.0 / nodes)[:, None], (nodes.size, vf.size))
-    elif (st.nodes is not None and not isinstance(st.nodes[0], str)
-          and st.nodes[0].shape == vf.shape and np.array_equal(st.nodes[0], vf)
-          and np.array_equal(st.nodes[1], rb.ravel())):
-        y2n, yxn = st.nodes[2], st.nodes[3]  # this block's attention already has them
+    elif isinstance(st.nodes, causal_nodes.NodeTables) and st.nodes.covers(vf, rb.ravel()):
+        y2n, yxn = st.nodes.y2, st.nodes.yx  # this block's attention already has them
     else:
         y2n, yxn = causal_nodes.node_tables(vf, rb.ravel(), nodes, bp.d_head)
     # every position at once (:mod:`.causal`); t = 1 (one visible key): Y2 = Yx = 1, r = 1
@@ -431,8 +427,7 @@ def _sink_head_stats(bp: BlockParams, sig, rho, full: bool):
     rh = np.asarray(rho, dtype=np.float64)[..., None]
     rep = attention_stats(sg, rh, bp.seq_len, d_head=bp.d_head, causal=bp.causal,
                           full=full)._replace(nodes=None)
-    y2s, yxs, w2, wx = sink.sink_stats(sg, rh, bp.sink, bp.seq_len, d_head=bp.d_head,
-                                       causal=bp.causal)
+    sk = sink.sink_stats(sg, rh, bp.sink, bp.seq_len, d_head=bp.d_head, causal=bp.causal)
     w = np.ones(sg.shape[-1]) if bp.head_w is None else np.asarray(bp.head_w, dtype=np.float64)
     w = w / np.mean(w)
 
@@ -440,7 +435,7 @@ def _sink_head_stats(bp: BlockParams, sig, rho, full: bool):
         return None if x is None else np.mean(np.asarray(x) * weights, axis=-1)
 
     st = AttentionStats(*(avg(x, w) for x in rep))
-    st = st._replace(y2=avg(y2s, w), yx=avg(yxs, w), w2=avg(w2, w), wx=avg(wx, w))
+    st = st._replace(y2=avg(sk.y2, w), yx=avg(sk.yx, w), w2=avg(sk.w2, w), wx=avg(sk.wx, w))
     return st, AttentionStats(*(avg(x, 1.0) for x in rep))
 
 

@@ -157,6 +157,7 @@ Cold (the first causal diagram of a process, bidirectional warm): 2.7x with the 
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -177,9 +178,22 @@ EXP_BOUND = 2.0
 CAUSAL_POSITIONS = 12
 
 
+@dataclass(frozen=True, kw_only=True)
+class CausalGrid:
+    """The query positions a causal layer is averaged over (:func:`causal_grid`), read-only:
+    ``nodes`` (log-spaced t, the number of visible keys), ``weights`` (the share of the T
+    positions each node stands for), ``pair`` (the pair bracket of
+    :func:`causal_pair_weights` at the nodes) and ``inv_cross`` (``E_pairs[1/b]``)."""
+
+    nodes: np.ndarray
+    weights: np.ndarray
+    pair: np.ndarray
+    inv_cross: float
+
+
 @functools.lru_cache(maxsize=64)
-def causal_grid(T: int, k: int = CAUSAL_POSITIONS) -> tuple:
-    """``(nodes, weights, pair bracket, E_pairs[1/b])`` of :func:`causal_position_nodes` and
+def causal_grid(T: int, k: int = CAUSAL_POSITIONS) -> CausalGrid:
+    """The positions of :func:`.blocks.causal_position_nodes` with the pair weights of
     :func:`causal_pair_weights`, read-only and cached per (T, k): a causal block asked for
     them three times per call (geomspace, unique, a cumsum over T): 0.19 s of the causal
     diagram's 4.2 s under cProfile (~4%)."""
@@ -189,7 +203,7 @@ def causal_grid(T: int, k: int = CAUSAL_POSITIONS) -> tuple:
     pair, inv_cross = causal_pair_weights(T, nodes)
     for a in (nodes, weights, pair):
         a.setflags(write=False)
-    return nodes, weights, pair, inv_cross
+    return CausalGrid(nodes=nodes, weights=weights, pair=pair, inv_cross=inv_cross)
 
 
 def causal_pair_weights(T: int, nodes: np.ndarray) -> tuple[np.ndarray, float]:
@@ -507,7 +521,7 @@ def _ln_exact(v, rho, a0, b, T, d_head, heads, y2n=None, yxn=None):
     """The per-position LayerNorm pair means ``(P0, P1)`` of :func:`.blocks._ln_fluct_cos_causal`
     (softmax rows) for flat entries; ``y2n``, ``yxn``: the node tables if already known."""
 
-    nodes = causal_grid(int(T))[0]
+    nodes = causal_grid(int(T)).nodes
     if y2n is None:
         y2n, yxn = node_tables(v, rho, nodes, d_head)
     n_t = a0 + b * y2n
@@ -518,17 +532,56 @@ def _ln_exact(v, rho, a0, b, T, d_head, heads, y2n=None, yxn=None):
     return pair_means(nodes, m, yxn, T)
 
 
-def att_exact(v, rho, T, d_head):
-    """The attention's position averages ``(Y2, Yx)`` of :func:`.blocks.attention_stats`
-    (causal, per position) for flat entries, and the node tables."""
+@dataclass(frozen=True, kw_only=True)
+class _Entries:
+    """Flat entries ``(v, rho)`` of a causal attention layer whose statistics a record
+    holds; the LayerNorm average of the same block reuses them where its own entries are
+    these (:meth:`covers`)."""
 
-    nodes, weights, pair, _ = causal_grid(int(T))
-    y2n, yxn = node_tables(v, rho, nodes, d_head)
+    v: np.ndarray
+    rho: np.ndarray
+
+    def covers(self, v, rho) -> bool:
+        """Whether the record holds exactly the flat entries ``(v, rho)``."""
+        return (self.v.shape == v.shape and np.array_equal(self.v, v)
+                and np.array_equal(self.rho, rho))
+
+
+@dataclass(frozen=True, kw_only=True)
+class NodeTables(_Entries):
+    """A causal attention layer's per-position statistics (:func:`att_exact`): ``y2``,
+    ``yx`` (nodes x entries) of rows of t keys at each node t of :func:`causal_grid`, and
+    their position averages ``y2_mean``, ``yx_mean`` (per entry)."""
+
+    y2: np.ndarray
+    yx: np.ndarray
+    y2_mean: np.ndarray
+    yx_mean: np.ndarray
+
+
+@dataclass(frozen=True, kw_only=True)
+class TabulatedNodes(_Entries):
+    """A causal attention layer's statistics from the position averages' tables
+    (:func:`tabulated_attention`): ``yx_mean`` (per entry), and the entries ``off`` the
+    tables (indices), which went through the per-position path: their ``exact`` node
+    tables (None when no entry is off)."""
+
+    yx_mean: np.ndarray
+    off: np.ndarray
+    exact: NodeTables | None
+
+
+def att_exact(v, rho, T, d_head) -> NodeTables:
+    """The attention's node tables and position averages of :func:`.blocks.attention_stats`
+    (causal, per position) for flat entries."""
+
+    grid = causal_grid(int(T))
+    y2n, yxn = node_tables(v, rho, grid.nodes, d_head)
     acc2, accx = 0.0, 0.0
-    for i, (w, pw) in enumerate(zip(weights, pair, strict=True)):  # summed in order
+    for i, (w, pw) in enumerate(zip(grid.weights, grid.pair, strict=True)):  # summed in order
         acc2 = acc2 + w * y2n[i]
         accx = accx + (w * pw) * yxn[i]
-    return acc2, accx, y2n, yxn
+    return NodeTables(v=v, rho=rho, y2=y2n, yx=yxn, y2_mean=acc2, yx_mean=accx)
 
 
 def _spline_axes(vals, grids):
@@ -550,10 +603,10 @@ def _att_tables(T: int, d_head):
     u1, u2, xi2 = _ugrid(H_U1), _ugrid(H_U2), np.linspace(0.0, 1.0, N_XI2)
 
     def build():
-        y2 = att_exact(_v_of_u(u1), np.zeros_like(u1), T, d_head)[0]
+        y2 = att_exact(_v_of_u(u1), np.zeros_like(u1), T, d_head).y2_mean
         v = np.broadcast_to(_v_of_u(u2)[:, None], (u2.size, xi2.size))
         rho = rem_tables.rho_of_xi(np.maximum(v, 1e-2), xi2[None, :])
-        yx = att_exact(v.ravel(), rho.ravel(), T, d_head)[1]
+        yx = att_exact(v.ravel(), rho.ravel(), T, d_head).yx_mean
         return {"y2": y2, "yx": yx.reshape(v.shape)}
 
     z = rem_tables.disk_cached(f"{_TAB_VERSION}-att-T{T}-d{d_head}-U{U_SPAN:g}-h{H_U1:g}-"
@@ -578,10 +631,10 @@ def _ln_tables(T: int, d_head, heads: int):
                                        ((np.exp(z3) - 1.0) / (T - 1))[None, None, :])
         rho = rem_tables.rho_of_xi(np.maximum(v, 1e-2), xi)
         vf, rf, af = v.ravel(), rho.ravel(), a.ravel()
-        _, yx, y2n, yxn = att_exact(vf, rf, T, d_head)
-        q0, q1 = _ln_exact(vf, rf, af, 1.0 - af, T, d_head, heads, y2n, yxn)
+        att = att_exact(vf, rf, T, d_head)
+        q0, q1 = _ln_exact(vf, rf, af, 1.0 - af, T, d_head, heads, att.y2, att.yx)
         return {"p0": np.log(p0).reshape(u2.size, z2.size),
-                "g": (q1 / (q0 * yx)).reshape(v.shape)}
+                "g": (q1 / (q0 * att.yx_mean)).reshape(v.shape)}
 
     z = rem_tables.disk_cached(f"{_TAB_VERSION}-ln-T{T}-d{d_head}-h{heads}-U{U_SPAN:g}-"
                                 f"{H_U2:g}-{H_Z2:g}-{H_U3:g}-{N_XI3}-{H_Z3:g}", build)
@@ -639,23 +692,24 @@ def tabulated_ln(v, rho, a0, b, yx, T: int, d_head, heads):
     return p0, p1, ok
 
 
-def ln_off_tables(v, rho, a0, b, p0, p1, ok, T: int, d_head, heads, att_off=None):
+def ln_off_tables(v, rho, a0, b, p0, p1, ok, T: int, d_head, heads,
+                  att: TabulatedNodes | None = None):
     """Fill ``p0``, ``p1`` (in place, returned) where ``ok`` is False with the per-position
-    pair means (:func:`_ln_exact`). ``att_off``: ``(indices, Y2 nodes, Yx nodes)`` of the
-    entries the attention already took through the per-position path (same flat v and rho),
-    whose node tables are reused rather than evaluated again (beyond the tables' v the Yx
-    tables are exact quadrature, ~1 ms per entry and node)."""
+    pair means (:func:`_ln_exact`). ``att``: the attention's statistics of the same flat v
+    and rho, whose node tables of the entries it took through the per-position path are
+    reused rather than evaluated again (beyond the tables' v the Yx tables are exact
+    quadrature, ~1 ms per entry and node)."""
 
     bad = np.flatnonzero(~ok)
-    nodes = causal_grid(int(T))[0]
+    nodes = causal_grid(int(T)).nodes
     y2n, yxn = np.empty((nodes.size, bad.size)), np.empty((nodes.size, bad.size))
     have = np.zeros(bad.size, bool)
-    if att_off is not None and att_off[0].size:
+    if att is not None and att.off.size:
         loc = np.full(v.size, -1)
-        loc[att_off[0]] = np.arange(att_off[0].size)
+        loc[att.off] = np.arange(att.off.size)
         at = loc[bad]
         have = at >= 0
-        y2n[:, have], yxn[:, have] = att_off[1][:, at[have]], att_off[2][:, at[have]]
+        y2n[:, have], yxn[:, have] = att.exact.y2[:, at[have]], att.exact.yx[:, at[have]]
     if not have.all():
         rest = bad[~have]
         y2n[:, ~have], yxn[:, ~have] = node_tables(v[rest], rho[rest], nodes, d_head)

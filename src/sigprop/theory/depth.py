@@ -44,7 +44,7 @@ import numpy as np
 
 from ..spec import ArchSpec, SpecError
 from . import rem
-from .blocks import BlockParams, block_step, cos_of
+from .blocks import AttentionStats, BlockParams, block_step, cos_of
 
 #: largest signal norm q carried unscaled (beyond it the next layer may overflow float64)
 Q_MAX = 1e300
@@ -81,9 +81,21 @@ def overflow_error(spec: ArchSpec, layer: int) -> SpecError:
                      "--sigma-w2 or --depth, or use --norm pre/post")
 
 
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ScaledStep:
+    """One block's output on the scaled state (:func:`step`): ``q`` and ``p`` divided by
+    the scale S where the map is scale-free, ``logs`` = log S, and the block's attention
+    ``stats``."""
+
+    q: np.ndarray
+    p: np.ndarray
+    logs: np.ndarray
+    stats: AttentionStats
+
+
 def step(q, p, logs, bp: BlockParams, mode: str | None, *, asymptotic: bool, full: bool,
-         raw_input: bool = False):
-    """One block on the scaled state: returns ``(q~, p~, log S, stats)``."""
+         raw_input: bool = False) -> ScaledStep:
+    """One block on the scaled state ``(q~, p~, log S)``."""
     scale = 1.0
     if mode == "pre":
         scale = np.exp(-logs)  # underflows to 0 for huge S: the branches are then negligible
@@ -92,7 +104,7 @@ def step(q, p, logs, bp: BlockParams, mode: str | None, *, asymptotic: bool, ful
     if mode is not None:
         f = np.where((q2 > 0) & np.isfinite(q2), q2, 1.0)
         q2, p2, logs = q2 / f, p2 / f, logs + np.log(f)
-    return q2, p2, logs, st
+    return ScaledStep(q=q2, p=p2, logs=logs, stats=st)
 
 
 def _bad(q, mode):
@@ -108,9 +120,9 @@ def _certificates(bp: BlockParams, mode, sig, alp, threshold: float, asymptotic:
     x = np.append(np.linspace(0.0, 1.0, MONO_GRID), threshold)
     grid = dataclasses.replace(bp, sigma_s0=sig[:, None], alpha_attn=alp[:, None])
     p = np.broadcast_to(x, (n, x.size))
-    q2, p2, _, _ = step(np.ones_like(p), p, np.zeros_like(p), grid, mode,
-                        asymptotic=asymptotic, full=False)
-    f = cos_of(p2, q2)
+    out = step(np.ones_like(p), p, np.zeros_like(p), grid, mode, asymptotic=asymptotic,
+               full=False)
+    f = cos_of(out.p, out.q)
     fg = f[:, :-1]
     ok = np.isfinite(f).all(axis=1) & (fg[:, 0] >= -MONO_SLACK) & (fg[:, -1] <= 1 + MONO_SLACK)
     mono = ok & (np.diff(fg, axis=1) >= -MONO_SLACK).all(axis=1)
@@ -193,9 +205,9 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
             elif bpa is None or bpa_n != act.size:  # the active set only ever shrinks
                 bpa = dataclasses.replace(bp, sigma_s0=sig[act], alpha_attn=alp[act])
                 bpa_n = act.size
-            q2, p2, lg2, _ = step(q[act], p[act], logs[act], bpa, mode,
-                                  asymptotic=asymptotic, full=False,
-                                  raw_input=layer == 0 and spec.q0 is not None)
+            out_a = step(q[act], p[act], logs[act], bpa, mode, asymptotic=asymptotic,
+                         full=False, raw_input=layer == 0 and spec.q0 is not None)
+            q2, p2, lg2 = out_a.q, out_a.p, out_a.logs
             bad = _bad(q2, mode) | ~np.isfinite(p2)
             fixed = (q2 == q[act]) & (p2 == p[act]) & ((lg2 == logs[act]) | (mode != "pre"))
             fixed &= not per_layer or layer + 1 >= len(spec.layers)  # later blocks may differ
@@ -250,8 +262,9 @@ def propagate(spec: ArchSpec, rho0: float | None = None, *,
         for layer in range(1, spec.depth + 1):
             if spec.layers is not None:
                 bp = BlockParams.from_spec(spec, layer, ln_fluct=bool(fluctuations))
-            q2, p2, lg2, st = step(q, p, logs, bp, mode, asymptotic=asymptotic, full=True,
-                                   raw_input=layer == 1 and spec.q0 is not None)
+            blk = step(q, p, logs, bp, mode, asymptotic=asymptotic, full=True,
+                       raw_input=layer == 1 and spec.q0 is not None)
+            q2, p2, lg2, st = blk.q, blk.p, blk.logs, blk.stats
             if _bad(q2, mode) or not np.isfinite(p2):
                 raise overflow_error(spec, layer)
             dl = lg2 - logs

@@ -30,13 +30,15 @@ shared-key overlap as ``E[W_a W_c] Yx`` (mass independent of the shape of the ro
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from . import rem_tables
 from .causal import causal_grid, pair_means
 from .rem_finite import chi_nodes, linear_grid, row_terms, score_bracket, tpow
 
-__all__ = ["sink_moments", "sink_stats"]
+__all__ = ["SinkStats", "sink_moments", "sink_stats"]
 
 #: u-nodes of the sink integrals (the range reaches ~30 past the sink logit)
 N_U = 240
@@ -93,15 +95,25 @@ def _pair_mass(w1a, w2a, w1c, w2c, rho):
     return w1a * w1c + rho * sda * sdc
 
 
+@dataclass(frozen=True, kw_only=True)
+class SinkStats:
+    """The moments of a head with a sink that its attention map takes (:func:`sink_stats`):
+    ``y2`` = ``E sum_b w_ab^2``, ``yx`` = ``E sum_b w_ab w_cb`` (rows a != c), ``w2`` = ``E
+    W_a^2`` and ``wx`` = ``E W_a W_c`` (the rows' masses on the keys)."""
+
+    y2: np.ndarray
+    yx: np.ndarray
+    w2: np.ndarray
+    wx: np.ndarray
+
+
 def sink_stats(sigma_s, rho, sink, T: int, *, d_head: int | None = None,
-               causal: bool = False):
+               causal: bool = False) -> SinkStats:
     """What the attention map of a head with a sink needs (docs/theory.md §2.4.3), for scores
-    of std ``sigma_s`` on tokens at cosine ``rho`` (broadcast with ``sink``):
-    ``(y2s, yxs, w2, wx)`` = ``E sum_b w_ab^2``, ``E sum_b w_ab w_cb`` (a != c),
-    ``E W_a^2`` and ``E W_a W_c``. Causal rows: the query at position t sees t keys, so every
-    moment is position-dependent; they are evaluated at the causal nodes of
-    :mod:`.causal` and averaged over positions (pairs a < c: row c's mass on the a shared keys
-    taken as (a/c) of its mass, as in §2.4.1)."""
+    of std ``sigma_s`` on tokens at cosine ``rho`` (broadcast with ``sink``). Causal rows: the
+    query at position t sees t keys, so every moment is position-dependent; they are
+    evaluated at the causal nodes of :mod:`.causal` and averaged over positions (pairs a < c:
+    row c's mass on the a shared keys taken as (a/c) of its mass, as in §2.4.1)."""
     sigma_s = np.asarray(sigma_s, dtype=np.float64)
     rho = np.clip(np.asarray(rho, dtype=np.float64), 0.0, 1.0)
     sigma_s, rho, sink = np.broadcast_arrays(sigma_s, rho, np.asarray(sink, dtype=np.float64))
@@ -110,8 +122,9 @@ def sink_stats(sigma_s, rho, sink, T: int, *, d_head: int | None = None,
         w1, w2, y2s = sink_moments(v, vc, sink, T, d_head)
         wx = _pair_mass(w1, w2, w1, w2, rho)
         yxs = wx * rem_tables.yx_table(T, d_head)(v, rho)
-        return y2s, yxs, w2, wx
-    nodes, weights, _, _ = causal_grid(int(T))
+        return SinkStats(y2=y2s, yx=yxs, w2=w2, wx=wx)
+    grid = causal_grid(int(T))
+    nodes, weights = grid.nodes, grid.weights
     k = nodes.reshape((-1,) + (1,) * v.ndim)
     w1, w2, y2s = sink_moments(v[None], vc[None], sink[None], k, d_head)
     yx = np.stack([np.ones(v.shape) if t < 2 else rem_tables.yx_table(int(t), d_head)(v, rho)
@@ -122,4 +135,4 @@ def sink_stats(sigma_s, rho, sink, T: int, *, d_head: int | None = None,
     tiny = 1e-300  # pair_means works in logs: keep its node values positive
     p0m, p1m = pair_means(nodes, np.maximum(w1, tiny), yx, int(T))
     p0s, p1s = pair_means(nodes, np.maximum(sd, tiny), yx, int(T))
-    return y2s_avg, p1m + rho * p1s, w2_avg, p0m + rho * p0s
+    return SinkStats(y2=y2s_avg, yx=p1m + rho * p1s, w2=w2_avg, wx=p0m + rho * p0s)
