@@ -40,11 +40,14 @@ lint: setup
 	$(BIN)/ruff check src tests benchmarks
 
 # the documentation site (docs/, mkdocs.yml) into site/; the docs extra holds only mkdocs packages
-# (torch is already there from setup). NO_MKDOCS_2_WARNING silences mkdocs-material's
-# end-of-life banner, which is not a build warning; --strict fails on every real one.
+# and latex2mathml (torch is already there from setup). NO_MKDOCS_2_WARNING silences
+# mkdocs-material's end-of-life banner, which is not a build warning; --strict fails on every
+# real one. The formulas are MathML written at build time (docs/hooks/mathml.py), no script:
+# the last line checks that the theory page holds them.
 docs: setup
 	$(BIN)/python -m pip install -q -e '.[docs]'
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict -d site
+	@grep -q '<math xmlns' site/theory/index.html || { echo "docs: no MathML in site/theory/index.html" >&2; exit 1; }
 
 clean:
 	rm -rf $(VENV) $(OUT) .pytest_cache site
