@@ -5,9 +5,10 @@ the leading dimension of every weight of :class:`sigprop.nn.model.SigpropTransfo
 optionally several score scales ``betas`` side by side (slice ``i * seeds + j`` holds beta ``i``,
 seed ``j``; the Q/K draws are the same for every beta, rescaled by ``sqrt(beta)`` as the REM
 initialisation of docs/theory.md §2.1 prescribes). The loss is the sum of the slices' losses, so
-every
-slice gets its own gradient; AdamW and weight decay act elementwise, so each slice behaves as an
-independent run; gradient clipping is applied to each slice's own norm.
+every slice gets its own gradient; AdamW and weight decay act elementwise, so each slice behaves
+as an independent run; gradient clipping is applied to each slice's own norm. The steps are
+those of :func:`sigprop.training.steps.run`, the loop every trainer in sigprop shares; the
+AdamW and the clipping are in :mod:`sigprop.training.optim`.
 
 Optimiser defaults follow gg25 A.1/A.3 (AdamW, linear schedule with warmup ratio 0.05, weight
 decay 0.01 on matrices only (HF's convention: not on biases), gradient norm clipped at 1,
@@ -52,58 +53,20 @@ from torch import Tensor, nn
 
 from ..spec import ArchSpec, SpecError
 from .config import TrainConfig
+from .optim import clip_per_slice, make_optimizer
+from .steps import run, step
 from .task import TaskModel, slice_losses
 
 __all__ = ["TrainResult", "clip_per_slice", "make_optimizer", "save_checkpoint", "train",
            "train_step"]
 
-def clip_per_slice(params: Sequence[nn.Parameter], max_norm: float) -> Tensor:
-    """Scale each slice's gradient (leading dim) to global norm <= ``max_norm``; returns the
-    per-slice norms before clipping."""
-    grads = [p.grad for p in params if p.grad is not None]
-    sq = sum(g.double().square().flatten(1).sum(1) for g in grads)
-    norm = sq.sqrt()
-    if max_norm > 0:
-        factor = (max_norm / (norm + 1e-6)).clamp(max=1.0).to(grads[0].dtype)
-        for g in grads:
-            g.mul_(factor.view(-1, *([1] * (g.dim() - 1))))
-    return norm
-
-
-def make_optimizer(model: nn.Module, config: TrainConfig):
-    """AdamW (decay on matrices only) and HF's linear warmup/decay schedule."""
-    params = [p for p in model.parameters() if p.requires_grad]
-    groups = [{"params": [p for p in params if p.dim() >= 3],
-               "weight_decay": config.weight_decay},
-              {"params": [p for p in params if p.dim() < 3], "weight_decay": 0.0}]
-    groups = [g for g in groups if g["params"]]
-    try:  # the fused kernel (CPU and CUDA) is several times faster than the per-tensor loop
-        opt = torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999), eps=1e-8,
-                                fused=True)
-    except (RuntimeError, TypeError):
-        opt = torch.optim.AdamW(groups, lr=config.lr, betas=(0.9, 0.999), eps=1e-8)
-    warm = math.ceil(config.warmup_ratio * config.steps)
-
-    def factor(step: int) -> float:
-        if step < warm:
-            return (step + 1) / warm
-        return max(0.0, (config.steps - step) / max(1, config.steps - warm))
-
-    return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor), params
-
-
 def train_step(model: TaskModel, config: TrainConfig, x: Tensor, y: Tensor, opt, sched,
                params: Sequence[nn.Parameter]) -> Tensor:
     """One optimiser step of :func:`train` on the batch ``(x, y)``: every slice's loss, the
-    summed loss's backward pass, per-slice gradient clipping, AdamW and the schedule.
-    Returns the per-slice losses (S,)."""
-    losses = slice_losses(model, config.task, x, y)
-    opt.zero_grad(set_to_none=True)
-    losses.sum().backward()
-    clip_per_slice(params, config.max_grad_norm)
-    opt.step()
-    sched.step()
-    return losses
+    summed loss's backward pass, per-slice gradient clipping, AdamW and the schedule
+    (:func:`sigprop.training.steps.step`). Returns the per-slice losses (S,)."""
+    return step(slice_losses(model, config.task, x, y), opt, sched=sched,
+                on_grads=lambda: clip_per_slice(params, config.max_grad_norm))
 
 
 # --------------------------------------------------------------------------------------------
@@ -208,12 +171,57 @@ def check_memory(spec: ArchSpec, config: TrainConfig, *, betas: Sequence[float] 
 
 
 def train_loop(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
-           warn=False, alphas=None) -> TrainResult:
+               warn=False, alphas=None) -> TrainResult:
+    """:func:`train` without its memory check and CPU settings (the trainability grid runs it
+    in each shard's thread): the batches, the task model and its optimiser, trained by
+    :func:`sigprop.training.steps.run` with a :class:`_Record` writing down losses and
+    observables as it goes."""
     from .. import trajectory
     from ..data.batches import Batches
-    from ..measurement.monitor import Monitor
 
     t0 = time.perf_counter()
+    _check_task(spec, config)
+    device = torch.device(config.device)
+    batches = Batches(spec, config, data=data, corpus=corpus)
+    bias = batches.unigram_logp if config.bias_init == "unigram" else None
+    model = TaskModel(spec, config, batches.vocab, betas, head_bias=bias,
+                      alphas=alphas).to(device)
+    opt, sched, params = make_optimizer(model, config)
+    train_gen = torch.Generator().manual_seed(config.seed)
+    record = _Record(spec, config, model, batches, device, _group_keys(betas, alphas), sinks,
+                     warn)
+    tau_at = _temperature(spec, config)
+
+    def losses_at(k: int) -> Tensor:
+        if tau_at is not None:
+            model.set_temperature(tau_at(k))
+        x, y = batches.train_batch(train_gen, device)
+        return slice_losses(model, config.task, x, y)
+
+    def after(k: int, losses: Tensor) -> None:
+        record.after_update(k, losses)
+        if on_step is not None:
+            on_step(k, config.steps)
+
+    if tau_at is not None:
+        model.set_temperature(tau_at(0))
+    record.start()
+    run(losses_at, opt, config.steps, sched=sched, after=after,
+        on_grads=lambda: clip_per_slice(params, config.max_grad_norm))
+    info = {"task": config.task, "data": batches.source, "vocab_size": batches.vocab,
+            "slices": model.n_slices, "device": str(device)}
+    return TrainResult(trajectory.make(record.rows, spec), record.last_train, record.last_eval,
+                       batches.baseline, time.perf_counter() - t0, spec, config,
+                       None if betas is None else [float(b) for b in betas], info,
+                       model if keep_model else None, record.scalar_table(),
+                       record.monitor.events,
+                       None if alphas is None else [float(a) for a in alphas])
+
+
+def _check_task(spec: ArchSpec, config: TrainConfig) -> None:
+    """Refuse (``SpecError``) a task the spec cannot train: ``clm`` needs a causal model,
+    ``mlm`` and ``reverse`` a bidirectional one, the temperature warm-up a spec scaling of
+    ``none`` or ``tau``, ``heaviside`` ``seq_len <= d_model``."""
     if config.task == "clm" and not spec.causal:
         raise SpecError("task", "clm needs a causal model (add --causal)")
     if config.task in ("mlm", "reverse") and spec.causal:
@@ -224,113 +232,126 @@ def train_loop(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
     if config.task == "heaviside" and spec.seq_len > spec.d_model:
         raise SpecError("seq_len", f"heaviside's isometric inputs need seq_len <= d_model="
                                    f"{spec.d_model} (got {spec.seq_len})")
-    device = torch.device(config.device)
-    batches = Batches(spec, config, data=data, corpus=corpus)
-    bias = batches.unigram_logp if config.bias_init == "unigram" else None
-    model = TaskModel(spec, config, batches.vocab, betas, head_bias=bias,
-                      alphas=alphas).to(device)
-    opt, sched, params = make_optimizer(model, config)
-    S = model.n_slices
-    train_gen = torch.Generator().manual_seed(config.seed)
-    log_every, eval_every = config.every("log_every"), config.every("eval_every")
-    measure_every = config.every("measure_every")
-    rows: list[dict] = []
-    scalars: list[dict] = []
-    group = np.arange(S) // config.seeds  # group (beta / alpha point) of every slice
-    keys = _group_keys(betas, alphas)
+
+
+def _temperature(spec: ArchSpec, config: TrainConfig) -> Callable[[int], float] | None:
+    """noci22 C.3's warm-up (TrainConfig docstring): the logit temperature at each step, or
+    None without a warm-up."""
+    if not config.tau_warmup:
+        return None
     tau_final = float(spec.multiplier) if spec.scaling == "tau" else 1.0
+    return lambda k: tau_final * min(1.0, max(k, 1) / config.tau_warmup)
 
-    def tau_at(step: int) -> float:  # noci22 C.3's warm-up (TrainConfig docstring)
-        return tau_final * min(1.0, max(step, 1) / config.tau_warmup)
 
-    def emit(step, observable, layer, per_slice, *, out=rows, **extra):
+class _Record:
+    """What :func:`train_loop` writes down: tidy ``rows`` (train and eval losses, the
+    monitor's observables), ``scalars`` (trained residual strengths, the temperature), the
+    last logged train loss and the last eval loss per slice, each slice group's mean and
+    stderr over its seeds."""
+
+    def __init__(self, spec: ArchSpec, config: TrainConfig, model: TaskModel, batches,
+                 device, keys: list[dict], sinks, warn: bool):
+        from ..measurement.monitor import Monitor
+
+        self.spec, self.config, self.model, self.batches, self.device = (
+            spec, config, model, batches, device)
+        self.keys = keys
+        self.group = np.arange(model.n_slices) // config.seeds  # group of every slice
+        self.rows: list[dict] = []
+        self.scalars: list[dict] = []
+        self.log_every, self.eval_every = config.every("log_every"), config.every("eval_every")
+        self.measure_every = config.every("measure_every")
+        self.acc, self.n_acc = torch.zeros(model.n_slices, dtype=torch.float64), 0
+        self.last_train, self.last_eval = None, None
+        self.monitor = Monitor(model, batches.probe(device), every=self.measure_every,
+                               measure=self.trace_rows, grads=False, warn=warn, sinks=sinks,
+                               keep=False, group_by=tuple(keys[0]), rho_max=spec.rho_max)
+
+    def emit(self, step: int, observable: str, layer: int, per_slice, *, out=None, **extra):
+        """One row per slice group (into ``out``, default ``rows``)."""
+        out = self.rows if out is None else out
         per_slice = np.asarray(per_slice, dtype=np.float64)
-        for gi, key in enumerate(keys):
-            m, e = mean_err(per_slice[group == gi])
+        for gi, key in enumerate(self.keys):
+            m, e = mean_err(per_slice[self.group == gi])
             out.append(dict(layer=layer, observable=observable, source="measured", value=m,
                             stderr=e, step=step, **key, **extra))
 
-    def evaluate(step):
-        # pooled over the eval set (each batch's mean weighted by its labelled positions, or
-        # elements for heaviside), the same pooling as the baseline: an unweighted mean of
-        # batch means differs from it (measured: 0.024 nats for a unigram predictor on 8
-        # batches of 8 sequences of 16 tokens, whose label counts vary)
+    def start(self) -> None:
+        """Step 0: the eval loss and the observables at initialisation."""
+        self.last_eval = self.evaluate(0)
+        self.measure(0)
+
+    def after_update(self, step: int, losses: Tensor) -> None:
+        """After update ``step`` with the losses it saw: the train loss averaged since the
+        last log, the eval loss and the observables when they are due."""
+        self.acc += losses.double().cpu()
+        self.n_acc += 1
+        last = step == self.config.steps
+        if step % self.log_every == 0 or last:
+            train = (self.acc / self.n_acc).numpy()
+            self.last_train = np.where(np.isfinite(train), train, np.nan)
+            self.emit(step, "loss", self.spec.depth, self.last_train, split="train")
+            self.acc.zero_()
+            self.n_acc = 0
+        if step % self.eval_every == 0 or last:
+            self.last_eval = self.evaluate(step)
+        self.measure(step)
+
+    def evaluate(self, step: int) -> np.ndarray:
+        """The eval loss per slice, pooled over the eval set (each batch's mean weighted by
+        its labelled positions, or elements for heaviside), the same pooling as the baseline:
+        an unweighted mean of batch means differs from it (measured: 0.024 nats for a
+        unigram predictor on 8 batches of 8 sequences of 16 tokens, whose label counts
+        vary)."""
         from ..data.collate import IGNORE
 
+        model = self.model
         model.eval()
         with torch.no_grad():
-            tot, n = torch.zeros(S, dtype=torch.float64), 0
-            for x, y in batches.eval_batches(device):
-                w = y.numel() if config.task == "heaviside" else int((y != IGNORE).sum())
+            tot, n = torch.zeros(model.n_slices, dtype=torch.float64), 0
+            for x, y in self.batches.eval_batches(self.device):
+                w = y.numel() if self.config.task == "heaviside" else int((y != IGNORE).sum())
                 if w == 0:
                     continue
-                tot += slice_losses(model, config.task, x, y).double().cpu() * w
+                tot += slice_losses(model, self.config.task, x, y).double().cpu() * w
                 n += w
             ev = (tot / max(n, 1)).numpy()
-        emit(step, "loss", spec.depth, ev, split="eval")
+        self.emit(step, "loss", self.spec.depth, ev, split="eval")
         model.train()
         return ev
 
-    def trace_rows(m, x):  # the monitor's measurement: emit()'s rows (it sets their step)
+    def trace_rows(self, m: TaskModel, x: Tensor):
+        """The monitor's measurement: :meth:`emit`'s rows (the monitor sets their step)."""
         import pandas as pd
 
         out: list[dict] = []
-        _measure_rows(m, x, lambda s, name, layer, v: emit(s, name, layer, v, out=out), 0)
+        _measure_rows(m, x, lambda s, name, layer, v: self.emit(s, name, layer, v, out=out), 0)
         return pd.DataFrame(out)
 
-    monitor = Monitor(model, batches.probe(device), every=measure_every, measure=trace_rows,
-                      grads=False, warn=warn, sinks=sinks, keep=False,
-                      group_by=tuple(keys[0]), rho_max=spec.rho_max)
-
-    def measure(step):
-        if measure_every and (step % measure_every == 0 or step == config.steps):
-            rows.extend(monitor(step, force=True).to_dict("records"))
-            if config.train_alpha:
-                for name in ("alpha_attn", "alpha_mlp"):
-                    vals = getattr(model, name).detach().double().cpu().numpy()
-                    for layer in range(spec.depth):
-                        emit(step, name, layer + 1, vals[:, layer], out=scalars)
-            if config.tau_warmup:
-                emit(step, "tau", 0, np.full(S, model.tau), out=scalars)
-
-    if config.tau_warmup:
-        model.set_temperature(tau_at(0))
-    final_eval = evaluate(0)
-    measure(0)
-    acc, n_acc, last_train = torch.zeros(S, dtype=torch.float64), 0, None
-    for step in range(1, config.steps + 1):
+    def measure(self, step: int) -> None:
+        """The monitor's observables and the trained scalars, every ``measure_every`` steps
+        and at the last."""
+        every, config = self.measure_every, self.config
+        if not (every and (step % every == 0 or step == config.steps)):
+            return
+        self.rows.extend(self.monitor(step, force=True).to_dict("records"))
+        if config.train_alpha:
+            for name in ("alpha_attn", "alpha_mlp"):
+                vals = getattr(self.model, name).detach().double().cpu().numpy()
+                for layer in range(self.spec.depth):
+                    self.emit(step, name, layer + 1, vals[:, layer], out=self.scalars)
         if config.tau_warmup:
-            model.set_temperature(tau_at(step))
-        x, y = batches.train_batch(train_gen, device)
-        losses = train_step(model, config, x, y, opt, sched, params)
-        acc += losses.detach().double().cpu()
-        n_acc += 1
-        if step % log_every == 0 or step == config.steps:
-            last_train = (acc / n_acc).numpy()
-            if not np.all(np.isfinite(last_train)):
-                last_train = np.where(np.isfinite(last_train), last_train, np.nan)
-            emit(step, "loss", spec.depth, last_train, split="train")
-            acc.zero_()
-            n_acc = 0
-        if step % eval_every == 0 or step == config.steps:
-            final_eval = evaluate(step)
-        measure(step)
-        if on_step is not None:
-            on_step(step, config.steps)
-    traj = trajectory.make(rows, spec)
-    info = {"task": config.task, "data": batches.source, "vocab_size": batches.vocab,
-            "slices": S, "device": str(device)}
-    table = None
-    if scalars:
+            self.emit(step, "tau", 0, np.full(self.model.n_slices, self.model.tau),
+                      out=self.scalars)
+
+    def scalar_table(self):
+        """``scalars`` as :attr:`TrainResult.scalars`' table, or None when empty."""
+        if not self.scalars:
+            return None
         import pandas as pd
 
-        table = pd.DataFrame(scalars).drop(columns=["source"]).rename(
+        return pd.DataFrame(self.scalars).drop(columns=["source"]).rename(
             columns={"observable": "name"})
-    return TrainResult(traj, last_train, final_eval, batches.baseline,
-                       time.perf_counter() - t0, spec, config,
-                       None if betas is None else [float(b) for b in betas], info,
-                       model if keep_model else None, table, monitor.events,
-                       None if alphas is None else [float(a) for a in alphas])
 
 
 def _group_keys(betas, alphas) -> list[dict]:
