@@ -1,0 +1,134 @@
+"""The result of :func:`~sigprop.analysis.diagnose.diagnose`: :class:`Diagnosis`, and its JSON
+form (:func:`to_json`, the ``sigprop diagnose --format json`` output) with the per-head tables
+the reports show (:func:`head_extremes`, :func:`per_head`).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..spec import ArchSpec
+from .model_theory import measured_q0
+from .result import Result
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from ..models.arch import HFInfo
+
+
+@dataclass
+class Diagnosis(Result):
+    """A model measured layer by layer with the theory of its ArchSpec beside it:
+    ``trajectory`` (theory + measured rows), ``heads`` (per layer and head), ``verdict``, the
+    first failing layer and heads, ``recommendations`` with their predicted effect, ``notes``
+    on what the theory does not cover."""
+
+    model: str
+    spec: ArchSpec
+    info: HFInfo
+    trajectory: pd.DataFrame
+    heads: pd.DataFrame
+    derived: dict
+    verdict: str
+    first_failing_layer: int | None
+    failing_heads: list[int]
+    recommendations: list[dict]
+    rho0: float
+    seconds: float
+    trained: bool = False
+    notes: list[str] = field(default_factory=list)
+    seeds: int = 0  # initialisations measured (1 for a folder's trained weights)
+    sequences: int = 0  # sequences per initialisation
+    seed: int = 0  # first seed
+    #: where the measured weights came from: ``"init"`` (the model's own init under ``seed``),
+    #: ``"folder"`` (a model folder's weight files) or ``"module"`` (the nn.Module given)
+    weights: str = "init"
+    #: the measured stack: ``"encoder"`` (every single-stack model) or ``"decoder"``
+    stack: str = "encoder"
+    #: per block: beta (RMS over heads, from the weights), rho_in, beta_c, their ratio, the
+    #: heads above beta_c (docs/theory.md §2.8); empty for a measured-only diagnosis
+    layers: list[dict] = field(default_factory=list)
+    #: the measured block list's qualified name (``encoder.layer``, ``model.language_model.
+    #: layers`` of a composite model ...)
+    stack_path: str = ""
+    #: ``stack="decoder"``: the decoder blocks' cross-attention statistics (measured rows,
+    #: per layer: ipr, ipr_cross, entropy, wmax, sigma_s over the encoder positions), else None
+    cross: Any = None
+
+    @property
+    def embed_q(self) -> float | None:
+        """The first block's input squared norm per dimension as measured (mean over the
+        seeds), None when not measured: the unit of a pre-LN spec's branch variances."""
+        return measured_q0(self.trajectory)
+
+
+def head_extremes(heads) -> list[dict]:
+    """Per layer: the heads with the lowest and highest attention entropy."""
+    ent = heads[(heads.observable == "entropy") & np.isfinite(heads["value"].astype(float))]
+    out = []
+    for layer, g in ent.groupby("layer"):
+        i, j = g["value"].idxmin(), g["value"].idxmax()
+        out.append({"layer": int(layer), "min_entropy_head": int(g.loc[i, "head"]),
+                    "min_entropy": float(g.loc[i, "value"]),
+                    "max_entropy_head": int(g.loc[j, "head"]),
+                    "max_entropy": float(g.loc[j, "value"])})
+    return out
+
+
+def per_head(d: Diagnosis) -> list[dict]:
+    """One entry per layer and head: ``sigma_s`` (from the weights), ``beta``,
+    ``beta_over_beta_c`` (beta_c of the layer's theory input cosine), the measured
+    ``sigma_s_measured``, ``entropy``, ``ipr``, and the entropy floors from the weights
+    ``entropy_bound`` / ``entropy_bound_centred`` (None where not available)."""
+    h = d.heads
+    if h is None or not len(h):
+        return []
+    key = h["observable"] + ":" + h["source"]
+    wide = h.assign(key=key).pivot_table(index=["layer", "head"], columns="key",
+                                         values="value", aggfunc="first")
+    logt = math.sqrt(math.log(d.spec.seq_len))
+    bc = {r["layer"]: r["beta_c"] for r in d.layers}
+    out = []
+    for (layer, head), row in wide.iterrows():
+        def get(k, row=row):
+            v = row.get(k)
+            return None if v is None or not np.isfinite(v) else float(v)
+
+        sig = get("sigma_s:weights")
+        beta = None if sig is None else sig / logt
+        c = bc.get(int(layer))
+        out.append({"layer": int(layer), "head": int(head), "sigma_s": sig, "beta": beta,
+                    "beta_over_beta_c": None if beta is None or c is None else beta / c,
+                    "sigma_s_measured": get("sigma_s:measured"),
+                    "entropy": get("entropy:measured"), "ipr": get("ipr:measured"),
+                    "entropy_bound": get("entropy_bound:bound"),
+                    "entropy_bound_centred": get("entropy_bound_centred:bound")})
+    return out
+
+
+def to_json(d: Diagnosis, *, timing: bool = True) -> dict:
+    """The diagnosis as the CLI's JSON; ``timing=False`` leaves out the wall-clock
+    ``seconds`` (same seed -> byte-identical output)."""
+    from .. import trajectory
+
+    out = {"model": d.model, "spec": d.spec.to_dict(), "derived": d.derived,
+            "architecture": d.info.to_dict() if hasattr(d.info, "to_dict") else {},
+            "rows": trajectory.to_rows(d.trajectory), "heads": head_extremes(d.heads),
+            "verdict": d.verdict, "first_failing_layer": d.first_failing_layer,
+            "failing_heads": d.failing_heads, "recommendations": d.recommendations,
+            "rho0": d.rho0, "trained_weights": d.trained, "notes": d.notes,
+            "seeds": d.seeds, "sequences": d.sequences, "seed": d.seed,
+            "weights": d.weights, "stack": d.stack, "stack_path": d.stack_path,
+            "layers": d.layers,
+            "cross_attention": [] if d.cross is None else trajectory.to_rows(d.cross),
+            "per_head": per_head(d),
+            "seconds": d.seconds, "n_layers_measured": int(np.sum(
+                (d.trajectory.source == "measured") & (d.trajectory.observable == "ipr")))}
+    if not timing:
+        del out["seconds"]
+    return out
