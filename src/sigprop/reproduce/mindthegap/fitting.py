@@ -1,4 +1,4 @@
-"""The self-contained training loop behind mindthegap's Figs. 8(a), 8(b) and 12
+"""The training behind mindthegap's Figs. 8(a), 8(b) and 12
 (docs/reproduce/mindthegap_training_figs.md; the items are in :mod:`.training`).
 
 All three fit an attention-only transformer to the entrywise Heaviside of isometric inputs
@@ -16,11 +16,12 @@ attention ``A_l`` is key-query softmax ``softmax(X W^Q (X W^K)^T / sqrt(d))`` wi
 Random Markov matrix ``softmax(B)`` with i.i.d. ``N(0, s^2)`` ``B``, ``e^(s^2) - 1 =
 sigma_A^2`` ("A"); gap removed: ``A - 11^T / T`` at every step (Eq. 9).
 
-The training loop is self-contained (:func:`fit`): every learning rate and seed of a variant
-trains side by side as slices of one batched model, with Adam written out elementwise so that
-each slice has its own learning rate (torch's Adam takes one per parameter group); the slices
-never interact. Seed ``j`` fixes the data and the standard-normal draws of every weight, shared
-by all variants and learning rates, so variants are compared on paired draws.
+:func:`fit` trains every learning rate and seed of a variant side by side as slices of one
+batched model, in sigprop's training loop (:func:`sigprop.training.steps.run`) with
+:class:`sigprop.training.optim.SliceAdam`, Adam with one learning rate per slice (torch's Adam
+takes one per parameter group); the slices never interact. Seed ``j`` fixes the data and the
+standard-normal draws of every weight, shared by all variants and learning rates, so variants
+are compared on paired draws.
 """
 
 from __future__ import annotations
@@ -35,6 +36,8 @@ import torch
 
 from ...measurement.observables import mean_cos
 from ...theory import spectral as sp
+from ...training.optim import SliceAdam
+from ...training.steps import run
 from .. import args
 from ..core import Check, one_thread
 from .common import new_axes, sub, tokens
@@ -132,36 +135,33 @@ def fit(variant: Variant, X: np.ndarray, Y: np.ndarray, *, depth: int, lrs: Sequ
     p = {k: t.to(device=dev, dtype=dt).requires_grad_(True) for k, t in p.items()}
     Xt = torch.as_tensor(X, dtype=dt, device=dev)
     Yt = torch.as_tensor(Y, dtype=dt, device=dev)
-    lr = torch.as_tensor(np.asarray(lrs, dtype=np.float64), dtype=dt, device=dev)
-    params = list(p.values())
-    m1 = [torch.zeros_like(q) for q in params]
-    m2 = [torch.zeros_like(q) for q in params]
-    b1, b2, eps = 0.9, 0.999, 1e-8
-    losses = []
     with torch.no_grad():
         out, A1 = forward(p, Xt, variant, depth, skip, T, keep_first=True)
         sigma_A = (T * A1[0]).double().std(dim=(-2, -1)).mean(dim=-1).cpu().numpy()
         s = torch.linalg.svdvals(out[0].double())
         sr_excess = ((s[..., 1:] / s[..., :1]) ** 4).sum(-1).mean(-1).cpu().numpy()
         cos = mean_cos(out[0].double()).mean(-1).cpu().numpy()
-    for t in range(steps + 1):
-        out, _ = forward(p, Xt, variant, depth, skip, T)
-        loss = (out - Yt).square().mean(dim=(-3, -2, -1))  # (R, S)
-        losses.append(loss.detach())
-        if t == steps:
-            break
-        grads = torch.autograd.grad(loss.sum(), params)
-        with torch.no_grad():
-            c1, c2 = 1.0 - b1 ** (t + 1), 1.0 - b2 ** (t + 1)
-            for q, g, a, b in zip(params, grads, m1, m2, strict=True):
-                g = torch.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0)
-                a.mul_(b1).add_(g, alpha=1 - b1)
-                b.mul_(b2).addcmul_(g, g, value=1 - b2)
-                step = (a / c1) / ((b / c2).sqrt() + eps)
-                q.sub_(lr.view(1, R, *([1] * (q.dim() - 2))) * step)
+
+    def losses_at(_step: int = 0) -> torch.Tensor:  # (R, S)
+        return (forward(p, Xt, variant, depth, skip, T)[0] - Yt).square().mean(dim=(-3, -2, -1))
+
+    params = list(p.values())
+    opt = SliceAdam(params, lr=torch.as_tensor(np.asarray(lrs, dtype=np.float64)), dim=1)
+    losses: list[torch.Tensor] = []
+    run(losses_at, opt, steps, on_grads=lambda: _zero_nonfinite(params),
+        after=lambda _k, loss: losses.append(loss))
+    with torch.no_grad():
+        losses.append(losses_at())
     loss = torch.stack(losses, dim=-1).double().cpu().numpy()
     return {"loss": np.where(np.isfinite(loss), loss, np.nan), "sigma_A": sigma_A,
             "sr_excess": sr_excess, "cos": cos}
+
+
+def _zero_nonfinite(params: Sequence[torch.Tensor]) -> None:
+    """Count a non-finite gradient entry as 0 (a diverging run then stops moving instead of
+    turning every weight into NaN)."""
+    for q in params:
+        torch.nan_to_num_(q.grad, nan=0.0, posinf=0.0, neginf=0.0)
 
 
 # ---------------------------------------------------------------------------------------------
