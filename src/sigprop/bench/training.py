@@ -19,8 +19,8 @@ Figures, each pair timed in the same call:
   lr 2e-3, the unigram readout bias) on the 1-layer acceptance model (d = T = 64, beta 0.5;
   the CLI's bare default model, BERT-base at T = 512, needs ~35 GB and is refused on a
   small machine) inside :func:`sigprop.training.loop.train` against a bare step of the
-  same model (forward, backward, AdamW; no clipping, schedule, loss bookkeeping): the
-  loop's own overhead.
+  same model (forward, backward, AdamW: :func:`sigprop.training.steps.step` without
+  clipping or schedule, and no loss bookkeeping): the loop's own overhead.
 
 ``quick``: a 2-layer d = 16 model on a 2 x 2 grid, 6 steps (seconds; the test suite).
 """
@@ -91,6 +91,7 @@ def _train_step(size: str, device: str, repeat: int) -> tuple[float, float]:
     from ..spec import ArchSpec
     from ..training.config import TrainConfig
     from ..training.loop import train
+    from ..training.steps import step
     from ..training.task import TaskModel, slice_losses
 
     steps = QUICK_STEPS if size == "quick" else DEFAULT_STEPS
@@ -118,9 +119,7 @@ def _train_step(size: str, device: str, repeat: int) -> tuple[float, float]:
         batches = [b.train_batch(gen, dev) for _ in range(repeat + 1)]
 
         def bare(x, y):
-            opt.zero_grad(set_to_none=True)
-            slice_losses(model, cfg.task, x, y).sum().backward()
-            opt.step()
+            step(slice_losses(model, cfg.task, x, y), opt)
 
         bare(*batches[0])
         sync()
