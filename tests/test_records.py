@@ -30,17 +30,10 @@ ALLOWED: dict[str, str] = {
                                                             "refactored",
     "analysis/longctx_model/model.py::build_model": "owner: helper C, being refactored",
     "analysis/longctx_model/rotary.py::match_rope": "owner: helper C, being refactored",
-    "reproduce/gg25/temperature.py::qk_weights": "owner: helper A, being refactored",
-    "reproduce/noci22/input_gradient.py::eq8_data <- input_grad_terms": "owner: helper A, "
-                                                                        "being refactored",
-    "reproduce/noci22/input_gradient.py::eq8_data <- input_jacobian_pieces": "owner: helper "
-                                                                             "A, being "
-                                                                             "refactored",
-    "reproduce/noci22/jacobians.py::input_grad_terms": "owner: helper A, being refactored",
-    "reproduce/noci22/jacobians.py::input_jacobian_pieces": "owner: helper A, being refactored",
-    "theory/blocks.py::finite_stats": "(y2, yx, entropy, wmax) of rows of n keys: "
-                                      "analysis/longctx_model.py (helper C) iterates the "
-                                      "tuple in this order; a record once it reads fields",
+    "theory/attention.py::finite_stats": "(y2, yx, entropy, wmax) of rows of n keys: "
+                                         "analysis/longctx_model/theory.py (helper C) "
+                                         "iterates the tuple in this order; a record once "
+                                         "it reads the fields by name",
 }
 
 

@@ -1,19 +1,20 @@
-"""The vectorised causal path (:mod:`sigprop.theory.causal`) against the per-position path it
-replaced, kept here as the reference: every position's table called on its own (the
-single-table evaluators of :mod:`sigprop.theory.rem_tables` and :mod:`sigprop.theory.fluct`)
-and the bin-by-bin pair sums of :func:`sigprop.theory.fluct.causal_pair_means`; then the
-position-averaged tables (``causal.TABULATED``, the module docstring's fourth step) against
+"""The vectorised causal path (:mod:`sigprop.theory.causal_positions`) against the
+per-position path it replaced, kept here as the reference: every position's table called on
+its own (the single-table evaluators of :mod:`sigprop.theory.rem_tables` and
+:mod:`sigprop.theory.fluct`) and the bin-by-bin pair sums of
+:func:`sigprop.theory.fluct.causal_pair_means`; then the position-averaged tables
+(:mod:`sigprop.theory.causal`, ``causal.TABULATED``, its docstring's fourth step) against
 that per-position path, and against simulation.
 
 Tolerances. The tables are evaluated with the same arithmetic, so they agree to roundoff
 (1e-13 relative). The pair sums on virtual bins carry an interpolation error bounded by 6e-11
-of each sum (module docstring of :mod:`.causal`; measured ~1e-15); through a stack of blocks
-the final cosines and the predict rows are held to 1e-9, far inside the 1e-6 the speed issue
-allows (measured: <= 7e-15 on the diagram's own grid). Those tests run the per-position path
-(``causal.TABULATED = False``, fixture ``per_position``), which stays the code path off the
-tables. The position-averaged tables are splines through that path's values, so they carry an
-interpolation error of their own: bounds stated at each test (module docstring of :mod:`.causal`,
-fourth step)."""
+of each sum (module docstring of :mod:`.causal_positions`; measured ~1e-15); through a stack
+of blocks the final cosines and the predict rows are held to 1e-9, far inside the 1e-6 the
+speed issue allows (measured: <= 7e-15 on the diagram's own grid). Those tests run the
+per-position path (``causal.TABULATED = False``, fixture ``per_position``), which stays the
+code path off the tables. The position-averaged tables are splines through that path's
+values, so they carry an interpolation error of their own: bounds stated at each test (module
+docstring of :mod:`.causal`, fourth step)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ import pytest
 
 from sigprop.spec import ArchSpec
 from sigprop.theory import blocks, causal, depth, diagram, fluct, rem, rem_tables
+from sigprop.theory import causal_positions as positions
 
 
 def _old_ln_fluct_cos_causal(q_z, p_z, qa, pa, bp, st):
@@ -125,14 +127,14 @@ def test_node_tables_equal_single_tables():
     rho = np.linspace(0.0, 1.0, v.size)
     for T, d, h in ((128, 1024, 1), (512, 64, 12)):  # tables the other tests build too
         nodes, _ = blocks.causal_position_nodes(T)
-        y2, yx = causal.node_tables(v, rho, nodes, d)
+        y2, yx = positions.node_tables(v, rho, nodes, d)
         for i, t in enumerate(nodes):
             ref2 = rem.y2_table(int(t), d)(v) if t > 1 else 1.0
             refx = rem.yx_table(int(t), d)(v, rho) if t > 1 else 1.0
             np.testing.assert_allclose(y2[i], ref2, rtol=1e-13, atol=0)
             np.testing.assert_allclose(yx[i], refx, rtol=1e-13, atol=0)
         kappa = np.linspace(-0.1, 1.1, nodes.size * v.size).reshape(nodes.size, v.size)
-        r = causal.ln_nodes(v, kappa, nodes, d, h)
+        r = positions.ln_nodes(v, kappa, nodes, d, h)
         for i, t in enumerate(nodes):
             ref = fluct.ln_factor(v, kappa[i], int(t), d, h) if t > 1 else 1.0
             np.testing.assert_allclose(r[i], ref, rtol=1e-13, atol=0)
@@ -140,7 +142,7 @@ def test_node_tables_equal_single_tables():
 
 @pytest.mark.parametrize("T", [2, 3, 100, 512, 4096])
 def test_pair_means_virtual_bins_match_bin_sums(T):
-    """Random node values with adjacent log-ratios up to and past :data:`causal.EXP_BOUND`
+    """Random node values with adjacent log-ratios up to and past :data:`positions.EXP_BOUND`
     (the larger take the exact bin sums), NaN and zero entries (exact path as well)."""
     rng = np.random.default_rng(T)
     nodes, _ = blocks.causal_position_nodes(T)
@@ -150,14 +152,14 @@ def test_pair_means_virtual_bins_match_bin_sums(T):
     yx = (1.0 / nodes)[:, None] ** rng.uniform(0.0, 2.5, e) * np.exp(
         rng.normal(0.0, 0.3, (nodes.size, e)))
     m[0, :3], yx[-1, 3:5] = np.nan, 0.0
-    new, old = causal.pair_means(nodes, m, yx, T), fluct.causal_pair_means(nodes, m, yx, T)
+    new, old = positions.pair_means(nodes, m, yx, T), fluct.causal_pair_means(nodes, m, yx, T)
     for a, b in zip(new, old, strict=True):
         assert np.array_equal(np.isnan(a), np.isnan(b))
         np.testing.assert_allclose(a, b, rtol=1e-10, atol=0)
 
 
 def test_chunks_do_not_change_the_result(monkeypatch):
-    """:data:`causal.CHUNK` splits the entries into independent passes: the same values
+    """:data:`positions.CHUNK` splits the entries into independent passes: the same values
     (to BLAS summation order, 1e-14 relative) in one pass and in chunks of 7."""
     T, d, h = 512, 64, 12
     rng = np.random.default_rng(5)
@@ -170,11 +172,11 @@ def test_chunks_do_not_change_the_result(monkeypatch):
     yx = (1.0 / nodes)[:, None] ** rng.uniform(0.0, 1.5, e)
 
     def run():
-        return (*causal.node_tables(v, rho, nodes, d), causal.ln_nodes(v, kappa, nodes, d, h),
-                *causal.pair_means(nodes, m, yx, T))
+        return (*positions.node_tables(v, rho, nodes, d),
+                positions.ln_nodes(v, kappa, nodes, d, h), *positions.pair_means(nodes, m, yx, T))
 
     one = run()
-    monkeypatch.setattr(causal, "CHUNK", 7)
+    monkeypatch.setattr(positions, "CHUNK", 7)
     for a, b in zip(run(), one, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-14, atol=0)
 
@@ -185,7 +187,7 @@ def test_pair_plan_covers_every_bin_once(T):
     every position bin once: their count weights sum to T and to the bins' own in-bin pair
     counts; smooth node values give the bin sums to 1e-12."""
     nodes, _ = blocks.causal_position_nodes(T)
-    pl = causal._plan(T, tuple(nodes.tolist()), causal.VIRTUAL)
+    pl = positions._plan(T, tuple(nodes.tolist()), positions.VIRTUAL)
     g, n = fluct.position_bins(T)
     assert pl["bwa"].sum() + pl["wa"].sum() == pytest.approx(T, rel=1e-13)
     assert pl["bwe"].sum() + pl["we"].sum() == pytest.approx(0.5 * (n * (n - 1)).sum(),
@@ -193,7 +195,7 @@ def test_pair_plan_covers_every_bin_once(T):
     assert np.all(np.diff(pl["bseg"]) >= 0) and pl["bseg"].size <= g.size
     m = nodes[:, None] ** np.array([-0.5, -0.3, 0.0, 0.2])
     yx = np.broadcast_to((1.0 / nodes)[:, None], m.shape)
-    for a, b in zip(causal.pair_means(nodes, m, yx, T),
+    for a, b in zip(positions.pair_means(nodes, m, yx, T),
                     fluct.causal_pair_means(nodes, m, yx, T), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-12, atol=0)
 
@@ -208,7 +210,7 @@ def test_node_tables_hostile_inputs(T, per_position):
     v = np.concatenate([[0.0, 1e-300, 1e-8], np.geomspace(1e-4, 1e3, 12), [2e4, 1e7]])
     rho = np.resize([0.0, 1e-12, 0.5, 1.0 - 1e-12, 1.0], v.size)
     nodes, _ = blocks.causal_position_nodes(T)
-    y2, yx = causal.node_tables(v, rho, nodes, d)
+    y2, yx = positions.node_tables(v, rho, nodes, d)
     for i, t in enumerate(nodes):
         if t > 1:
             np.testing.assert_allclose(y2[i], rem.y2_table(int(t), d)(v), rtol=1e-13, atol=0)

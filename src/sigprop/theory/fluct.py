@@ -169,7 +169,7 @@ def ln_factor_table(T: int, d_head: int | None = None, heads: int = 1
         out = np.maximum(spl(lv, kappa.ravel()), 1.0)
         return out.reshape(shape)
 
-    f.coef = coef  # for :mod:`.causal` (all positions' tables on one grid at once)
+    f.coef = coef  # for :mod:`.causal_positions` (all positions' tables on one grid at once)
     return f
 
 

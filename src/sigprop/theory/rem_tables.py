@@ -191,7 +191,7 @@ def _table1d(kind: str, T: float, d_head: int | None, lmax: float = _LMAX):
             out[high] = 1.0 - (1.0 - p[-1]) * np.sqrt(np.exp(lv[-1]) / v[high])
         return (y0 + (at_inf - y0) * out).reshape(shape)
 
-    # the pieces :mod:`.causal` needs to evaluate many T's tables on one grid at once
+    # the pieces :mod:`.causal_positions` needs to evaluate many T's tables on one grid at once
     f.parts = {"lv": lv, "coef": coef, "p0": p[0], "dp": dp, "power": power, "y0": y0,
                "at_inf": at_inf, "lmax": lmax}
     return f

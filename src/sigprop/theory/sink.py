@@ -35,7 +35,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import rem_tables
-from .causal import causal_grid, pair_means
+from .causal_positions import causal_grid, pair_means
 from .rem_finite import chi_nodes, linear_grid, row_terms, score_bracket, tpow
 
 __all__ = ["SinkStats", "sink_moments", "sink_stats"]
@@ -112,8 +112,9 @@ def sink_stats(sigma_s, rho, sink, T: int, *, d_head: int | None = None,
     """What the attention map of a head with a sink needs (docs/theory.md §2.4.3), for scores
     of std ``sigma_s`` on tokens at cosine ``rho`` (broadcast with ``sink``). Causal rows: the
     query at position t sees t keys, so every moment is position-dependent; they are
-    evaluated at the causal nodes of :mod:`.causal` and averaged over positions (pairs a < c:
-    row c's mass on the a shared keys taken as (a/c) of its mass, as in §2.4.1)."""
+    evaluated at the causal nodes of :mod:`.causal_positions` and averaged over positions
+    (pairs a < c: row c's mass on the a shared keys taken as (a/c) of its mass, as in
+    §2.4.1)."""
     sigma_s = np.asarray(sigma_s, dtype=np.float64)
     rho = np.clip(np.asarray(rho, dtype=np.float64), 0.0, 1.0)
     sigma_s, rho, sink = np.broadcast_arrays(sigma_s, rho, np.asarray(sink, dtype=np.float64))
