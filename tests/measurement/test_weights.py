@@ -205,13 +205,13 @@ def test_head_spread_theory_matches_simulation():
 
 @pytest.mark.parametrize("shape", [(3072, 768), (64, 20000)])
 def test_column_sums_of_squares_in_float32_are_within_1e_6_of_float64(shape):
-    """``_col_sq`` accumulates in float32 (no squared copy): against the float64 sum, within
+    """``col_sq`` accumulates in float32 (no squared copy): against the float64 sum, within
     1e-6 relative on a bert-base MLP map and on a 20,000-wide column count (the claimed
     tolerance: far below a one-draw variance's sampling noise, sqrt(2 / rows) >= 1e-2 here)."""
-    from sigprop.measurement.weights import _col_sq
+    from sigprop.measurement.weight_maps import col_sq
 
     W = torch.randn(*shape, generator=torch.Generator().manual_seed(1)) * 0.02
     want = W.double().square().sum(0)
-    got = _col_sq(W)
+    got = col_sq(W)
     assert got.dtype == torch.float64
     assert float(((got - want).abs() / want).max()) < 1e-6

@@ -43,8 +43,9 @@ one called is the output, the earlier ones the inputs: one plain, two gated, or 
   renormalised, times c; softmax or sigmoid from which reproduces them), else from the
   config attributes the model carries (:meth:`WeightReader.read` ``config``); a shared expert
   (the block's remaining linear maps) and its 1-output sigmoid gate; gpt-oss's clamped
-  SwiGLU experts (:func:`_clamped_glu`: interleaved gate / up columns, gate ``g sigmoid(1.702
-  g)`` read as GELU within 0.02, ``u + 1`` as ``glu_shift``, docs/theory.md §2.5.3);
+  SwiGLU experts (:func:`.weights_moe.clamped_glu`: interleaved gate / up columns, gate ``g
+  sigmoid(1.702 g)`` read as GELU within 0.02, ``u + 1`` as ``glu_shift``, docs/theory.md
+  §2.5.3) (the MoE readers: :mod:`.weights_moe`; MLA's: :mod:`.weights_mla`);
 * hybrid stacks (Jamba, Qwen3-Next, Zamba, ...): a block without an attention site (its token
   mixer is Mamba, linear attention, ...) gets :data:`MEASURED_MIXER` -- the whole block, MLP
   included, is a measured residual map (docs/theory.md §2.8.1) -- and the layout entry
@@ -56,7 +57,7 @@ one called is the output, the earlier ones the inputs: one plain, two gated, or 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -65,6 +66,23 @@ from torch import nn
 
 from ..spec import LayerSpec
 from .probe_sites import AttentionSite, describe_attention, find_attention, find_blocks
+from .weight_maps import (  # noqa: F401 (GAIN_ROWS, GAIN_FIT_TOL, ACT_EXACT: their old path)
+    ACT_APPROX,
+    ACT_EXACT,
+    ACT_REFERENCE,
+    GAIN_FIT_TOL,
+    GAIN_ROWS,
+    classify_activation,
+    col_sq,
+    fingerprint,
+    is_norm,
+    matrix,
+    norm_gains,
+    norm_width,
+)
+from .weight_table import WeightTable
+from .weights_mla import MLASite, find_mla, mla_scores
+from .weights_moe import detach_output, find_moe, moe_variances, router_weight
 
 __all__ = ["WeightReader", "WeightTable", "matrix", "norm_gains"]
 
@@ -72,381 +90,10 @@ __all__ = ["WeightReader", "WeightTable", "matrix", "norm_gains"]
 #: is a measured residual map (docs/theory.md §2.8.1), filled in by ``sigprop diagnose``
 MEASURED_MIXER = LayerSpec(sigma_s=(0.0,), var_v=0.0, var_o=None, var_w_in=0.0, var_w_out=0.0,
                            mixer="measured")
-#: rows of the Gaussian input a norm module's gains are read on
-GAIN_ROWS = 64
-#: a norm's fit counts as affine per feature when its residual is below this (relative)
-GAIN_FIT_TOL = 1e-3
 
 
-def matrix(m: nn.Module) -> tuple[torch.Tensor, torch.Tensor | None] | None:
-    """``(W (out, in), bias or None)`` of a linear map: ``nn.Linear``, HF ``Conv1D`` (weight
-    stored ``(in, out)``) or any module with a 2-D ``weight`` and ``in_features``; else None."""
-    w = getattr(m, "weight", None)
-    if not isinstance(w, torch.Tensor) or w.ndim != 2:
-        return None
-    b = getattr(m, "bias", None)
-    b = b.detach() if isinstance(b, torch.Tensor) else None
-    if isinstance(m, nn.Linear) or getattr(m, "in_features", None) == w.shape[1]:
-        return w.detach(), b
-    nf = getattr(m, "nf", None)
-    if isinstance(nf, int) and w.shape[1] == nf:  # HF Conv1D: y = x W + b
-        return w.detach().T, b
-    return None
 
 
-def _col_sq(W: torch.Tensor) -> torch.Tensor:
-    """Per column (input feature) of ``W``: the sum of squares, float64 out, accumulated in
-    the weights' own float32 by one fused dot product per column: within ~2e-7 relative of the
-    float64 sum (torch's blocked summation; tests/measurement/test_weights.py), far below the
-    sampling noise of a variance read from one draw (~sqrt(2 / rows)), and without a squared
-    copy of the matrix (bert-base's 3072 x 768 MLP maps: ~1.2 ms against ~3.4 ms through
-    ``square().sum(dtype=float64)``, per matrix and draw)."""
-    W = W.detach()
-    W = W if W.dtype in (torch.float32, torch.float64) else W.float()  # bf16 squares: 3 digits
-    return torch.linalg.vecdot(W.mT, W.mT).double().cpu()
-
-
-def _is_norm(m: nn.Module) -> bool:
-    name = type(m).__name__.lower()
-    return "norm" in name and not isinstance(m, nn.ModuleList) and not any(
-        isinstance(c, nn.Linear) for c in m.children())
-
-
-def _width(m: nn.Module) -> int | None:
-    w = getattr(m, "weight", None)
-    if isinstance(w, torch.Tensor) and w.ndim == 1:
-        return int(w.numel())
-    shape = getattr(m, "normalized_shape", None)
-    if isinstance(shape, tuple | list) and shape:
-        return int(np.prod(shape))
-    for attr in ("hidden_size", "dim", "d_model"):
-        v = getattr(m, attr, None)
-        if isinstance(v, int) and v > 0:
-            return v
-    return None
-
-
-@torch.no_grad()
-def norm_gains(m: nn.Module, width: int | None = None, seed: int = 0) -> np.ndarray | None:
-    """Per-feature gains of a normalisation module (module docstring); None when it is not
-    affine per feature in its normalised input (then it is not treated as a norm)."""
-    width = width or _width(m)
-    if not width:
-        return None
-    p = next(m.parameters(), None)
-    dtype = p.dtype if p is not None else torch.float32
-    device = p.device if p is not None else "cpu"
-    g = torch.Generator().manual_seed(seed)
-    z = torch.randn(GAIN_ROWS, width, generator=g, dtype=torch.float64)
-    try:
-        y = m(z.to(device=device, dtype=dtype))
-    except Exception:  # noqa: BLE001 - a module that cannot run on a plain (rows, d) input
-        return None
-    y = y[0] if isinstance(y, tuple | list) else y
-    if not torch.is_tensor(y) or tuple(y.shape) != (GAIN_ROWS, width):
-        return None
-    y = y.detach().to(torch.float64).cpu()
-    best = None
-    for zn in (z / z.pow(2).mean(-1, keepdim=True).sqrt(),
-               (z - z.mean(-1, keepdim=True)) / z.std(-1, unbiased=False, keepdim=True)):
-        zc, yc = zn - zn.mean(0), y - y.mean(0)
-        slope = (zc * yc).sum(0) / zc.pow(2).sum(0)
-        resid = (yc - slope * zc).pow(2).sum() / max(float(yc.pow(2).sum()), 1e-300)
-        if best is None or resid < best[0]:
-            best = (float(resid), slope)
-    if best is None or best[0] > GAIN_FIT_TOL:
-        return None
-    return best[1].numpy()
-
-
-#: activations a module is compared with (docs/theory.md §2.5 kernels), on [-5, 5]
-_ACT_REFERENCE = {
-    "relu": lambda x: np.maximum(x, 0.0),
-    "gelu": lambda x: 0.5 * x * (1.0 + _erf(x / math.sqrt(2.0))),
-    "silu": lambda x: x / (1.0 + np.exp(-x)),
-    "tanh": np.tanh,
-    "linear": lambda x: x,
-}
-#: a module within this (max abs, on [-5, 5]) of a reference *is* that activation
-ACT_EXACT = 2e-3
-#: within this of GELU it is read as GELU with a note (tanh-approximate GELU differs by ~5e-4,
-#: CLIP's quick-GELU x sigmoid(1.702 x) by ~0.02)
-ACT_APPROX = 0.03
-
-
-def _erf(x):
-    from scipy import special
-
-    return special.erf(x)
-
-
-@torch.no_grad()
-def classify_activation(m: nn.Module) -> tuple[str | None, float]:
-    """``(name, max abs difference)`` of the closest activation in docs/theory.md §2.5's set
-    for a parameter-free elementwise module (evaluated on [-5, 5]); ``(None, inf)`` when the
-    module is not elementwise or not close to any (within :data:`ACT_APPROX` of GELU, or
-    :data:`ACT_EXACT` of another)."""
-    x = np.linspace(-5.0, 5.0, 201)
-    try:
-        y = m(torch.tensor(x, dtype=torch.float32))
-    except Exception:  # noqa: BLE001 - not callable on a plain vector
-        return None, math.inf
-    if not torch.is_tensor(y) or tuple(y.shape) != x.shape:
-        return None, math.inf
-    y = y.double().numpy()
-    errs = {k: float(np.max(np.abs(f(x) - y))) for k, f in _ACT_REFERENCE.items()}
-    name = min(errs, key=errs.get)
-    if errs[name] <= ACT_EXACT or (name == "gelu" and errs[name] <= ACT_APPROX):
-        return name, errs[name]
-    return None, math.inf
-
-
-def _fingerprint(args, kwargs):
-    """A cheap identity of a module's first tensor input: (shape, sum, sum of squares). The
-    sums are taken per row in float32 and then over the rows in float64: a float64
-    accumulation over the whole tensor (``sum(dtype=torch.float64)``) took ~1.5 ms per
-    bert-base activation against ~0.1 ms this way, once per norm and seed. Equal inputs give
-    equal fingerprints (the same reduction of the same values); that is all the reader asks."""
-    t = next((a for a in list(args) + list(kwargs.values()) if torch.is_tensor(a)), None)
-    if t is None or not t.is_floating_point():
-        return None
-    t = t.detach().float()
-    if t.dim() == 0:
-        t = t.reshape(1)
-    return tuple(t.shape), float(t.sum(dim=-1).double().sum()), float(
-        torch.linalg.vecdot(t, t).double().sum())
-
-
-@dataclass
-class MLASite(AttentionSite):
-    """A multi-head latent attention module (DeepSeek-V2/V3's MLA, docs/theory.md §2.4.5), in
-    :class:`AttentionSite`'s terms for the reader's call-order logic: ``q`` the query map
-    reading the model width (the low-rank ``q_a`` map, or the full query map where there is
-    no query rank), ``k`` the joint ``[latent | k_rope]`` down-projection, ``v`` the latent's
-    up-projection to per-head ``[k_nope | v]``, ``head_dim`` the query / key width
-    ``nope + rope`` (the canonical logit scale is ``1/sqrt(nope + rope)``), ``n_kv_heads ==
-    n_heads`` (the up-projection is per head). The rest is MLA's own."""
-
-    q_b: nn.Module | None = None  # the query up-projection (None: no query rank)
-    q_norm: nn.Module | None = None  # the RMSNorm between the query maps
-    kv_norm: nn.Module | None = None  # the RMSNorm of the key / value latent
-    o: nn.Module | None = None  # the output projection (H v_head_dim -> width)
-    nope: int = 0  # qk_nope_head_dim
-    rope: int = 0  # qk_rope_head_dim
-    v_head_dim: int = 0
-    q_rank: int | None = None  # q_lora_rank
-    kv_rank: int = 0  # kv_lora_rank
-
-
-def _int_attr(srcs, name: str, lo: int = 1) -> int | None:
-    for o in srcs:
-        v = getattr(o, name, None)
-        if isinstance(v, int) and not isinstance(v, bool) and v >= lo:
-            return int(v)
-    return None
-
-
-def _has_attr(srcs, name: str) -> bool:
-    return any(o is not None and hasattr(o, name) for o in srcs)
-
-
-def find_mla(block: nn.Module, prefix: str = "") -> MLASite | None:
-    """The first module of ``block`` that is a multi-head latent attention: it (or its
-    ``config``) states ``kv_lora_rank``, ``qk_nope_head_dim``, ``qk_rope_head_dim``,
-    ``v_head_dim``, a head count and ``q_lora_rank`` (an int, or None: a full query map), and
-    its own linear maps have the shapes these fix (the down-projection ``width -> kv_rank +
-    rope``, the up-projection ``kv_rank -> H (nope + v)``, the query maps, the output ``H v ->
-    width``; a name saying ``kv`` or ``q`` settles a tie between equal shapes), with one
-    normalisation of the latent's width (and one of the query rank's). None where there is
-    none. Nothing here names a model class: the projections and the config say what it is."""
-    for name, m in block.named_modules():
-        srcs = [m, getattr(m, "config", None)]
-        r = _int_attr(srcs, "kv_lora_rank")
-        rope = _int_attr(srcs, "qk_rope_head_dim")
-        nope = _int_attr(srcs, "qk_nope_head_dim", lo=0)
-        dv = _int_attr(srcs, "v_head_dim")
-        H = _int_attr(srcs, "num_heads") or _int_attr(srcs, "num_attention_heads")
-        if None in (r, rope, nope, dv, H) or not _has_attr(srcs, "q_lora_rank"):
-            continue
-        rq = _int_attr(srcs, "q_lora_rank")
-        lin = [(n, c, matrix(c)[0].shape) for n, c in m.named_children()
-               if matrix(c) is not None]
-
-        def pick(out_f, in_f, hint, lin=lin):  # the map of this shape, a named one first
-            got = [(n, c) for n, c, (o, i) in lin if o == out_f and i == in_f]
-            got.sort(key=lambda nc: hint not in nc[0].lower())
-            return got[0][1] if got else None
-
-        dqk = nope + rope
-        outs = sorted(((n, c) for n, c, (_, i) in lin if i == H * dv),
-                      key=lambda x: not x[0].lower().startswith("o"))
-        if not outs:
-            continue
-        o = outs[0][1]
-        d = matrix(o)[0].shape[0]
-        kv_a, kv_b = pick(r + rope, d, "kv"), pick(H * (nope + dv), r, "kv")
-        if rq is not None:
-            q, q_b = pick(rq, d, "q"), pick(H * dqk, rq, "q")
-        else:
-            q, q_b = pick(H * dqk, d, "q"), None
-        if None in (kv_a, kv_b, q) or q is kv_a or q_b is kv_b or (rq is not None
-                                                                   and q_b is None):
-            continue
-        norms = [(n, c) for n, c in m.named_children() if _is_norm(c)]
-        kv_norm = sorted((x for x in norms if _width(x[1]) == r),
-                         key=lambda x: "kv" not in x[0].lower())
-        q_norm = sorted((x for x in norms if _width(x[1]) == rq and x not in kv_norm[:1]),
-                        key=lambda x: "q" not in x[0].lower()) if rq is not None else []
-        if not kv_norm or (rq is not None and not q_norm):
-            continue
-        scale = getattr(m, "scaling", None)
-        scale = float(scale) if isinstance(scale, float | int) and scale > 0 else dqk ** -0.5
-        return MLASite(m, q, kv_a, kv_b, H, H, dqk, scale, bool(getattr(m, "is_causal", False)),
-                       name=f"{prefix}.{name}".strip("."), q_b=q_b,
-                       q_norm=q_norm[0][1] if q_norm else None, kv_norm=kv_norm[0][1], o=o,
-                       nope=nope, rope=rope, v_head_dim=dv, q_rank=rq, kv_rank=r)
-    return None
-
-
-def _router_weight(m: nn.Module) -> torch.Tensor | None:
-    """A router candidate's ``(E, d)`` weight: a module's own 2-D ``weight`` that
-    :func:`matrix` does not take as a linear map (HF's ``*TopKRouter``), or a Linear named
-    as a gate whose siblings hold experts (checked in :meth:`WeightReader._moe`)."""
-    w = getattr(m, "weight", None)
-    if isinstance(w, torch.Tensor) and w.ndim == 2 and matrix(m) is None and not _is_norm(m):
-        return w.detach()
-    return None
-
-
-def _detach(out):
-    if torch.is_tensor(out):
-        return out.detach()
-    if isinstance(out, tuple | list):
-        return type(out)(_detach(x) for x in out)
-    return None
-
-
-def _clamped_glu(mod: nn.Module) -> tuple[float, float] | None:
-    """``(alpha, limit)`` of experts with gpt-oss's clamped SwiGLU (``glu = g sigmoid(alpha
-    g)`` with g clamped above at ``limit``, times ``u + 1`` with u clamped to +-limit, over an
-    interleaved ``[g0, u0, g1, u1, ...]`` fused projection): a module inside ``mod`` holding
-    numeric ``alpha`` and ``limit`` attributes (HF ``GptOssExperts``); None otherwise."""
-    for m in mod.modules():
-        a, lim = getattr(m, "alpha", None), getattr(m, "limit", None)
-        if all(isinstance(x, int | float) and not isinstance(x, bool) for x in (a, lim)):
-            return float(a), float(lim)
-    return None
-
-
-def _stacked_experts(mod: nn.Module, E: int, d: int):
-    """``(ins, out)`` of experts stored as 3-D parameters ``(E, ., .)`` directly in ``mod``
-    or one of its descendants, as ``(E, out, in)`` float64 tensors (biases ``(E, out)`` or
-    None): the input map has the model width ``d`` on one side, the output map maps back to
-    ``d``; a fused input of twice the output's fan-in is split into [gate | up]. None when
-    absent."""
-    params = {n: p.detach() for n, p in mod.named_parameters()}
-    three = {n: p for n, p in params.items() if p.ndim == 3 and p.shape[0] == E}
-    if len(three) < 2:
-        return None
-
-    def orient(W, fan_in):  # (E, out, in)
-        return W if W.shape[2] == fan_in else W.transpose(1, 2)
-
-    names = sorted(three)
-    down = next((n for n in names if "down" in n.lower() or n.lower().endswith("w2")), None)
-    if down is None:
-        return None
-    Wd = three[down].to(torch.float64).cpu()
-    ff = Wd.shape[2] if Wd.shape[1] == d else Wd.shape[1]
-    Wd = orient(Wd, ff)
-    ins = []
-    for n in names:
-        if n == down:
-            continue
-        W = three[n].to(torch.float64).cpu()
-        if d not in W.shape[1:]:
-            continue
-        W = orient(W, d)
-        b = params.get(n + "_bias")
-        b = None if b is None else b.to(torch.float64).cpu()
-        if W.shape[1] == 2 * ff and _clamped_glu(mod) is not None:  # interleaved g, u
-            ins += [(W[:, 0::2], None if b is None else b[:, 0::2]),
-                    (W[:, 1::2], None if b is None else b[:, 1::2])]
-        elif W.shape[1] == 2 * ff:
-            ins += [(W[:, :ff], None if b is None else b[:, :ff]),
-                    (W[:, ff:], None if b is None else b[:, ff:])]
-        elif W.shape[1] == ff:
-            ins.append((W, b))
-    bd = params.get(down + "_bias")
-    return (ins[:2], (Wd, None if bd is None else bd.to(torch.float64).cpu())) if ins else None
-
-
-def _listed_experts(mod: nn.Module, E: int, d: int):
-    """The same as :func:`_stacked_experts` for a ModuleList of E expert MLPs (their Linear
-    maps: the output maps to ``d`` from another width, the inputs read ``d``, a map named
-    gate or w1 first)."""
-    for child in mod.modules():
-        if not isinstance(child, nn.ModuleList) or len(child) != E:
-            continue
-        ins_all, outs = [], []
-        for ex in child:
-            mats = [(n, matrix(m)) for n, m in ex.named_modules() if matrix(m) is not None]
-            o = [mt for _, mt in mats if mt[0].shape[0] == d and mt[0].shape[1] != d]
-            i = sorted(((n, mt) for n, mt in mats if mt[0].shape[1] == d
-                        and mt[0].shape[0] != d),
-                       key=lambda x: ("gate" not in x[0].lower() and "w1" not in x[0], x[0]))
-            if len(o) != 1 or not i:
-                break
-            ins_all.append([mt for _, mt in i[:2]])
-            outs.append(o[0])
-        else:
-            def stack(ts):
-                return None if ts[0] is None else torch.stack([t.to(torch.float64).cpu()
-                                                               for t in ts])
-
-            ins = [(stack([x[j][0] for x in ins_all]), stack([x[j][1] for x in ins_all]))
-                   for j in range(len(ins_all[0]))]
-            return ins, (stack([o[0] for o in outs]), stack([o[1] for o in outs]))
-    return None
-
-
-def _routing_rule(out, E: int, config) -> tuple[int, str, float, str]:
-    """``(top_k, weighting, scale, source)`` of a router from its forward output ``out``
-    (logits ``(N, E)`` and routing weights ``(N, k)``, k < E): the weights' row sums
-    constant (relative spread < 1e-4) mean renormalised weights times that constant, else
-    unnormalised times the median ratio to the top-k scores; softmax or sigmoid scores
-    whichever reproduces the weights. Without such an output: the config's
-    ``num_experts_per_tok``, ``norm_topk_prob`` (None: renormalised), ``scoring_func``,
-    ``routed_scaling_factor``."""
-    ts = [t for t in (out if isinstance(out, tuple | list) else (out,))
-          if torch.is_tensor(t) and t.is_floating_point() and t.ndim >= 2]
-    logits = next((t for t in ts if t.shape[-1] == E), None)
-    wts = next((t for t in ts if t.shape[-1] < E), None)
-    if logits is not None and wts is not None:
-        L = logits.reshape(-1, E).to(torch.float64).cpu()
-        W = wts.reshape(-1, wts.shape[-1]).to(torch.float64).cpu().sort(-1, descending=True)[0]
-        k = W.shape[-1]
-        sums = W.sum(-1)
-        norm = bool(sums.std() <= 1e-4 * sums.mean().abs()) if len(sums) > 1 else True
-        best = None
-        for score in ("softmax", "sigmoid"):
-            sc = torch.softmax(L, -1) if score == "softmax" else torch.sigmoid(L)
-            top = sc.gather(-1, L.topk(k, -1).indices).sort(-1, descending=True)[0]
-            if norm:
-                top = top / top.sum(-1, keepdim=True)
-                c = float(sums.mean())
-            else:
-                c = float((sums / top.sum(-1)).median())
-            err = float((W - c * top).abs().max())
-            if best is None or err < best[0]:
-                best = (err, score, c)
-        c = 1.0 if abs(best[2] - 1.0) < 1e-5 else best[2]  # float32 rounding of 1
-        return k, best[1] + ("_norm" if norm else ""), c, "measured"
-    k = int(getattr(config, "num_experts_per_tok", None) or 1)
-    norm = getattr(config, "norm_topk_prob", None)
-    score = "sigmoid" if getattr(config, "scoring_func", None) == "sigmoid" else "softmax"
-    scale = float(getattr(config, "routed_scaling_factor", None) or 1.0)
-    return k, score + ("" if norm is False else "_norm"), scale, "config"
 
 
 def _mlp_group(block: nn.Module, rest: list[nn.Module]) -> list[nn.Module]:
@@ -479,81 +126,6 @@ class _Parts(NamedTuple):
     mlp: tuple | None  # (ins, out, gains in front) of those maps
 
 
-@dataclass
-class WeightTable:
-    """What :meth:`WeightReader.read` returns: ``layers`` (one :class:`LayerSpec` per block
-    application), ``heads`` (dicts ``layer, head, sigma_s``: the canonical-scale score std of
-    each query head), ``scale`` (each layer's logit scale times sqrt(d_head): the model's
-    multiplier on top of the canonical ``1/sqrt(d_head)``), ``notes``."""
-
-    layers: tuple[LayerSpec, ...]
-    heads: list[dict]
-    scale: list[float]
-    notes: list[str] = field(default_factory=list)
-    #: per block: ``norm`` (``pre``: the norm feeding attention runs inside the block on its
-    #: input; ``post``: it is the previous block's / the embeddings' output norm; ``none``),
-    #: ``parallel`` (the MLP's norm reads the block input too, or is the attention's),
-    #: ``gated``, ``activation`` (name or None), ``activation_error``, ``causal``, ``mlp``
-    #: (``ok``, ``missing`` or ``unrecognised``: e.g. a mixture of experts), ``sandwich``
-    #: (pre-LN whose branch outputs are normalised too)
-    structure: list[dict] = field(default_factory=list)
-
-    @staticmethod
-    def average(tables: list[WeightTable]) -> WeightTable:
-        """Mean over several draws of the same architecture (seeds): variances and squared
-        score stds averaged."""
-        if len(tables) == 1:
-            return tables[0]
-        lay = []
-        for per in zip(*(t.layers for t in tables), strict=True):
-            if per[0].measured:  # a measured mixer: nothing read from the weights
-                lay.append(per[0])
-                continue
-            sig = np.sqrt(np.mean([np.square(x.sigma_s) for x in per], axis=0))
-            hw = None if per[0].head_weights is None else tuple(
-                np.mean([x.head_weights for x in per], axis=0).tolist())
-            vo = None if per[0].var_o is None else float(np.mean([x.var_o for x in per]))
-            cross = {}
-            if per[0].cross_sigma_s is not None:
-                cs = np.sqrt(np.mean([np.square(x.cross_sigma_s) for x in per], axis=0))
-                cross = {"cross_sigma_s": tuple(cs.tolist()),
-                         "cross_var_v": float(np.mean([x.cross_var_v for x in per])),
-                         "cross_var_o": float(np.mean([x.cross_var_o for x in per]))}
-            if per[0].branch_gain2 is not None:
-                cross["branch_gain2"] = tuple(np.mean([x.branch_gain2 for x in per],
-                                                      axis=0).tolist())
-            if per[0].sink_logit is not None:
-                cross["sink_logit"] = tuple(np.mean([x.sink_logit for x in per],
-                                                    axis=0).tolist())
-            if per[0].gate_var is not None:
-                cross["gate_var"] = float(np.mean([x.gate_var for x in per]))
-                cross["gate_bias2"] = float(np.mean([x.gate_bias2 for x in per]))
-            if per[0].glu_shift:
-                cross["glu_shift"] = float(np.mean([x.glu_shift for x in per]))
-            if per[0].moe_experts is not None:
-                cross.update(moe_experts=per[0].moe_experts, moe_top_k=per[0].moe_top_k,
-                             moe_weighting=per[0].moe_weighting, moe_scale=per[0].moe_scale)
-                for name in ("moe_router_var", "moe_shared_var_in", "moe_shared_var_out",
-                             "moe_shared_gate_var"):
-                    if getattr(per[0], name) is not None:
-                        cross[name] = float(np.mean([getattr(x, name) for x in per]))
-            lay.append(LayerSpec(sigma_s=tuple(sig.tolist()),
-                                 var_v=float(np.mean([x.var_v for x in per])), var_o=vo,
-                                 var_w_in=float(np.mean([x.var_w_in for x in per])),
-                                 var_w_out=float(np.mean([x.var_w_out for x in per])),
-                                 var_b=float(np.mean([x.var_b for x in per])), head_weights=hw,
-                                 **cross))
-        heads = [dict(h, sigma_s=float(lay[h["layer"] - 1].sigma_s[h["head"]]))
-                 for lay_heads in _by_layer(tables[0].heads) for h in lay_heads]
-        return WeightTable(tuple(lay), heads, tables[0].scale, tables[0].notes,
-                           tables[0].structure)
-
-
-def _by_layer(heads: list[dict]) -> list[list[dict]]:
-    out: dict[int, list[dict]] = {}
-    for h in heads:
-        out.setdefault(h["layer"], []).append(h)
-    return [out[k] for k in sorted(out)]
 
 
 class WeightReader:
@@ -586,23 +158,23 @@ class WeightReader:
             if id(m) not in self._index:  # first call only: one forward fixes the order
                 self._index[id(m)] = len(self.order)
                 self.order.append(m)
-                if _is_norm(m):  # the norms' inputs tell parallel blocks (_structure)
-                    self.inputs[id(m)] = _fingerprint(args, kwargs)
+                if is_norm(m):  # the norms' inputs tell parallel blocks (_structure)
+                    self.inputs[id(m)] = fingerprint(args, kwargs)
 
         def out_hook(m, args, out):
             if id(m) not in self.router_out:
-                self.router_out[id(m)] = _detach(out)
+                self.router_out[id(m)] = detach_output(out)
 
         blocks = {id(b) for _, b in self.blocks}
         inside = {id(x) for _, b in self.blocks for x in b.modules()}
         for m in self.model.modules():
-            if id(m) in inside and _router_weight(m) is not None:  # a router candidate
+            if id(m) in inside and router_weight(m) is not None:  # a router candidate
                 self._handles.append(m.register_forward_pre_hook(hook, with_kwargs=True))
                 self._handles.append(m.register_forward_hook(out_hook))
                 continue
             leaf_fn = (id(m) in inside and not list(m.children()) and not list(m.parameters())
                        and not isinstance(m, nn.Dropout | nn.Identity))
-            if _is_norm(m) or matrix(m) is not None or id(m) in blocks or leaf_fn or any(
+            if is_norm(m) or matrix(m) is not None or id(m) in blocks or leaf_fn or any(
                     s is not None and m is s.module for s in self.sites):
                 self._handles.append(m.register_forward_pre_hook(hook, with_kwargs=True))
         return self
@@ -621,7 +193,7 @@ class WeightReader:
     def _norm_module_before(self, pos: int, width: int) -> nn.Module | None:
         """The last norm of this width called before position ``pos`` (None: none)."""
         for m in reversed(self.order[:max(pos, 0)]):
-            if _is_norm(m) and _width(m) == width:
+            if is_norm(m) and norm_width(m) == width:
                 return m
         return None
 
@@ -672,7 +244,7 @@ class WeightReader:
         """The layout entry of a block without attention (a hybrid stack's Mamba, linear
         attention, xLSTM ... mixer): ``mixer`` ``"measured"`` and the names of its children
         that are not norms (``mixer_modules``), for the note."""
-        kids = [n for n, c in block.named_children() if not _is_norm(c)]
+        kids = [n for n, c in block.named_children() if not is_norm(c)]
         return {"mixer": "measured", "mixer_modules": ", ".join(kids) or type(block).__name__}
 
     def _structure(self, s: AttentionSite, parts: _Parts) -> dict:
@@ -712,7 +284,7 @@ class WeightReader:
                 x = np.linspace(-5.0, 5.0, 201)  # its gate g sigmoid(alpha g) against GELU
                 a = moe["glu"][0]
                 err = float(np.max(np.abs(x / (1.0 + np.exp(-a * x))
-                                          - _ACT_REFERENCE["gelu"](x))))
+                                          - ACT_REFERENCE["gelu"](x))))
                 if err <= ACT_APPROX:
                     out.update(activation="gelu", activation_error=err, glu=moe["glu"])
             return out
@@ -784,11 +356,11 @@ class WeightReader:
         grp = max(H // max(Hkv, 1), 1)
         dv, vn = dh, None  # value head width; per-K/V-head |W_V^g G|^2
         if isinstance(s, MLASite):  # latent attention: its own maps (docs/theory.md §2.4.5)
-            sig, vn, bv = self._mla(s, G)
+            sig, vn, bv = mla_scores(s, G)
             dv, Wv = s.v_head_dim, None
         elif s.q_post is not None and s.k_post is not None:  # QK-norm: the norm gains set it
-            gq = norm_gains(s.q_post, _width(s.q_post))
-            gk = norm_gains(s.k_post, _width(s.k_post))
+            gq = norm_gains(s.q_post, norm_width(s.q_post))
+            gk = norm_gains(s.k_post, norm_width(s.k_post))
             if gq is None or gk is None:
                 gq = gk = np.ones(dh)
                 notes.append("QK-norm gains not readable; taken as 1")
@@ -806,8 +378,8 @@ class WeightReader:
         else:  # MLA: from its latent maps; else no value map read
             var_v = float(vn.sum() / (Hkv * dv)) if vn is not None else 1.0
         v_norm = dict(s.module.named_children()).get("v_norm")
-        if v_norm is not None and _is_norm(v_norm):  # Gemma 4: values RMS-normalised per head
-            gv = norm_gains(v_norm, _width(v_norm) or s.head_dim)
+        if v_norm is not None and is_norm(v_norm):  # Gemma 4: values RMS-normalised per head
+            gv = norm_gains(v_norm, norm_width(v_norm) or s.head_dim)
             var_v = float(np.mean(gv**2)) if gv is not None else 1.0
         biases = [b for b in (bv,) if b is not None]
         o = None if parts.o is None else matrix(parts.o)
@@ -816,7 +388,7 @@ class WeightReader:
         if o is not None:
             Wo, bo = o
             bo = None if bo is None else bo.to(torch.float64).cpu()
-            o_cols = _col_sq(Wo)
+            o_cols = col_sq(Wo)
             var_o = float(o_cols.sum() / Wo.shape[0])
             if bo is not None:
                 biases.append(bo)
@@ -830,7 +402,7 @@ class WeightReader:
         moe = self._moe(parts.block, d)
         moe_fields: dict = {}
         if moe is not None:
-            var_w_in, var_w_out, moe_fields = self._moe_read(moe, parts, biases)
+            var_w_in, var_w_out, moe_fields = moe_variances(moe, parts.rest, biases, self._mlp)
             if moe["source"] == "config":
                 notes.append("mixture of experts: routing rule from the config (the router's "
                              "output gave no routing weights)")
@@ -838,12 +410,12 @@ class WeightReader:
             ins, out_m, gm = mlp
             Wout, bout = out_m
             bout = None if bout is None else bout.to(torch.float64).cpu()
-            var_w_out = float(_col_sq(Wout).sum() / Wout.shape[0])
+            var_w_out = float(col_sq(Wout).sum() / Wout.shape[0])
             g2 = torch.ones(ins[0][0].shape[1], dtype=torch.float64) if gm is None \
                 else torch.as_tensor(gm)
             vin = []
             for W, b in ins:
-                vin.append(float((_col_sq(W) * g2.square()).sum() / W.shape[0]))
+                vin.append(float((col_sq(W) * g2.square()).sum() / W.shape[0]))
                 if b is not None:
                     biases.append(b.to(torch.float64).cpu())
             if len(vin) == 2:  # gated: gate's variance in, the up branch's scales the output
@@ -864,73 +436,6 @@ class WeightReader:
                         var_w_in=var_w_in, var_w_out=var_w_out, var_b=var_b, head_weights=hw,
                         branch_gain2=branch, **cross, **moe_fields)
         return lay, sig, float(s.scale * math.sqrt(dh)), notes
-
-    @staticmethod
-    def _mla(s: MLASite, G: torch.Tensor):
-        """``(sigma_s per head, |V_h G|_F^2 per head, value bias or None)`` of a multi-head
-        latent attention (docs/theory.md §2.4.5). Each RMSNorm inside is a constant divisor
-        (its output's RMS concentrates, relative spread ~sqrt(2 / rank)): the latent ``z =
-        g * (A x + b) / rho`` with ``rho^2 = (|A G|_F^2 + |b|^2) / rank`` its mean square
-        over isotropic inputs with q = 1. Then head h's query ``Q_h x + b_h`` and key ``K_h
-        x``, ``K_h = [U_h^nope A_kv / rho_kv ; W_rope]`` (the rope rows shared by all heads,
-        their bias cancelling in the softmax as a key bias does), are linear, and
-        ``sigma_s,h^2 = (|G Q_h^T K_h G|_F^2 + b_h^T K_h G^2 K_h^T b_h) / (nope + rope)``,
-        formed from ``(nope + rope)``-square Gram matrices through the latents (never a
-        width-square one); RoPE is left out as in :meth:`_scores`."""
-        H, nope, rope, dv, r = s.n_heads, s.nope, s.rope, s.v_head_dim, s.kv_rank
-        G2 = G.square()
-
-        def f64(t):
-            return None if t is None else t.to(torch.float64).cpu()
-
-        def gains(norm, width):
-            g = None if norm is None else norm_gains(norm, width)
-            return torch.ones(width, dtype=torch.float64) if g is None else torch.as_tensor(g)
-
-        def latent(W, b, norm):  # (D g / rho: up-projection column scales, A G^2 A^T, b)
-            width = W.shape[0]
-            rho2 = (float((W.square() * G2).sum()) + (0.0 if b is None else float(b.square()
-                                                                                   .sum())))
-            rho2 /= width
-            return gains(norm, width) / math.sqrt(max(rho2, 1e-300)), (W * G2) @ W.T
-
-        Wa, ba = (f64(t) for t in matrix(s.k))
-        Wlat, blat, Wpe = Wa[:r], None if ba is None else ba[:r], Wa[r:]
-        col, Mkv = latent(Wlat, blat, s.kv_norm)
-        Wb, bb = (f64(t) for t in matrix(s.v))
-        U = (Wb * col).unflatten(0, (H, nope + dv))  # (H, nope + v, r)
-        Uk, Uv = U[:, :nope], U[:, nope:]
-        # the keys' Gram per head: [[nope-nope, nope-rope], [rope-nope, rope-rope]]
-        C = (Wlat * G2) @ Wpe.T  # (r, rope)
-        kk_nn = Uk @ Mkv @ Uk.transpose(-1, -2)
-        kk_nr = Uk @ C
-        kk_rr = ((Wpe * G2) @ Wpe.T).expand(H, rope, rope)
-        KK = torch.cat([torch.cat([kk_nn, kk_nr], -1),
-                        torch.cat([kk_nr.transpose(-1, -2), kk_rr], -1)], -2)
-        Wq, bq = (f64(t) for t in matrix(s.q))
-        if s.q_b is not None:  # x -> q_a -> RMSNorm -> q_b
-            qcol, Mq = latent(Wq, bq, s.q_norm)
-            Wqb, bqb = (f64(t) for t in matrix(s.q_b))
-            P = (Wqb * qcol).unflatten(0, (H, nope + rope))  # (H, nope + rope, q_rank)
-            QQ = P @ Mq @ P.transpose(-1, -2)
-            bqh = None if bq is None else P @ bq
-            if bqb is not None:
-                bqb = bqb.unflatten(0, (H, nope + rope))
-                bqh = bqb if bqh is None else bqh + bqb
-        else:  # one query map of the width
-            A = (Wq * G).unflatten(0, (H, nope + rope))
-            QQ = A @ A.transpose(-1, -2)
-            bqh = None if bq is None else bq.unflatten(0, (H, nope + rope))
-        fro = (QQ * KK).sum((-1, -2))
-        if bqh is not None:
-            fro = fro + torch.einsum("hi,hij,hj->h", bqh, KK, bqh)
-        sig = np.sqrt(np.maximum(fro.numpy(), 0.0) / (nope + rope))
-        vn = torch.einsum("hir,rs,his->h", Uv, Mkv, Uv)  # |U_h^v A_kv G|_F^2 / rho^2
-        bv = None if blat is None else (Uv @ blat).flatten()
-        if bb is not None:
-            bbv = bb.unflatten(0, (H, nope + dv))[:, nope:].flatten()
-            bv = bbv if bv is None else bv + bbv
-        return sig, vn, bv
 
     @staticmethod
     def _sinks_and_gate(s: AttentionSite, G: torch.Tensor) -> dict:
@@ -971,8 +476,8 @@ class WeightReader:
         if parts.o is None or not parts.rest:
             return None
         lo, hi = self._pos(parts.o), self._pos(parts.rest[0])
-        between = [m for m in parts.in_block if lo < self._pos(m) < hi and _is_norm(m)
-                   and _width(m) == d]
+        between = [m for m in parts.in_block if lo < self._pos(m) < hi and is_norm(m)
+                   and norm_width(m) == d]
         if len(between) < 2:  # one norm there is the MLP's input norm: no branch norm
             return None
         ga, gm = norm_gains(between[0], d), norm_gains(parts.in_block[-1], d)
@@ -1035,7 +540,7 @@ class WeightReader:
         own = {id(x) for x in block.modules()}
         in_block = sorted((m for m in block.modules() if self._pos(m) >= 0), key=self._pos)
         d = matrix(s.q)[0].shape[1]
-        last_is_norm = bool(in_block) and _is_norm(in_block[-1]) and _width(in_block[-1]) == d
+        last_is_norm = bool(in_block) and is_norm(in_block[-1]) and norm_width(in_block[-1]) == d
         n_attn = self._norm_module_before(self._pos(s.module), d)
         qkv = {id(m) for m in (s.q, s.k, s.v) if m is not None}
         called = [m for m in in_block if matrix(m) is not None and id(m) not in qkv]
@@ -1060,69 +565,11 @@ class WeightReader:
         "source"}``, or None. Read once per block."""
         cache = self.__dict__.setdefault("_moe_cache", {})
         if id(block) not in cache:
-            cache[id(block)] = self._find_moe(block, d)
+            cache[id(block)] = find_moe(
+                block, d, router_out=self.router_out, config=getattr(self.model, "config", None),
+                gains_before=lambda m: (self._norm_before(self._pos(m), d)
+                                        if self._pos(m) >= 0 else None))
         return cache[id(block)]
-
-    def _find_moe(self, block: nn.Module, d: int) -> dict | None:
-        for mod in block.modules():
-            for name, child in mod.named_children():
-                W = _router_weight(child)
-                if W is None and matrix(child) is not None and any(
-                        t in name.lower() for t in ("gate", "router")):
-                    W = matrix(child)[0]  # a Linear router (named gate / router)
-                if W is None or W.ndim != 2 or W.shape[1] != d or not 2 <= W.shape[0] != d:
-                    continue
-                E = int(W.shape[0])
-                ex = _stacked_experts(mod, E, d) or _listed_experts(mod, E, d)
-                if ex is None:
-                    continue
-                out = self.router_out.get(id(child))
-                k, weighting, scale, src = _routing_rule(out, E, getattr(self.model,
-                                                                         "config", None))
-                g = self._norm_before(self._pos(child), d) if self._pos(child) >= 0 else None
-                G = torch.ones(d, dtype=torch.float64) if g is None else torch.as_tensor(g)
-                Wr = W.to(torch.float64).cpu() * G
-                fields_ = dict(moe_experts=E, moe_top_k=min(k, E),
-                               moe_router_var=float(Wr.pow(2).sum() / E),
-                               moe_weighting=weighting, moe_scale=scale)
-                return {"fields": fields_, "ins": ex[0], "out": ex[1], "module": mod,
-                        "router": child, "source": src, "gains": G,
-                        "glu": _clamped_glu(mod)}
-        return None
-
-    def _moe_read(self, moe: dict, parts: _Parts, biases: list) -> tuple[float, float, dict]:
-        """``(var_w_in, var_w_out, LayerSpec moe fields)`` of a mixture of experts: the
-        experts' variances averaged over experts (a gated expert's up branch folded into
-        ``var_w_out`` as for a dense MLP), the shared expert from the block's linear maps
-        inside the MoE module (a 1-output map among them: its sigmoid gate)."""
-        G2 = moe["gains"].square()
-        vin = [float(((W.square() * G2).sum(-1)).mean()) for W, _ in moe["ins"]]
-        Wd, bd = moe["out"]
-        var_out = float(Wd.square().sum(-1).mean())
-        var_in = vin[0]
-        if len(vin) == 2 and vin[0] > 0:
-            var_out *= vin[1] / vin[0]
-        biases += [b for _, b in moe["ins"] if b is not None] + ([bd] if bd is not None else [])
-        fields_ = dict(moe["fields"])
-        if moe.get("glu") is not None and len(vin) == 2 and vin[1] > 0:  # (u + 1): c^2 / r
-            fields_["glu_shift"] = vin[0] / vin[1]
-        own = {id(x) for x in moe["module"].modules()}
-        shared = [m for m in parts.rest if id(m) in own and m is not moe["router"]]
-        sgate = [m for m in shared if matrix(m)[0].shape[0] == 1]
-        sh = self._mlp([m for m in shared if m not in sgate])
-        if sh:
-            ins, (Wo, _), gm = sh
-            g2 = (torch.ones(ins[0][0].shape[1], dtype=torch.float64) if gm is None
-                  else torch.as_tensor(gm)).square()
-            sv = [float((_col_sq(W) * g2).sum() / W.shape[0]) for W, _ in ins]
-            so = float(_col_sq(Wo).sum() / Wo.shape[0])
-            if len(sv) == 2 and sv[0] > 0:
-                so *= sv[1] / sv[0]
-            fields_.update(moe_shared_var_in=sv[0], moe_shared_var_out=so)
-            if sgate:
-                Wg = matrix(sgate[0])[0].to(torch.float64).cpu()
-                fields_["moe_shared_gate_var"] = float((Wg.square() * g2).sum())
-        return var_in, var_out, fields_
 
     def _mlp(self, rest: list[nn.Module]):
         """``(ins, out as (W, b), gains of the norm in front)`` of the MLP maps ``rest`` (in
