@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -18,6 +19,7 @@ from sigprop.analysis import fix as fx
 from sigprop.analysis import longctx_model as lm
 from sigprop.measurement import stream_model as sm
 from sigprop.measurement.probe_sites import find_attention, find_blocks
+from sigprop.spec import SpecError
 
 LLAMA = {"model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2,
          "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 128,
@@ -86,7 +88,7 @@ def _real_rows(model, site, inputs, rows):
         got["out"] = out[0][0, rows].detach()
 
     h = site.module.register_forward_hook(hook)
-    cap = lm._Capture([site])
+    cap = lm.Capture([site])
     with cap, torch.no_grad():
         model(**inputs)
     h.remove()
@@ -121,8 +123,8 @@ def test_streamed_statistics_equal_a_real_forward_pass_at_8192(cfg):
     q = data["q"][0].reshape(T, H, dh)[rows]
     k = data["k"][0].reshape(T, Hkv, dh)
     v = data["v"][0].reshape(T, Hkv, -1)
-    rope = lm._match_rope(data["pos"], lm.rotary_modules(model), T, T)[0](None)
-    wo = lm._o_proj(site, H * v.shape[-1])
+    rope = lm.match_rope(data["pos"], lm.rotary_modules(model), T, T)[0](None)
+    wo = lm.output_projection(site, H * v.shape[-1])
     res = sm.stream_layer(q, rows, torch.zeros(len(rows), dtype=torch.long), rows + 1,
                           sm.TensorKV(k, v), scale=site.scale, multipliers=[1.0], rope=rope,
                           w_o=wo[0], b_o=wo[1], chunk=1000, workers=2)[0]
@@ -157,7 +159,7 @@ def test_gaussian_input_model_matches_real_forward_passes_at_8192():
             model(**_text(config, T, seed=100 + s))
     for h in hooks:
         h.remove()
-    r = lm.sweep_model(cfg, [T], queries=256, train_len=T, seed=0)
+    r = lm.run(cfg, [T], queries=256, train_len=T, seed=0)
     m = r.trajectory
     for i in range(len(sites)):
         A = torch.cat(got[i], dim=1)
@@ -175,7 +177,7 @@ def test_bidirectional_theory_within_003_at_every_layer_and_length():
     """BERT-like (no RoPE, bidirectional): the REM tables averaged over the drawn queries
     describe the Gaussian inputs exactly up to sampling (128 rows x 4 heads) and the tables'
     own accuracy: ipr within 0.03 at every (layer, length)."""
-    r = lm.sweep_model(BERT, [512, 4096, 32768], queries=128, seed=0)
+    r = lm.run(BERT, [512, 4096, 32768], queries=128, seed=0)
     m = r.trajectory
     own = m[m.scaling == "none"]
     ipr = own[own.observable == "ipr"].pivot_table(index=["layer", "seq_len"],
@@ -188,7 +190,7 @@ def test_bidirectional_theory_within_003_at_every_layer_and_length():
 
 @pytest.mark.slow  # >10 s; in `make test-slow`
 def test_rows_cover_every_layer_length_and_scaling():
-    r = lm.sweep_model(LLAMA, [1024, 8192], queries=32, seed=0,
+    r = lm.run(LLAMA, [1024, 8192], queries=32, seed=0,
                        scalings=["log-n", "tau:0.8"])
     m = r.trajectory
     streamed = set(r.info["scalings"])
@@ -208,7 +210,7 @@ def test_rows_cover_every_layer_length_and_scaling():
 def test_scalings_change_the_logits_as_stated():
     """log-n at lengths beyond training multiplies the scores: entropy falls (more focused)
     relative to none; tau < 1 (noci22's temperature multiplies the logits) flattens."""
-    r = lm.sweep_model(GPT2_HOT, [1024, 32768], queries=64, seed=0,
+    r = lm.run(GPT2_HOT, [1024, 32768], queries=64, seed=0,
                        scalings=["log-n", "tau:0.5"], train_len=1024)
     m = r.trajectory
     e = m[(m.observable == "entropy") & (m.source == "measured") & (m.seq_len == 32768)]
@@ -225,7 +227,7 @@ def test_recommendation_holds_when_remeasured_after_fix(tmp_path):
     run, and after ``sigprop fix`` the saved model, streamed again, stays in band at the
     target. The band is 6 stderr of the measured means (128 rows x 4 heads)."""
     lengths = [1024, 8192, 131072]
-    r = lm.sweep_model(GPT2_HOT, lengths, queries=128, seed=0, band=0.05, train_len=1024)
+    r = lm.run(GPT2_HOT, lengths, queries=128, seed=0, band=0.05, train_len=1024)
     rec = r.recommendation
     assert not all(x["in_band"] for x in r.layers)
     assert rec["scaling"] != "none"
@@ -233,7 +235,7 @@ def test_recommendation_holds_when_remeasured_after_fix(tmp_path):
     fixed = tmp_path / "fixed"
     fx.fix(GPT2_HOT, str(fixed), scaling=rec["scaling"], scaling_param=rec["scaling_param"],
            seeds=1, sequences=1)
-    again = lm.sweep_model(str(fixed), lengths, queries=128, seed=0, band=0.05,
+    again = lm.run(str(fixed), lengths, queries=128, seed=0, band=0.05,
                            train_len=1024, bands=r.band)
     assert again.info["own_scaling"] == rec["label"]
     assert again.band == r.band  # judged against the original model's bands
@@ -247,8 +249,12 @@ def test_cli_json_and_errors(tmp_path):
 
     cfg = tmp_path / "config.json"
     cfg.write_text(json.dumps(LLAMA))
-    res = sigprop("longctx", str(cfg), "--lengths", "1024,2^13", "--queries", "16",
-                              "--format", "json", "--no-timing")
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        res = sigprop("longctx", str(cfg), "--lengths", "1024,2^13", "--queries", "16",
+                      "--format", "json", "--no-timing")
+    # the command calls longctx_model itself: no deprecation shown to its users
+    assert not [w for w in caught if "longctx" in str(w.message)]
     assert res.exit_code == 0, res.output
     out = json.loads(res.stdout)
     assert {"rows", "layers", "band", "recommendation", "lengths", "train_len"} <= set(out)
@@ -273,7 +279,7 @@ def test_cli_json_and_errors(tmp_path):
 
 
 def test_to_json_has_no_nan_and_spread_exponent_is_reported():
-    r = lm.sweep_model(LLAMA, [1024, 16384, 131072], queries=16, seed=0)
+    r = lm.run(LLAMA, [1024, 16384, 131072], queries=16, seed=0)
     text = json.dumps(r.to_json())
     assert "NaN" not in text
     for x in r.layers:
@@ -290,12 +296,48 @@ def test_an_nn_module_through_the_python_api():
 
     model = loading.model_at_init(loading.load_config(LLAMA), seed=3)
     model.train()
-    r = sigprop.longctx(model, [1024, 4096], queries=16)
-    assert isinstance(r, lm.ModelSweep) and len(r.layers) == 2
+    r = sigprop.longctx_model(model, [1024, 4096], queries=16)
+    assert isinstance(r, sigprop.ModelLongContext) and len(r.layers) == 2
     assert model.training  # its mode is restored
     assert "attention layers" in r.summary()
     fig = r.plot()
     assert len(fig.axes) >= 2
+
+
+def test_longctx_on_a_model_still_runs_with_a_future_warning():
+    """``sigprop.longctx`` takes a spec; a model there runs ``longctx_model`` for a release,
+    warning once, with the same numbers. The old names stay aliases."""
+    import sigprop
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        r = sigprop.longctx_model(LLAMA, [1024], queries=8)
+    assert not [w for w in caught if "longctx" in str(w.message)]  # the entry point's own
+    with pytest.warns(FutureWarning, match="sigprop.longctx_model"):
+        old = sigprop.longctx(LLAMA, [1024], queries=8)
+    assert isinstance(old, sigprop.ModelLongContext)
+    assert old.to_json(timing=False) == r.to_json(timing=False)
+    assert lm.ModelSweep is lm.ModelLongContext and lm.sweep_model is lm.run
+
+
+def test_the_recommendation_is_a_record_and_its_json_object():
+    own = lm.Scaling("none", None, "none")
+    rec = lm.Recommendation(scaling=lm.parse_scaling("ssmax:0.2", 1024), size=0.5,
+                            predicted_worst_deviation=0.01, holds_predicted=True,
+                            reason="why", tried=80)
+    with pytest.raises(TypeError):
+        lm.Recommendation(own, 0.0, 0.0, True, "why", 1)  # keyword-only
+    assert "fix_command" not in rec.to_dict()
+    done = rec.measured(True, "gpt2", own)
+    assert rec.fix_command is None  # frozen: measured() returns a new record
+    assert list(done.to_dict()) == ["scaling", "scaling_param", "label", "size",
+                                    "predicted_worst_deviation", "holds_predicted", "reason",
+                                    "tried", "holds_measured", "fix_command"]
+    assert done.to_dict()["label"] == "ssmax(0.2)"
+    assert done.fix_command == "sigprop fix gpt2 --out FIXED --scaling ssmax --scaling-param 0.2"
+    same = lm.Recommendation(scaling=own, size=0.0, predicted_worst_deviation=0.0,
+                             holds_predicted=True, reason="why", tried=80)
+    assert same.measured(False, "gpt2", own).to_dict()["fix_command"] == "no change needed"
 
 
 def test_fix_takes_the_recommendation_file(tmp_path):
@@ -330,13 +372,13 @@ def test_position_bias_models_are_refused_with_one_line():
 
     bloom = {"model_type": "bloom", "hidden_size": 64, "n_layer": 2, "n_head": 4,
              "vocab_size": 1000}
-    with pytest.raises(lm.SpecError, match="position bias"):
-        lm.sweep_model(bloom, [1024], queries=8, train_len=1024)
+    with pytest.raises(SpecError, match="position bias"):
+        lm.run(bloom, [1024], queries=8, train_len=1024)
     vit = {"model_type": "vit", "hidden_size": 64, "num_hidden_layers": 1,
            "num_attention_heads": 4, "intermediate_size": 128, "image_size": 32,
            "patch_size": 8}
-    with pytest.raises(lm.SpecError, match="text model"):
-        lm.sweep_model(vit, [1024], queries=8, train_len=1024)
+    with pytest.raises(SpecError, match="text model"):
+        lm.run(vit, [1024], queries=8, train_len=1024)
     res = sigprop("longctx", "no-such-model", "--lengths", "1024")
     assert res.exit_code == 2 and "Traceback" not in res.output
 
@@ -345,7 +387,7 @@ def test_model_check_refuses_layers_the_stream_does_not_model():
     """The reference pass compares each layer's own probabilities with the stream's model of
     them: a correct layer agrees to ~1e-7, an unexposed scale (GPT-Neo multiplies by 1, not
     d^-1/2) or an interleaved rotary (GPT-J) is refused with one line."""
-    r = lm.sweep_model(LLAMA, [1024], queries=8)
+    r = lm.run(LLAMA, [1024], queries=8)
     assert all(x["model_check"] < 1e-5 for x in r.layers)
     neo = {"model_type": "gpt_neo", "hidden_size": 64, "num_layers": 2, "num_heads": 4,
            "attention_types": [[["global"], 2]], "vocab_size": 1000,
@@ -353,14 +395,14 @@ def test_model_check_refuses_layers_the_stream_does_not_model():
     gptj = {"model_type": "gptj", "n_embd": 64, "n_layer": 2, "n_head": 4, "rotary_dim": 8,
             "vocab_size": 1000, "n_positions": 2048}
     for cfg in (neo, gptj):
-        with pytest.raises(lm.SpecError, match="probabilities differ"):
-            lm.sweep_model(cfg, [1024], queries=8, train_len=1024)
+        with pytest.raises(SpecError, match="probabilities differ"):
+            lm.run(cfg, [1024], queries=8, train_len=1024)
 
 
 def test_config_sliding_window_is_streamed():
     """Mistral reads its window from the config at call time: rows see at most W keys."""
     cfg = dict(LLAMA, model_type="mistral", sliding_window=256)
-    r = lm.sweep_model(cfg, [1024, 8192], queries=16, train_len=1024)
+    r = lm.run(cfg, [1024, 8192], queries=16, train_len=1024)
     assert all(x["window"] == 256 for x in r.layers)
     m = r.trajectory
     ipr = m[(m.observable == "ipr") & (m.scaling == "none") & (m.seq_len == 8192)]
@@ -374,6 +416,6 @@ def test_a_fixed_model_passes_the_model_check_with_its_own_scaling(tmp_path):
     model check models it (it refused such a model before), and the stream applies it."""
     fx.fix(GPT2_HOT, str(tmp_path / "hot"), scaling="tau", scaling_param=2.0, seeds=1,
            sequences=1)
-    r = lm.sweep_model(str(tmp_path / "hot"), [1024], queries=16, train_len=1024)
+    r = lm.run(str(tmp_path / "hot"), [1024], queries=16, train_len=1024)
     assert r.info["own_scaling"] == "tau(2)"
     assert all(x["model_check"] < 1e-5 for x in r.layers)

@@ -17,7 +17,7 @@ def test_bert_base_ipr_within_003_of_theory_up_to_2_20():
     """bert-base-uncased (bidirectional, no RoPE): every layer and length within 0.03 on ipr
     (the Gaussian inputs are exactly a REM given the query; the error is the tables' and 128
     rows' sampling)."""
-    r = lm.sweep_model("bert-base-uncased", [512, 8192, 131072, 1048576], queries=128, seed=0)
+    r = lm.run("bert-base-uncased", [512, 8192, 131072, 1048576], queries=128, seed=0)
     m = r.trajectory
     own = m[(m.scaling == "none") & (m.observable == "ipr")]
     ipr = own.pivot_table(index=["layer", "seq_len"], columns="source", values="value")
@@ -63,7 +63,7 @@ def test_gpt2_preset_recommendation_holds_after_fix(tmp_path):
     from sigprop.cli import app
 
     lengths = [1024, 16384, 262144]
-    r = lm.sweep_model("gpt2", lengths, queries=128, seed=0, band=0.003)
+    r = lm.run("gpt2", lengths, queries=128, seed=0, band=0.003)
     rec = r.recommendation
     assert not all(x["in_band"] for x in r.layers)
     assert rec["fix_command"] != "no change needed" and rec["holds_measured"]
@@ -73,7 +73,7 @@ def test_gpt2_preset_recommendation_holds_after_fix(tmp_path):
                                    "--longctx", str(run), "--seeds", "1", "--sequences", "1",
                                    "--format", "json"])
     assert res.exit_code == 0, res.output
-    again = lm.sweep_model(str(tmp_path / "fixed"), lengths, queries=128, seed=0,
+    again = lm.run(str(tmp_path / "fixed"), lengths, queries=128, seed=0,
                            bands=json.loads(run.read_text())["band"])
     assert again.info["own_scaling"] == rec["label"]
     assert all(x["in_band"] for x in again.layers)

@@ -11,6 +11,7 @@ and source), whose ``.plot()`` returns a matplotlib Figure and which a notebook 
 >>> d = sigprop.diagnose("gpt2", seq_len=128)        # a HuggingFace model, or an nn.Module
 >>> f = sigprop.fix("bert-deep-48", "out/", alpha_attn="auto")
 >>> lc = sigprop.longctx(lengths=[512, 4096, 65536])
+>>> lm = sigprop.longctx_model("gpt2", [1024, 8192])   # every attention layer of a model
 >>> r = sigprop.sweep("predict", "beta=0.1:3:16,depth=12,48", store="runs/")  # resumable
 >>> rows = sigprop.Store("runs/").read(query="beta > 1")
 >>> m = sigprop.monitor(model, batch, every=50)  # in a training loop: m(step)
@@ -23,7 +24,8 @@ from importlib.metadata import version as _version
 
 from .analysis.diagnose import Diagnosis, diagnose
 from .analysis.fix import FixResult, fix
-from .analysis.longctx import LongContext, longctx
+from .analysis.longctx import LongContext, longctx, longctx_model
+from .analysis.longctx_model import ModelLongContext
 from .analysis.measure import Comparison, measure
 from .analysis.predict import Prediction, predict
 from .integrations import SigpropCallback
@@ -39,7 +41,7 @@ except _NotFound:  # running from a source tree that was never installed
 
 __all__ = [
     "ArchSpec", "CollapseWarning", "Comparison", "Diagnosis", "FixResult", "LayerSpec",
-    "LongContext", "Monitor", "Prediction", "SigpropCallback", "SpecError", "Store",
-    "SweepReport", "__version__", "diagnose", "fix", "longctx", "measure", "monitor", "predict",
-    "sweep",
+    "LongContext", "ModelLongContext", "Monitor", "Prediction", "SigpropCallback", "SpecError",
+    "Store", "SweepReport", "__version__", "diagnose", "fix", "longctx", "longctx_model",
+    "measure", "monitor", "predict", "sweep",
 ]

@@ -161,30 +161,30 @@ def longctx(spec: ArchSpec,
     ts = ts or lc.default_lengths()
     queries = 256 if queries is None else queries
     lc.check_args(ts, queries, chunk, input, spec)
-    # before any allocation: work bound and memory (also checked inside sweep)
+    # before any allocation: work bound and memory (also checked inside stream_lengths)
     lc.check_resources(spec, ts, queries=queries, chunk=chunk, input=input,
                        n_scalings=len(lc.scaling_kinds(spec, compare)))
     with progress(fmt, "streaming keys", sum(ts)) as tick:
-        sw = lc.sweep(spec, ts, queries=queries, input=input, compare=compare, chunk=chunk,
-                      seed=seed, on_progress=tick)
+        run = lc.stream_lengths(spec, ts, queries=queries, input=input, compare=compare,
+                                chunk=chunk, seed=seed, on_progress=tick)
     if plot:
-        from ..plotting.longctx import plot_sweep
+        from ..plotting.longctx import plot_longctx
 
-        write_figure("--plot", plot, plot_sweep, sw.trajectory, spec=spec)
-    traj = sw.trajectory
+        write_figure("--plot", plot, plot_longctx, run.trajectory, spec=spec)
+    traj = run.trajectory
     if fmt == Fmt.json:
         from ..measurement.longctx import trends
 
         emit_json({"spec": spec.to_dict(), "derived": spec.derived(),
                     "rows": trajectory.to_rows(traj), "trends": trends(traj),
-                    **timing_fields(sw.seconds, no_timing), "plot": plot, **sw.info})
+                    **timing_fields(run.seconds, no_timing), "plot": plot, **run.info})
     elif fmt == Fmt.csv:
         traj.drop(columns=[c for c in traj.columns if c.startswith("spec.")]).to_csv(
             sys.stdout, index=False)
     else:
-        from ..report.longctx import print_sweep
+        from ..report.longctx import print_longctx
 
-        print_sweep(sw, spec, wide=wide)
+        print_longctx(run, spec, wide=wide)
 
 
 def _int_list(option: str, text: str | None) -> list[int] | None:
@@ -202,8 +202,8 @@ def _int_list(option: str, text: str | None) -> list[int] | None:
 def _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len, band,
                    layers, out_queries, sequences, report, plot, fmt, seed, no_timing, wide,
                    device, band_from=None):
-    """``sigprop longctx MODEL``: :func:`sigprop.analysis.longctx_model.sweep_model`."""
-    from ..analysis.longctx_model import sweep_model
+    """``sigprop longctx MODEL``: :func:`sigprop.analysis.longctx.longctx_model`."""
+    from ..analysis.longctx import longctx_model
     from .common import check_output_file, command_line
 
     base = ArchSpec()
@@ -225,7 +225,7 @@ def _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len
     if not 1 <= sequences <= 64:
         fail(f"--sequences: must be an integer in [1, 64] (got {sequences})")
     with progress(fmt, f"streaming {model}") as tick:
-        r = sweep_model(model, ts, on_progress=tick, **kw)
+        r = longctx_model(model, ts, on_progress=tick, **kw)
     if plot:
         write_figure("--plot", plot, lambda traj, path, **_: r.plot(path), r.trajectory)
     if report is not None:
@@ -242,9 +242,9 @@ def _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len
     elif fmt == Fmt.csv:
         r.trajectory.to_csv(sys.stdout, index=False)
     else:
-        from ..report.longctx import print_model_sweep
+        from ..report.longctx import print_model_longctx
 
-        print_model_sweep(r, wide=wide)
+        print_model_longctx(r, wide=wide)
 
 
 def _bands_from(path: str | None) -> dict | None:

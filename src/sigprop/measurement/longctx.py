@@ -1,7 +1,6 @@
-"""Long-context sweep: one attention layer's statistics against context length T (docs/theory.md
-§2.3,
-§3.2), measured by streaming (:mod:`sigprop.measurement.streaming`) beside the finite-T theory and
-its T -> infinity limit.
+"""Long context for one layer: one attention layer's statistics against context length T
+(docs/theory.md §2.3, §3.2), measured by streaming (:mod:`sigprop.measurement.streaming`)
+beside the finite-T theory and its T -> infinity limit.
 
 Semantics. The weights are drawn once, from the spec as it stands (``spec.seq_len`` is the
 reference, i.e. training, length ``T_ref``: Q/K std ``spec.rem_qk_std()``), and only the context
@@ -132,8 +131,8 @@ def _causal_per_node(spec, T, kind, sigma0, rho, d_head):
 
 
 @dataclass
-class Sweep:
-    """The sweep's Trajectory and what produced it."""
+class StreamedLengths:
+    """The Trajectory of :func:`stream_lengths` and what produced it."""
 
     trajectory: object  # pandas DataFrame
     seconds: float
@@ -158,8 +157,9 @@ def check_args(lengths, queries, chunk, input, spec):
 
 def check_resources(spec: ArchSpec, lengths, *, queries: int, chunk: int, input: str,
                     n_scalings: int, workers: int | None = None) -> float:
-    """Refuse (``SpecError``) a sweep above the work bound or the available memory
-    (:func:`sigprop.measurement.memory.check_work` / ``check`` with the ``longctx`` model)."""
+    """Refuse (``SpecError``) a run of :func:`stream_lengths` above the work bound or the
+    available memory (:func:`sigprop.measurement.memory.check_work` / ``check`` with the
+    ``longctx`` model)."""
     import torch
 
     from . import memory
@@ -171,10 +171,10 @@ def check_resources(spec: ArchSpec, lengths, *, queries: int, chunk: int, input:
     return need
 
 
-def sweep(spec: ArchSpec, lengths: Sequence[int] | None = None, *, queries: int = 256,
-          input: str = "rho", compare: bool = False, chunk: int = 8192, seed: int = 0,
-          workers: int | None = None,
-          on_progress: Callable[[int], None] | None = None) -> Sweep:
+def stream_lengths(spec: ArchSpec, lengths: Sequence[int] | None = None, *, queries: int = 256,
+                   input: str = "rho", compare: bool = False, chunk: int = 8192,
+                   seed: int = 0, workers: int | None = None,
+                   on_progress: Callable[[int], None] | None = None) -> StreamedLengths:
     """Measure ipr, entropy, wmax (rows of ``measured``: mean over the R sampled rows of the
     head-averaged value, stderr = std over rows / sqrt(R); one weight draw, so seed-to-seed
     spread is not included) and the output cosine (mean over pairs of sampled rows; stderr
@@ -201,7 +201,7 @@ def sweep(spec: ArchSpec, lengths: Sequence[int] | None = None, *, queries: int 
     sigma0 = spec.sigma_s / spec.multiplier
     t0 = time.perf_counter()
     weights = st.LayerWeights.from_spec(spec, seed)
-    records, info_t = [], []
+    records = []
     for T in lengths:
         source = si.token_source(input, T, spec.d_model, rho=rho, seed=seed)
         R = min(queries, T)
@@ -244,15 +244,14 @@ def sweep(spec: ArchSpec, lengths: Sequence[int] | None = None, *, queries: int 
                 for name, val in th.items():
                     records.append(dict(layer=1, observable=name, source=src_name, value=val,
                                         **extra))
-        info_t.append({"seq_len": T, "queries": R})
     traj = trajectory.make(records, spec)
-    return Sweep(traj, time.perf_counter() - t0,
-                 {"input": input, "queries": queries, "chunk": chunk, "compare": compare,
-                  "scalings": [k for k, _ in kinds], "rho0": rho, "seed": seed,
-                  "lengths": lengths, "t_ref": spec.seq_len})
+    return StreamedLengths(traj, time.perf_counter() - t0,
+                           {"input": input, "queries": queries, "chunk": chunk,
+                            "compare": compare, "scalings": [k for k, _ in kinds], "rho0": rho,
+                            "seed": seed, "lengths": lengths, "t_ref": spec.seq_len})
 
 
-# ---- reading a sweep ----------------------------------------------------------------------
+# ---- reading a run ------------------------------------------------------------------------
 def layer1(traj):
     return traj[traj["layer"] == 1]
 

@@ -1,21 +1,24 @@
-"""``sigprop longctx`` console output: the rich table and the trend per scaling (the figure
-is :func:`sigprop.plotting.longctx.plot_sweep`)."""
+"""``sigprop longctx`` console output: for a spec's layer the rich table and the trend per
+scaling (:func:`print_longctx`), for a model one line per attention layer and the
+recommendation (:func:`print_model_longctx`). The figures are in :mod:`sigprop.plotting`."""
 
 from __future__ import annotations
 
 from ..measurement.longctx import layer1, trends
 
 
-def print_sweep(sw, spec, console=None, wide: bool = False) -> None:
-    """Rich table, one line per (scaling, T, observable): measured ± stderr, finite-T theory
-    and the T -> infinity limit; then the trend per scaling."""
+def print_longctx(run, spec, console=None, wide: bool = False) -> None:
+    """``sigprop longctx`` for a spec's layer (``run`` from
+    :func:`sigprop.measurement.longctx.stream_lengths`): rich table, one line per (scaling, T,
+    observable): measured ± stderr, finite-T theory and the T -> infinity limit; then the
+    trend per scaling."""
     from . import tables
 
     console = console or tables.console(wide)
-    df = layer1(sw.trajectory)
+    df = layer1(run.trajectory)
     console.print(f"[bold]sigprop longctx[/] d={spec.d_model}, H={spec.heads}, weights at "
                   f"T_ref={spec.seq_len}, {spec.attention}{' causal' if spec.causal else ''}, "
-                  f"input {sw.info['input']}, R={sw.info['queries']} rows")
+                  f"input {run.info['input']}, R={run.info['queries']} rows")
     names = ("scaling", "T", "sigma_s", "observable", "measured", "theory", "T → ∞")
     t = tables.table(*names, right=("T", "sigma_s", "measured", "theory", "T → ∞"))
     piv = df.pivot_table(index=["scaling", "seq_len", "observable"], columns="source",
@@ -37,16 +40,16 @@ def print_sweep(sw, spec, console=None, wide: bool = False) -> None:
                   tables.fmt(row[("value", "theory")], k),
                   tables.fmt(row[("value", "theory_asymptotic")], k))
     console.print(t)
-    for scaling, tr in trends(sw.trajectory).items():
+    for scaling, tr in trends(run.trajectory).items():
         what = {"condenses": "[bold red]condenses[/] (→ entropy collapse)",
                 "spreads": "[bold yellow]spreads[/] (→ uniform: rank collapse)",
                 "steady": "[bold green]steady[/]", "n/a": "n/a (one length)"}[tr["direction"]]
         console.print(f"{scaling}: ipr {tr['ipr_first']:.3g} → {tr['ipr_last']:.3g} "
                       f"(T {tr['T_first']} → {tr['T_last']}): {what}")
-    console.print(f"{sw.seconds:.1f} s")
+    console.print(f"{run.seconds:.1f} s")
 
 
-def print_model_sweep(r, console=None, wide: bool = False) -> None:
+def print_model_longctx(r, console=None, wide: bool = False) -> None:
     """``sigprop longctx MODEL``: one line per attention layer (token cosine, clpr25's
     gamma_c, score std and beta at the training length, which theory the score spread follows,
     the measured entropy at each length under the model as it is, worst ipr gap to theory,

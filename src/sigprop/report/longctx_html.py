@@ -5,7 +5,7 @@ The page follows :mod:`.html` (the diagnosis report): CSS inline, the figure as 
 ``data:`` URI, no scripts and no external assets, every string from the user or the model
 escaped. Sections: a header (model, lengths, training length, query rows, time, command line
 and sigprop version), the recommended scaling with its fix command, the figure of
-:func:`sigprop.plotting.longctx_model.plot_model_sweep`, a table with one row per attention
+:func:`sigprop.plotting.longctx_model.plot_model_longctx`, a table with one row per attention
 layer, and the notes. Missing values print as an em dash.
 
 The result is duck-typed: any object with ``model``, ``trajectory``, ``band``, ``layers``,
@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from ..plotting.longctx_model import band_of, plot_model_sweep
+from ..plotting.longctx_model import band_of, plot_model_longctx
 from .html import PAGE_CSS, esc, html_table, num, provenance, svg_of
 
 MISSING = "—"
@@ -151,7 +151,7 @@ def _figure(result) -> str:
     obs = set(traj["observable"]) & {"entropy", "ipr"}
     if not obs:
         return f"<p>{MISSING} (no entropy or ipr rows to plot)</p>"
-    src = svg_of(plot_model_sweep, traj, band=getattr(result, "band", None))
+    src = svg_of(plot_model_longctx, traj, band=getattr(result, "band", None))
     measured = bool((traj["source"] == "measured").any())
     legend = ("lines: theory; markers: measured ± standard error; shaded: the stated entropy "
               "band of each layer" if measured else
