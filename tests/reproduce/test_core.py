@@ -11,8 +11,19 @@ import pytest
 from sigprop import cli
 from sigprop.plotting.figures import new_figure
 from sigprop.report import gallery
-from sigprop.reproduce import core
+from sigprop.reproduce import core, plots
 from sigprop.reproduce.core import Check, Experiment, Item, frame
+
+DRAWN = []   # the data each stand-in plot was drawn from, in order
+
+
+def _plot(data, ax=None):
+    """A stand-in item's plot function: y over x on ``ax`` or a new figure."""
+    DRAWN.append(data)
+    fig, (a,) = plots.axes_row(ax, 1, (3, 2))
+    a.plot(data["x"], data["y"])
+    plots.decorate(a, "x", "y", "stand-in", legend=None)
+    return fig
 
 
 def _fig():
@@ -31,7 +42,7 @@ def _ok(*, seed=0, device="cpu", n=4):
     recs += [dict(observable="y", source="theory", value=1 / k, n=int(k)) for k in x]
     return Experiment(frame(recs), pd.DataFrame({"n": [n], "slope": [core.slope(x, y)]}),
                       [Check.within("slope is -1 (Eq. 1)", core.slope(x, y), -1.05, -0.95,
-                                    why="1% noise on 4 points")], _fig(),
+                                    why="1% noise on 4 points")], _plot, dict(x=x, y=y),
                       notes="a <script>stand-in</script>")
 
 
@@ -142,6 +153,24 @@ def test_save_writes_figure_data_and_checks(fake, tmp_path):
     assert (tmp_path / "gg25.ok.svg").read_text().lstrip().startswith("<?xml")
     j = json.loads((tmp_path / "gg25.ok.json").read_text())
     assert j["status"] == "pass" and j["params"]["n"] == 3 and j["checks"][0]["expected"]
+
+
+def test_figure_drawn_on_demand(fake, tmp_path):
+    # an experiment keeps its data and plot function: nothing is drawn until asked
+    DRAWN.clear()
+    e = core.run("gg25.ok", "tiny")
+    assert DRAWN == [] and e.data["x"].size == 3
+    fig = e.figure
+    assert len(DRAWN) == 1 and e.figure is fig and fig.axes[0].get_title() == "stand-in"
+    e.figure = None                      # let the canvas go; the next access draws again
+    assert e.figure is not fig and len(DRAWN) == 2
+    other = new_figure((6, 2))
+    axes = other.subplots(1, 2)
+    assert e.plot(ax=axes[1]) is other and axes[1].lines and not axes[0].lines
+    # an item that drew its Figure itself passes it; it is kept as is
+    drawn = _fig()
+    kept = Experiment(frame([]), pd.DataFrame(), [], drawn)
+    assert kept.figure is drawn and kept.plot() is drawn and kept.draw is None
 
 
 def test_gallery_page(fake, tmp_path):

@@ -8,6 +8,7 @@ import math
 import numpy as np
 import pytest
 
+from sigprop.measurement.rho_tokens import rho_tokens
 from sigprop.reproduce import core
 from sigprop.reproduce import noci22 as N
 from sigprop.theory import uniform as U
@@ -81,7 +82,7 @@ def test_seeded():
 @pytest.mark.parametrize("uniform,tau", [(False, 1.0), (False, 3.7), (True, 1.0), (True, 2.0)])
 def test_jacobian_norms_equal_autograd(uniform, tau):
     rng = np.random.default_rng(11)
-    X = N.gaussian_tokens(rng, 4, 5, 6, 1.5, 0.3)
+    X = rho_tokens(5, 6, 0.3, rng, n_seq=4, law="gaussian", var=1.5)
     Wq, Wk, Wv = (rng.standard_normal((4, 6, k)) for k in (3, 3, 7))
     a = N.jacobian_norms(X, Wq, Wk, Wv, tau, uniform=uniform)
     b = N.autograd_norms(X, Wq, Wk, Wv, tau, uniform=uniform)
@@ -97,13 +98,13 @@ def test_jacobian_norms_equal_autograd(uniform, tau):
 def test_input_grad_terms_refute_eq36():
     # near rank collapse E||A2||^2 >> E||A1||^2 (noci22's Eq. 36 says they are equal)
     rng = np.random.default_rng(2)
-    X = N.gaussian_tokens(rng, 1, 4, 16, 1.0, 0.95)[0]
-    t1, t2, cross, t3 = N.input_grad_terms(X, 16, 16, 1 / 16, 1 / 16, 1 / 16)
-    assert t2 > 5 * t1 and cross > 0 and t3 == pytest.approx(16.0)
+    X = rho_tokens(4, 16, 0.95, rng, law="gaussian")
+    t = N.input_grad_terms(X, 16, 16, 1 / 16, 1 / 16, 1 / 16)
+    assert t.a2 > 5 * t.a1 and t.cross > 0 and t.a3 == pytest.approx(16.0)
     # ... and with these terms the bound of Eq. 8 is exceeded at large variance
-    X = N.gaussian_tokens(rng, 64, 4, 16, 16.0, 0.98)
-    t1, t2, cross, t3 = N.input_grad_terms(X, 16, 16, 1 / 16, 1 / 16, 1 / 16)
-    assert (t1 + t2 + cross + t3).mean() > (8 * t1 + 2 * t3).mean()
+    X = rho_tokens(4, 16, 0.98, rng, n_seq=64, law="gaussian", var=16.0)
+    t = N.input_grad_terms(X, 16, 16, 1 / 16, 1 / 16, 1 / 16)
+    assert t.total.mean() > (8 * t.a1 + 2 * t.a3).mean()
 
 
 # ------------------------------------------------------------------------------ sizes

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ..trajectory import parquet_safe
+from .plots import axes_row as axes_row  # its home is .plots; kept importable from here
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure
@@ -146,21 +147,53 @@ class Experiment:
     ``trajectory``: the figure's data as a tidy table in the Trajectory's shape (``observable,
     source, value, stderr`` plus the figure's coordinates as columns; ``source`` is
     ``theory``, ``measured`` or ``paper``); ``table``: a small summary table (one row per run,
-    curve or fitted constant); ``checks``: the claims as :class:`Check` s; ``figure``: the
-    matplotlib Figure drawn like the paper's panel; ``notes``: how the set-up was shrunk from
-    the paper's. :func:`run` fills ``name``, ``size``, ``params`` and ``seconds``.
+    curve or fitted constant); ``checks``: the claims as :class:`Check` s; ``draw``: the item's
+    plot function ``draw(data, ax=None) -> Figure``, drawing the paper's panel from ``data``
+    (what the item measured); ``notes``: how the set-up was shrunk from the paper's.
+    :func:`run` fills ``name``, ``size``, ``params`` and ``seconds``.
+
+    The Figure is drawn only when asked for (:attr:`figure`, :meth:`plot`, :meth:`save`): an
+    experiment holds numbers, not a canvas, so a run of many items keeps no figures alive and
+    a caller can draw the panel into axes of its own. An item that has drawn its Figure
+    already may pass it as ``draw``; it is then kept as :attr:`figure`.
     """
 
     trajectory: pd.DataFrame
     table: pd.DataFrame
     checks: list[Check]
-    figure: Figure | None = None
+    draw: Callable[..., Figure] | None = None
+    data: Any = None
     notes: str = ""
     name: str = ""
     size: str = "default"
     params: dict = field(default_factory=dict)
     seconds: float = float("nan")
     error: str = ""
+    _figure: Figure | None = field(default=None, init=False, repr=False, compare=False)
+
+    def __post_init__(self):
+        if self.draw is not None and not callable(self.draw):  # a Figure drawn already
+            self._figure, self.draw = self.draw, None
+
+    def plot(self, ax=None) -> Figure | None:
+        """Draw the figure from :attr:`data`: on ``ax`` (the Axes the plot function lays out,
+        one or a sequence) or, with ``ax=None``, on a new Figure; return the Figure (None for
+        an experiment without a plot function)."""
+        if self.draw is None:
+            return self._figure if ax is None else None
+        return self.draw(self.data) if ax is None else self.draw(self.data, ax=ax)
+
+    @property
+    def figure(self) -> Figure | None:
+        """The paper's panel, drawn on first access and kept; set it to None to let the
+        canvas go (the next access draws it again)."""
+        if self._figure is None:
+            self._figure = self.plot()
+        return self._figure
+
+    @figure.setter
+    def figure(self, fig: Figure | None) -> None:
+        self._figure = fig
 
     @property
     def status(self) -> str:
@@ -191,10 +224,11 @@ class Experiment:
         out = Path(out)
         out.mkdir(parents=True, exist_ok=True)
         paths: dict[str, Path] = {}
-        if self.figure is not None:
+        fig = self.figure
+        if fig is not None:
             for ext in ("svg", "png"):
                 p = out / f"{self.name}.{ext}"
-                self.figure.savefig(p, dpi=dpi)
+                fig.savefig(p, dpi=dpi)
                 paths[ext] = p
         for key, df in (("data", self.trajectory), ("table", self.table)):
             if df is not None:
@@ -244,21 +278,6 @@ def mean_se(a, axis: int = -1):
     mean = a.mean(axis=axis)
     se = a.std(axis=axis, ddof=1) / math.sqrt(k) if k > 1 else np.full(np.shape(mean), np.nan)
     return mean, se
-
-
-def axes_row(ax, ncols: int, size: tuple[float, float], sharey: bool = False):
-    """The figure and its ``ncols`` panels in a row, for an item's ``plot_X(data, ax=None)``: a
-    new constrained-layout figure of ``size`` when ``ax`` is None, else ``ax`` (one Axes or a
-    sequence of ``ncols``) and the figure it belongs to."""
-    from ..plotting.figures import new_figure
-
-    if ax is None:
-        fig = new_figure(size, layout="constrained")
-        return fig, list(fig.subplots(1, ncols, sharey=sharey, squeeze=False)[0])
-    axes = list(np.atleast_1d(np.asarray(ax, dtype=object)).ravel())
-    if len(axes) != ncols:
-        raise ValueError(f"ax: must be {ncols} Axes (got {len(axes)})")
-    return axes[0].figure, axes
 
 
 def one_thread(fn: Callable) -> Callable:
@@ -404,7 +423,7 @@ def run(item: Item | str, size: str = "default", *, seed: int = 0, device: str =
     except Exception as err:  # noqa: BLE001 - reported per item in the gallery
         if not catch:
             raise
-        exp = Experiment(frame([]), pd.DataFrame(), [], None,
+        exp = Experiment(frame([]), pd.DataFrame(), [],
                          error=f"{type(err).__name__}: {err}".splitlines()[0])
     if not isinstance(exp, Experiment):
         raise TypeError(f"item {it.name} returned {type(exp).__name__}, not Experiment")

@@ -13,7 +13,8 @@ import pandas as pd
 
 from ...theory import scaling as sc
 from .. import args
-from ..core import Check, Experiment, axes_row, frame, mean_se, register
+from ..core import Check, Experiment, frame, mean_se, register
+from ..plots import axes_row, decorate
 from .common import (
     COLOURS,
     angle_ratios,
@@ -135,10 +136,8 @@ def plot_fig1(r: dict, ax=None):
         a.step(lim.gamma, lim.value, "k--", lw=1, where="mid", label="n → ∞")
         a.axvline(gc, color="grey", ls=":", lw=1)
         a.text(gc, 0.02, " γ_c", color="grey", fontsize=8)
-        a.set_xlabel("γ  (β = γ log n)")
-        a.set_title(f"clpr25 Fig. 1, d = {d}", fontsize=9)
-    axes[0].set_ylabel("angle ratio θ'/θ")
-    axes[0].legend(fontsize=7, loc="upper left")
+        decorate(a, "γ  (β = γ log n)", None, f"clpr25 Fig. 1, d = {d}", legend=None)
+    decorate(axes[0], None, "angle ratio θ'/θ", loc="upper left")
     return fig
 
 
@@ -165,7 +164,7 @@ def fig1(*, seed: int = 0, device: str = "cpu", ns: Sequence[int] = (64, 256, 10
              f"the almost-simplex input (Eq. 3.1); the angle ratio averages the pairs of {rows} "
              "sampled query rows (each row sees all n keys). The paper's n, d, rho were not "
              "recoverable from its text; n <= 1024 on the CPU.")
-    return Experiment(frame(r["recs"]), r["table"], fig1_checks(r), plot_fig1(r), notes)
+    return Experiment(frame(r["recs"]), r["table"], fig1_checks(r), plot_fig1, r, notes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -258,10 +257,8 @@ def plot_fig2(r: dict, ax=None):
             a.plot(mm.gamma, mm.value, "o", ms=3, color=c, label=f"measured, n = {n}")
         a.axvline(gc, color="grey", ls=":", lw=1)
         a.axhline(1 - 1 / d, color="k", ls="--", lw=0.8)
-        a.set_xlabel("γ  (β = γ log n)")
-        a.set_title(f"clpr25 Fig. 2, d = {d}", fontsize=9)
-    axes[0].set_ylabel("‖J‖²_F / (nd)")
-    axes[0].legend(fontsize=6, loc="upper left")
+        decorate(a, "γ  (β = γ log n)", None, f"clpr25 Fig. 2, d = {d}", legend=None)
+    decorate(axes[0], None, "‖J‖²_F / (nd)", legend=6, loc="upper left")
     return fig
 
 
@@ -284,4 +281,4 @@ def fig2(*, seed: int = 0, device: str = "cpu", ns: Sequence[int] = (64, 256),
     notes = (f"rho = {rho} (gamma_c = {r['gc']:g}), alpha = 0 (the paper drops the residual for "
              "the Jacobian), one almost-simplex input (Eq. 3.1) per (n, d); the Jacobian norm is "
              "computed exactly from its blocks (no nd x nd matrix). n <= 256 on the CPU.")
-    return Experiment(frame(r["recs"]), r["table"], fig2_checks(r), plot_fig2(r), notes)
+    return Experiment(frame(r["recs"]), r["table"], fig2_checks(r), plot_fig2, r, notes)

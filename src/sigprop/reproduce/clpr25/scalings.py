@@ -15,7 +15,8 @@ from ...spec import score_multiplier
 from ...theory import rem
 from ...theory import scaling as sc
 from .. import args
-from ..core import Check, Experiment, axes_row, frame, register, slope
+from ..core import Check, Experiment, frame, register, slope
+from ..plots import axes_row, decorate
 from .common import (
     COLOURS,
     angle_ratios,
@@ -206,7 +207,7 @@ def table1(*, seed: int = 0, device: str = "cpu", ns_sim: Sequence[int] = (256, 
              "(docs/theory.md §3.2.1): YaRN's factor with s = n/n_train, SSMax with "
              "s = 1/log n_train, SWAN-GPT has no form of its own and is taken as Qwen's "
              "logarithm beyond n_train.")
-    return Experiment(frame(r["recs"]), r["table"], table1_checks(r), plot_table1(r), notes)
+    return Experiment(frame(r["recs"]), r["table"], table1_checks(r), plot_table1, r, notes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -318,11 +319,8 @@ def plot_vs_gg25(r: dict, ax=None):
     a.plot(logn, r["s_meas_rem"], "s", color=COLOURS[1])
     a.set_xscale("log")
     a.set_yscale("log")
-    a.set_xlabel("log n")
-    a.set_ylabel("critical logit scale")
-    a.set_title(f"clpr25 Sec. 1 vs gg25: orders {r['p_clpr']:.2f} vs {r['p_rem']:.2f}",
-                fontsize=9)
-    a.legend(fontsize=7)
+    decorate(a, "log n", "critical logit scale",
+             f"clpr25 Sec. 1 vs gg25: orders {r['p_clpr']:.2f} vs {r['p_rem']:.2f}")
     return fig
 
 
@@ -347,4 +345,4 @@ def vs_gg25(*, seed: int = 0, device: str = "cpu", ns: Sequence[int] = (64, 256,
              f"which the mean diagonal weight reaches {level}; gg25: i.i.d. N(0, sigma_s^2) "
              f"scores ({trials} rows per n), the sigma_s at which the mean largest weight reaches "
              f"{level}. Both fitted as (log n)^p over n = {ns[0]}..{ns[-1]}.")
-    return Experiment(frame(r["recs"]), r["table"], vs_gg25_checks(r), plot_vs_gg25(r), notes)
+    return Experiment(frame(r["recs"]), r["table"], vs_gg25_checks(r), plot_vs_gg25, r, notes)

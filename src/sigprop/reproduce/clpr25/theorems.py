@@ -14,7 +14,8 @@ import pandas as pd
 
 from ...theory import scaling as sc
 from .. import args
-from ..core import Check, Experiment, axes_row, frame, register, slope
+from ..core import Check, Experiment, frame, register, slope
+from ..plots import axes_row, decorate
 from .common import COLOURS, rho_arg, seq, sizes
 
 __all__ = ["PHASES", "thm21", "thm21_data", "thm21_checks", "plot_thm21", "thm23",
@@ -134,11 +135,10 @@ def plot_thm21(r: dict, ax=None):
             a.axhline(li, color=c, ls="--", lw=0.8)
         a.axhline(rho, color="grey", ls=":", lw=1)
         a.set_xscale("log")
-        a.set_xlabel("n (tokens)")
-        a.set_title(f"clpr25 Thm 2.1, α = {al:g}" + (" (Eq. 2.5)" if al == 0 else
-                                                      " (Eq. 2.4)"), fontsize=9)
-    axes[0].set_ylabel("output cosine ⟨x'_i, x'_j⟩ / |x'|²")
-    axes[0].legend(fontsize=7)
+        decorate(a, "n (tokens)", None,
+                 f"clpr25 Thm 2.1, α = {al:g}" + (" (Eq. 2.5)" if al == 0 else
+                 " (Eq. 2.4)"), legend=None)
+    decorate(axes[0], None, "output cosine ⟨x'_i, x'_j⟩ / |x'|²")
     return fig
 
 
@@ -162,7 +162,7 @@ def thm21(*, seed: int = 0, device: str = "cpu", ns_sim: Sequence[int] = (16, 64
              f"layer evaluated on exact simplex points at n = {', '.join(map(str, ns_sim))}. "
              "The paper's Eq. 2.4 right-hand sides were lost in the text; sigprop's limits "
              "(docs/theory.md §3.1) are used.")
-    return Experiment(frame(r["recs"]), r["table"], thm21_checks(r), plot_thm21(r), notes)
+    return Experiment(frame(r["recs"]), r["table"], thm21_checks(r), plot_thm21, r, notes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -229,10 +229,7 @@ def plot_thm23(r: dict, ax=None):
         a.plot(m.n, m.value, "o", ms=4, color=c)
         a.axhline(lim, color=c, ls="--", lw=0.8)
     a.set_xscale("log")
-    a.set_xlabel("n (tokens), d = n + 1")
-    a.set_ylabel("‖J‖²_F / (nd)")
-    a.set_title("clpr25 Thm 2.3 (simplex, α = 0)", fontsize=9)
-    a.legend(fontsize=7)
+    decorate(a, "n (tokens), d = n + 1", "‖J‖²_F / (nd)", "clpr25 Thm 2.3 (simplex, α = 0)")
     return fig
 
 
@@ -251,4 +248,4 @@ def thm23(*, seed: int = 0, device: str = "cpu", ns_sim: Sequence[int] = (16, 64
     notes = (f"rho = {rho}, alpha = 0, exact simplex points of width d = n + 1; lines: sigprop's "
              "closed form up to n = 1e12, dots: the Jacobian from its blocks at "
              f"n = {', '.join(map(str, ns_sim))}.")
-    return Experiment(frame(r["recs"]), r["table"], thm23_checks(r), plot_thm23(r), notes)
+    return Experiment(frame(r["recs"]), r["table"], thm23_checks(r), plot_thm23, r, notes)

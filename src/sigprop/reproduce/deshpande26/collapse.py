@@ -16,14 +16,14 @@ import pandas as pd
 
 from ...theory import rem
 from ...theory import scaling as sc
-from ..core import Check, Experiment, axes_row, frame, register
+from ..core import Check, Experiment, frame, register
+from ..plots import axes_row, decorate
 from .common import (
     COLOURS,
-    budget_arg,
     exponent_pred,
     gumbel_bulk,
-    lengths,
-    positive,
+    n_sweep_args,
+    n_sweep_sizes,
     trials,
     wmax_tables,
 )
@@ -147,18 +147,13 @@ def plot_wmax(r: dict, ax=None):
     a = df[df.source == "theory_asymptotic"]
     ax1.plot(a.beta_over_c, a.value, "k--", lw=1.2, label="N → ∞")
     ax1.axvline(1.0, color="grey", ls=":", lw=1)
-    ax1.set_xlabel("β / β_c,   β_c = √(2 log N) / σ")
-    ax1.set_ylabel("E w_max")
-    ax1.set_title("deshpande26 Eqs. 8, 11", fontsize=9)
-    ax1.legend(fontsize=7)
+    decorate(ax1, "β / β_c,   β_c = √(2 log N) / σ", "E w_max", "deshpande26 Eqs. 8, 11")
     ax2.plot(xs, s_meas, "o", color="k", ms=4, label=f"measured, N = {N1} → {N2}")
     ax2.plot(xs, np.where(xs < 1, (1 - xs) ** 2, 0.0), "-", color="grey", label="(1 − x)², N → ∞")
     ax2.plot(xs[xs < 1], s_pred[xs < 1], ":", color="C3", label="+ extreme-value correction")
     ax2.axvline(1.0, color="grey", ls=":", lw=1)
-    ax2.set_xlabel("x = β / β_c")
-    ax2.set_ylabel("−d log E w_max / d log N")
-    ax2.set_title(f"exponent: fitted x_c = {r['x_c']:.3f}", fontsize=9)
-    ax2.legend(fontsize=7)
+    decorate(ax2, "x = β / β_c", "−d log E w_max / d log N",
+             f"exponent: fitted x_c = {r['x_c']:.3f}")
     return fig
 
 
@@ -167,22 +162,17 @@ def plot_wmax(r: dict, ax=None):
           claim="For N i.i.d. N(0, sigma^2) logits the largest softmax weight vanishes as "
                 "N -> infinity below beta_c = sqrt(2 log N)/sigma (Eq. 8) and stays Theta(1) "
                 "above (Eq. 11), reaching 1 only as beta/beta_c -> infinity.",
-          tiny=dict(Ns=(100, 1000), budget=200_000),
-          quick=dict(Ns=(100, 1000, 10_000), budget=2_000_000),
-          full=dict(Ns=(100, 1000, 10_000, 100_000), budget=20_000_000),
+          **n_sweep_sizes(2_000_000),
           runtime={"tiny": 0.5, "quick": 4.0, "default": 4.0})
 def wmax(*, seed: int = 0, device: str = "cpu", Ns: Sequence[int] = (100, 1000, 10_000),
          sigma: float = 1.0, budget: int = 2_000_000) -> Experiment:
-    Ns = lengths("Ns", Ns)
-    sigma = positive("sigma", sigma)
-    budget = budget_arg(budget)
+    Ns, sigma, budget = n_sweep_args(Ns, sigma, budget)
     r = wmax_data(Ns, sigma, budget, seed)
-    fig = plot_wmax(r)
     notes = (f"sigma = {sigma}; MC rows per N = max(64, {budget} / N), common draws across beta; "
              "lines: exact finite-N quadrature; dashed: N -> infinity (Poisson-Dirichlet, via "
              "gg25's variable). The note has no figure; this is the plot its claims describe.")
-    return Experiment(frame(r["recs"] + r["exponent_recs"]), r["table"], wmax_checks(r), fig,
-                      notes)
+    return Experiment(frame(r["recs"] + r["exponent_recs"]), r["table"], wmax_checks(r),
+                      plot_wmax, r, notes)
 
 
 # --------------------------------------------------------------------------------------------
@@ -282,16 +272,10 @@ def plot_bulk(r: dict, ax=None):
     ax1.plot([], [], "k--", label="bulk, Eq. 10")
     ax1.plot([], [], "k:", label="bulk × Γ(1−x)(4π log N)^(−x/2)")
     ax1.set_yscale("log")
-    ax1.set_xlabel("x = β / β_c")
-    ax1.set_ylabel("E w_max")
-    ax1.set_title("deshpande26 Eq. 10 (bulk)", fontsize=9)
-    ax1.legend(fontsize=6)
+    decorate(ax1, "x = β / β_c", "E w_max", "deshpande26 Eq. 10 (bulk)", legend=6)
     ax2.axhline(1.0, color="k", ls="--", lw=0.8)
-    ax2.set_xlabel("x = β / β_c")
-    ax2.set_ylabel("E w_max / bulk")
     ax2.set_ylim(0, 1.2)
-    ax2.set_title("the bulk formula overestimates", fontsize=9)
-    ax2.legend(fontsize=7)
+    decorate(ax2, "x = β / β_c", "E w_max / bulk", "the bulk formula overestimates")
     return fig
 
 
@@ -299,8 +283,7 @@ def plot_bulk(r: dict, ax=None):
           "the exact finite-N value",
           claim="Below beta_c, w_max ~ exp(beta sigma sqrt(2 log N) - log N - beta^2 sigma^2/2) "
                 "= exp(-(sigma^2/2)(beta - beta_c)^2) (Eq. 10).",
-          tiny=dict(Ns=(100, 1000), budget=400_000),
-          quick=dict(Ns=(100, 1000, 10_000), budget=4_000_000),
+          **n_sweep_sizes(4_000_000, full=False),
           runtime={"tiny": 0.5, "quick": 3.0, "default": 3.0},
           differs="Eq. 10 has the right N-exponent -(1 - x)^2 but overestimates E w_max: by "
                   "1.6x at beta = beta_c/4 and 3x near beta_c (N = 1e4); the largest logit sits "
@@ -308,11 +291,9 @@ def plot_bulk(r: dict, ax=None):
                   "for x < 1/2.")
 def bulk(*, seed: int = 0, device: str = "cpu", Ns: Sequence[int] = (100, 1000, 10_000),
          sigma: float = 1.0, budget: int = 4_000_000) -> Experiment:
-    Ns = lengths("Ns", Ns)
-    sigma = positive("sigma", sigma)
-    budget = budget_arg(budget)
+    Ns, sigma, budget = n_sweep_args(Ns, sigma, budget)
     r = bulk_data(Ns, sigma, budget, seed)
     notes = (f"sigma = {sigma}; MC rows per N = max(64, {budget} / N); lines: exact finite-N "
              "quadrature (solid), Eq. 10 (dashed), Eq. 10 with sigprop's extreme-value "
              "correction (dotted).")
-    return Experiment(frame(r["recs"]), r["table"], bulk_checks(r), plot_bulk(r), notes)
+    return Experiment(frame(r["recs"]), r["table"], bulk_checks(r), plot_bulk, r, notes)

@@ -18,7 +18,8 @@ from ...theory import rem
 from ...theory import scaling as sc
 from .. import args
 
-__all__ = ["COLOURS", "MAX_SIZE", "lengths", "positive", "budget_arg", "rng_of", "trials",
+__all__ = ["COLOURS", "MAX_SIZE", "lengths", "positive", "budget_arg", "n_sweep_args",
+           "n_sweep_sizes", "rng_of", "trials",
            "sample_wmax", "gumbel_bulk", "exponent_pred", "wmax_tables"]
 
 COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3")
@@ -43,6 +44,22 @@ def positive(name: str, v) -> float:
 def budget_arg(budget) -> int:
     """The sampled logits per N (rows x N), at least 10000."""
     return args.integer("budget", budget, 10_000)
+
+
+def n_sweep_args(Ns, sigma, budget) -> tuple[list[int], float, int]:
+    """The checked arguments of an item sampling rows over the lengths ``Ns``: the lengths,
+    the logit std ``sigma`` and the ``budget`` of sampled logits per N."""
+    return lengths("Ns", Ns), positive("sigma", sigma), budget_arg(budget)
+
+
+def n_sweep_sizes(budget: int, full: bool = True) -> dict:
+    """The ``tiny`` / ``quick`` (/ ``full``) sizes of an item sampling rows over N: N up to
+    1000 / 10^4 (/ 10^5) with a tenth of / ``budget`` (/ ten times) the sampled logits."""
+    sizes = dict(tiny=dict(Ns=(100, 1000), budget=budget // 10),
+                 quick=dict(Ns=(100, 1000, 10_000), budget=budget))
+    if full:
+        sizes["full"] = dict(Ns=(100, 1000, 10_000, 100_000), budget=10 * budget)
+    return sizes
 
 
 # --------------------------------------------------------------------------------------------

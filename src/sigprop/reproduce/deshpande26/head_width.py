@@ -15,7 +15,8 @@ import pandas as pd
 from ...theory import rem
 from ...theory import scaling as sc
 from .. import args
-from ..core import Check, Experiment, axes_row, frame, register
+from ..core import Check, Experiment, frame, register
+from ..plots import axes_row, decorate
 from .common import COLOURS, MAX_SIZE, positive, rng_of
 
 __all__ = ["eq12", "eq12_data", "eq12_checks", "plot_eq12"]
@@ -115,10 +116,7 @@ def plot_eq12(r: dict, ax=None):
     a.axvline(d_cross, color="grey", ls=":", lw=1)
     a.text(d_cross, 0.5, " β_c reached\n (no 1/√d)", fontsize=7, color="grey")
     a.set_xscale("log")
-    a.set_xlabel("head width d")
-    a.set_ylabel("E w_max")
-    a.set_title(f"deshpande26 Eq. 12: N = {r['N']}, β = {r['beta']:g}", fontsize=9)
-    a.legend(fontsize=7)
+    decorate(a, "head width d", "E w_max", f"deshpande26 Eq. 12: N = {r['N']}, β = {r['beta']:g}")
     return fig
 
 
@@ -142,4 +140,4 @@ def eq12(*, seed: int = 0, device: str = "cpu", ds: Sequence[int] = (4, 16, 64, 
     notes = (f"q, k ~ N(0, I_d), N = {N} keys, beta = {beta}; {key_sets} key sets x {queries} "
              "queries per d; theory: exact finite-N E w_max averaged over sigma^2 ~ chi2_d/d "
              "(rem.wmax_finite with d_head = d).")
-    return Experiment(frame(r["recs"]), r["table"], eq12_checks(r), plot_eq12(r), notes)
+    return Experiment(frame(r["recs"]), r["table"], eq12_checks(r), plot_eq12, r, notes)

@@ -15,8 +15,9 @@ import pandas as pd
 from scipy.special import log_ndtr
 
 from ...theory import scaling as sc
-from ..core import Check, Experiment, axes_row, frame, register
-from .common import COLOURS, budget_arg, lengths, positive, rng_of, trials
+from ..core import Check, Experiment, frame, register
+from ..plots import axes_row, decorate
+from .common import COLOURS, n_sweep_args, n_sweep_sizes, rng_of, trials
 
 __all__ = ["BETA_FACTORS", "kappa_half_gumbel", "retrieval", "retrieval_data",
            "retrieval_checks", "plot_retrieval"]
@@ -152,10 +153,7 @@ def plot_retrieval(r: dict, ax=None):
     a = df[(df.observable == "success") & (df.source == "theory_asymptotic")]
     ax1.plot(a.kappa, a.value, "k--", lw=1, label="N → ∞")
     ax1.axvline(1.0, color="grey", ls=":", lw=1)
-    ax1.set_xlabel("m / (σ √(2 log N))")
-    ax1.set_ylabel("P(target is the argmax)")
-    ax1.set_title("deshpande26 Eq. 13: retrieval", fontsize=9)
-    ax1.legend(fontsize=7)
+    decorate(ax1, "m / (σ √(2 log N))", "P(target is the argmax)", "deshpande26 Eq. 13: retrieval")
     for k, f in enumerate(BETA_FACTORS):
         c = COLOURS[k % len(COLOURS)]
         mm = df[(df.observable == "target_weight") & (df.source == "measured") & (df.N == NL)
@@ -166,10 +164,8 @@ def plot_retrieval(r: dict, ax=None):
                 & (df.beta_over_c == f)]
         ax2.plot(pp.kappa, pp.value, "--", color=c, lw=1)
     ax2.axvline(1.0, color="grey", ls=":", lw=1)
-    ax2.set_xlabel("m / (σ √(2 log N))")
-    ax2.set_ylabel("E w*  (target weight)")
-    ax2.set_title(f"N = {NL}; dashed: 1/(1 + e^(β(M_N − m)))", fontsize=9)
-    ax2.legend(fontsize=7)
+    decorate(ax2, "m / (σ √(2 log N))", "E w*  (target weight)",
+             f"N = {NL}; dashed: 1/(1 + e^(β(M_N − m)))")
     return fig
 
 
@@ -178,17 +174,13 @@ def plot_retrieval(r: dict, ax=None):
           claim="One key with logit margin m among N - 1 noise logits N(0, sigma^2) is retrieved "
                 "(the softmax condenses on it) iff m > sigma sqrt(2 log N); otherwise attention "
                 "condenses on noise; a larger beta sharpens the separation (Eq. 13).",
-          tiny=dict(Ns=(100, 1000), budget=400_000),
-          quick=dict(Ns=(100, 1000, 10_000), budget=4_000_000),
-          full=dict(Ns=(100, 1000, 10_000, 100_000), budget=40_000_000),
+          **n_sweep_sizes(4_000_000),
           runtime={"tiny": 0.3, "quick": 2.0, "default": 2.0})
 def retrieval(*, seed: int = 0, device: str = "cpu", Ns: Sequence[int] = (100, 1000, 10_000),
               sigma: float = 1.5, budget: int = 4_000_000) -> Experiment:
-    Ns = lengths("Ns", Ns)
-    sigma = positive("sigma", sigma)
-    budget = budget_arg(budget)
+    Ns, sigma, budget = n_sweep_args(Ns, sigma, budget)
     r = retrieval_data(Ns, sigma, budget, seed)
     notes = (f"sigma = {sigma}; rows per N = max(200, {budget} / N); success = the target's "
              "logit exceeds every noise logit; the target weight is sampled at beta = 1, 2, 4 "
              "beta_c with the paper's approximation (M_N at its leading value) dashed.")
-    return Experiment(r["df"], r["table"], retrieval_checks(r), plot_retrieval(r), notes)
+    return Experiment(r["df"], r["table"], retrieval_checks(r), plot_retrieval, r, notes)

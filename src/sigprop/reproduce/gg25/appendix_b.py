@@ -14,7 +14,8 @@ import pandas as pd
 from ...theory import blocks, rem
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, register, slope
-from .common import BETAS11, BETAS13, axes_for, head_sweep, sweep_records
+from ..plots import axes_row, decorate
+from .common import BETAS11, BETAS13, head_sweep, sweep_records
 
 __all__ = ["figB1", "figB1_data", "figB1_checks", "plot_figB1", "figB2", "figB2_data",
            "figB2_checks", "plot_figB2", "eqB18", "eqB18_data", "eqB18_checks",
@@ -82,7 +83,7 @@ def figB1_checks(data: dict) -> list[Check]:
 
 def plot_figB1(data: dict, ax=None):
     """Y2 over beta: Eq. B.12, the finite-T REM at both lengths and the simulated dots."""
-    fig, ax = axes_for(ax, (5.2, 3.8))
+    fig, (ax,) = axes_row(ax, 1, (5.2, 3.8))
     T, fine = data["T"], data["fine"]
     for j, r in enumerate(data["rhos"]):
         c = f"C{j}"
@@ -94,10 +95,7 @@ def plot_figB1(data: dict, ax=None):
                 label=f"finite-T REM, T = 2^{int(math.log2(data['T_large']))}")
         ax.errorbar(data["betas"], m, yerr=np.nan_to_num(e), fmt="o", ms=4, color=c,
                     label=f"simulation, T = {T}")
-    ax.set_xlabel("β")
-    ax.set_ylabel("Y2 = E Σ_b A_ab²")
-    ax.set_title("gg25 Fig. B.1: REM order parameter", fontsize=10)
-    ax.legend(fontsize=6)
+    decorate(ax, "β", "Y2 = E Σ_b A_ab²", "gg25 Fig. B.1: REM order parameter", size=10, legend=6)
     return fig
 
 
@@ -121,7 +119,7 @@ def figB1(*, seed: int = 0, device: str = "cpu", T: int = 1024, d_head: int = 25
     betas = args.reals("betas", betas, 0.0, 50.0)
     data = figB1_data(seed=seed, T=T, d_head=d_head, seeds=seeds, rhos=rhos, betas=betas,
                       T_large=T_large)
-    return Experiment(frame(data["recs"]), data["table"], figB1_checks(data), plot_figB1(data),
+    return Experiment(frame(data["recs"]), data["table"], figB1_checks(data), plot_figB1, data,
                       notes=f"one head, T = {T}, d_H = {d_head}, {seeds} seed(s), tokens at "
                             "cosine rho_in drawn exactly; theory lines: gg25's replica result "
                             "and sigprop's exact finite-T REM (docs/theory.md §2.3).")
@@ -200,7 +198,7 @@ def figB2_checks(data: dict) -> list[Check]:
 
 def plot_figB2(data: dict, ax=None):
     """q_att (circles) and p_att (squares) over beta with their lines (dotted T -> inf)."""
-    fig, ax = axes_for(ax, (5.2, 3.8))
+    fig, (ax,) = axes_row(ax, 1, (5.2, 3.8))
     fine, theory, sw = data["fine"], data["theory"], data["sw"]
     for j, r in enumerate(data["rhos"]):
         for k, (obs, mk) in enumerate((("q_att", "o"), ("p_att", "s"))):
@@ -211,11 +209,8 @@ def plot_figB2(data: dict, ax=None):
             ax.plot(fine, line, "-", color=c, lw=1.4, label=f"{obs}, ρ = {r:g} (finite T)")
             ax.plot(fine, asl, ":", color=c, lw=1.0)
             ax.errorbar(data["betas"], m, yerr=np.nan_to_num(e), fmt=mk, ms=4, color=c)
-    ax.set_xlabel("β")
-    ax.set_ylabel("q_att, p_att (per dimension)")
-    ax.set_title(f"gg25 Fig. B.2: lengths after one head (T = {data['T']}; dotted T → ∞)",
-                 fontsize=9)
-    ax.legend(fontsize=7)
+    decorate(ax, "β", "q_att, p_att (per dimension)",
+             f"gg25 Fig. B.2: lengths after one head (T = {data['T']}; dotted T → ∞)")
     return fig
 
 
@@ -239,7 +234,7 @@ def figB2(*, seed: int = 0, device: str = "cpu", T: int = 512, d_head: int = 256
     betas = args.reals("betas", betas, 0.0, 50.0)
     data = figB2_data(seed=seed, T=T, d_head=d_head, d_v=d_v, seeds=seeds, rhos=rhos,
                       betas=betas)
-    return Experiment(frame(data["recs"]), data["table"], figB2_checks(data), plot_figB2(data),
+    return Experiment(frame(data["recs"]), data["table"], figB2_checks(data), plot_figB2, data,
                       notes=("one head whose values are the tokens themselves at exact cosine "
                              "rho_in (an orthogonal W_V)" if d_v is None else
                              f"one head with random values W_V ~ N(0, 1/d) of width {d_v}")
@@ -315,7 +310,7 @@ def eqB18_checks(data: dict, x_exponent: float) -> list[Check]:
 def plot_eqB18(data: dict, ax=None):
     """Left entropy / log T over T, right Y2 over T with B.19's power law through the first
     point."""
-    fig, (ax0, ax1) = axes_for(ax, (10.0, 3.8), 2)
+    fig, (ax0, ax1) = axes_row(ax, 2, (10.0, 3.8))
     res, big, Ts = data["res"], data["big"], data["Ts"]
     for k, x in enumerate(data["xs"]):
         c = f"C{k}"
@@ -360,6 +355,6 @@ def eqB18(*, seed: int = 0, device: str = "cpu", xs=(0.2, 0.35, 0.5, 0.7),
     args.need("x_exponent", x_exponent in set(xs.tolist()), f"one of xs (got {x_exponent!r})")
     data = eqB18_data(seed=seed, xs=xs, Ts=Ts, rows=rows)
     return Experiment(frame(data["recs"]), data["table"], eqB18_checks(data, x_exponent),
-                      plot_eqB18(data),
+                      plot_eqB18, data,
                       notes=f"i.i.d. Gaussian REM rows (rho = 0), {rows} rows per (x, T); "
                             "theory: sigprop's exact finite-T quadrature up to T = 2^22.")

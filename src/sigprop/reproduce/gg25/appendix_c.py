@@ -15,7 +15,8 @@ from ...theory import depth as tdepth
 from ...theory import rem, spectral
 from .. import args
 from ..core import Check, Experiment, frame, one_thread, register, slope
-from .common import GG25_VARS, SQRT2, at, axes_for, head_sweep
+from ..plots import axes_row, decorate
+from .common import GG25_VARS, SQRT2, at, head_sweep
 
 __all__ = ["figC1", "figC1_data", "figC1_checks", "plot_figC1", "figC3", "figC3_data",
            "figC3_checks", "plot_figC3"]
@@ -82,7 +83,7 @@ def figC1_checks(data: dict) -> list[Check]:
 
 def plot_figC1(data: dict, ax=None):
     """The two spectra at the largest T with their radii, and the radius over T."""
-    fig, axes = axes_for(ax, (11.0, 3.7), 3)
+    fig, axes = axes_row(ax, 3, (11.0, 3.7))
     df, eig_last = data["table"], data["eig_last"]
     st, rm = df[df.scaling == "standard"], df[df.scaling == "rem"]
     t = np.linspace(0, 2 * np.pi, 200)
@@ -97,20 +98,14 @@ def plot_figC1(data: dict, ax=None):
         lim = 1.6 * max(R, float(np.sort(np.abs(lam))[-2]))
         a.set_xlim(-lim, lim)
         a.set_ylim(-lim, lim)
-        a.set_xlabel("Re λ")
-        a.set_ylabel("Im λ")
-        a.set_title(f"gg25 Fig. C.1: {name}, T = {T}", fontsize=9)
-        a.legend(fontsize=7)
+        decorate(a, "Re λ", "Im λ", f"gg25 Fig. C.1: {name}, T = {T}")
     a = axes[2]
     for k, (name, d) in enumerate((("standard", st), ("REM", rm))):
         a.plot(d["T"], d["radius_theory"], "-", color=f"C{k}", label=f"{name}: σ_A/√T")
         a.plot(d["T"], d["radius"], "o", color=f"C{k}", label=f"{name}: measured")
     a.set_xscale("log", base=2)
     a.set_yscale("log")
-    a.set_xlabel("T")
-    a.set_ylabel("bulk radius")
-    a.legend(fontsize=7)
-    a.set_title("bulk radius over T", fontsize=9)
+    decorate(a, "T", "bulk radius", "bulk radius over T")
     return fig
 
 
@@ -134,7 +129,7 @@ def figC1(*, seed: int = 0, device: str = "cpu", Ts=(128, 256, 512, 1024),
     args.integer("seeds", seeds, 1, 16)
     data = figC1_data(seed=seed, Ts=Ts, sigma_standard=sigma_standard, beta=beta,
                       d_head=d_head, seeds=seeds)
-    return Experiment(frame(data["recs"]), data["table"], figC1_checks(data), plot_figC1(data),
+    return Experiment(frame(data["recs"]), data["table"], figC1_checks(data), plot_figC1, data,
                       notes=f"one head on orthogonal tokens, d_H = {d_head}, {seeds} seed(s) "
                             "per length; the standard scaling keeps the score std at "
                             f"{sigma_standard:g} for every T, the REM one sets "
@@ -250,7 +245,7 @@ def figC3_checks(data: dict) -> list[Check]:
 
 def plot_figC3(data: dict, ax=None):
     """Left the one-block map with the measured points, right the depth curves."""
-    fig, (ax0, ax1) = axes_for(ax, (10.0, 3.8), 2)
+    fig, (ax0, ax1) = axes_row(ax, 2, (10.0, 3.8))
     grid_b, grid_r, pts = data["grid_b"], data["grid_r"], data["pts"]
     im = ax0.pcolormesh(grid_b, grid_r, data["fmap"].T, vmin=0, vmax=1, cmap="viridis",
                         shading="nearest")
@@ -259,22 +254,18 @@ def plot_figC3(data: dict, ax=None):
     ax0.scatter(pts.beta, pts.rho_in, c=pts.measured, vmin=0, vmax=1, cmap="viridis",
                 edgecolors="w", s=40, label="measured")
     ax0.set_xlim(grid_b[0], grid_b[-1])
-    ax0.set_xlabel("β")
-    ax0.set_ylabel("ρ_in")
-    ax0.legend(fontsize=7, loc="lower right")
-    ax0.set_title("gg25 Fig. C.3: one block, no skips, ρ_out (finite T)", fontsize=9)
+    decorate(ax0, "β", "ρ_in", "gg25 Fig. C.3: one block, no skips, ρ_out (finite T)",
+             loc="lower right")
     fig.colorbar(im, ax=ax0, label="ρ_out")
     for k, (b, mc, tc, ac) in enumerate(data["curves"]):
         c = f"C{k}"
         ax1.plot(tc[:, 0], tc[:, 1], "-", color=c, lw=1.4, label=f"β = {b:g}")
         ax1.plot(ac[:, 0], ac[:, 1], ":", color=c, lw=1.0)
         ax1.errorbar(mc[:, 0], mc[:, 1], yerr=np.nan_to_num(mc[:, 2]), fmt="o", ms=3, color=c)
-    ax1.set_xlabel("layer")
-    ax1.set_ylabel("mean cosine similarity")
     ax1.set_ylim(-0.02, 1.02)
-    ax1.set_title("iterated from orthogonal tokens: lines theory (dotted T → ∞), dots "
-                  "measured", fontsize=8)
-    ax1.legend(fontsize=7)
+    decorate(ax1, "layer", "mean cosine similarity",
+             "iterated from orthogonal tokens: lines theory (dotted T → ∞), dots "
+             "measured", size=8)
     return fig
 
 
@@ -306,7 +297,7 @@ def figC3(*, seed: int = 0, device: str = "cpu", betas=(0.5, 1.0, 2.5, 4.0),
                       d_model=d_model, heads=heads, seeds=seeds)
     table = pd.concat([data["pts"].assign(kind="one block"),
                        data["table"].assign(kind="depth")], ignore_index=True)
-    return Experiment(frame(data["recs"]), table, figC3_checks(data), plot_figC3(data),
+    return Experiment(frame(data["recs"]), table, figC3_checks(data), plot_figC3, data,
                       notes=f"sigprop's post-LN model with alpha_A = alpha_M = 0, ReLU, gg25's "
                             f"variances (the paper's C.3 values were lost in our copy), d = "
                             f"{d_model}, T = {T}, {seeds} seeds; measured one-block points at "

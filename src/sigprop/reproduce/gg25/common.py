@@ -10,11 +10,11 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ...plotting.figures import new_figure
+from ...measurement.rho_tokens import rho_tokens
 from ..core import mean_se
 
 __all__ = ["GG25_VARS", "BETA_HF", "SQRT2", "BETAS16", "BETAS13", "BETAS11", "at", "crossing",
-           "head_sweep", "sweep_records", "axes_for"]
+           "head_sweep", "sweep_records"]
 
 #: gg25's weight and bias variances (Fig. 1(d, e), A.1): sigma_v^2 = sigma_w^2 = 0.2,
 #: sigma_b^2 = 4e-4 (docs/theory.md §2.6)
@@ -51,26 +51,8 @@ def crossing(x, y, level) -> float:
     return float(x[i - 1] + (x[i] - x[i - 1]) * (y[i - 1] - level) / (y[i - 1] - y[i]))
 
 
-def axes_for(ax, size: tuple[float, float], ncols: int = 1, **subplots):
-    """The figure and the axes to draw into: a new constrained figure of ``size`` with
-    ``ncols`` panels in a row when ``ax`` is None, else ``ax`` (one Axes, or ``ncols`` of
-    them) and the figure it belongs to."""
-    if ax is None:
-        fig = new_figure(size, layout="constrained")
-        return fig, fig.subplots(1, ncols, **subplots) if ncols > 1 else fig.subplots()
-    first = ax if ncols == 1 else list(ax)[0]
-    return first.figure, (ax if ncols == 1 else list(ax))
-
-
 # --------------------------------------------------------------------------------------------
 # the single-head simulator
-
-
-def _correlated_rows(rng: np.random.Generator, T: int, k: int, rho: float) -> np.ndarray:
-    """(T, k) unit-variance rows with pairwise correlation rho: the exact law of ``x W`` for
-    tokens with |x|^2 = d at cosine rho and ``W ~ N(0, 1/d)`` (docs/theory.md §2.1)."""
-    return math.sqrt(1.0 - rho) * rng.standard_normal((T, k)) \
-        + math.sqrt(rho) * rng.standard_normal(k)
 
 
 def _head_stats(out: dict, idx: tuple, A: np.ndarray, logp: np.ndarray, G: np.ndarray,
@@ -116,9 +98,9 @@ def head_sweep(betas, rhos, T: int, d_head: int, d_v: int | None, seeds: int, se
     sig = betas * math.sqrt(math.log(T))
     for j, rho in enumerate(rhos):
         for s in range(seeds):
-            Q = _correlated_rows(rng, T, d_head, rho)
-            K = _correlated_rows(rng, T, d_head, rho)
-            V = None if d_v is None else _correlated_rows(rng, T, d_v, rho)
+            Q = rho_tokens(T, d_head, rho, rng, law="gaussian")
+            K = rho_tokens(T, d_head, rho, rng, law="gaussian")
+            V = None if d_v is None else rho_tokens(T, d_v, rho, rng, law="gaussian")
             s0 = Q @ K.T / math.sqrt(d_head)
             for i, sg in enumerate(sig):   # one (T, T) at a time: T up to a few thousand
                 logit = sg * s0

@@ -7,6 +7,7 @@ kept while the rows have collapsed)."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 import pandas as pd
@@ -15,7 +16,8 @@ from ...spec import ArchSpec
 from ...theory import depth as tdepth
 from .. import args
 from ..core import Check, Experiment, frame, one_thread, register
-from .common import BETA_HF, GG25_VARS, SQRT2, at, axes_for
+from ..plots import axes_row, decorate
+from .common import BETA_HF, GG25_VARS, SQRT2, at
 
 __all__ = ["fig1d", "fig1e", "depth_data", "depth_checks", "plot_depth", "fig1d_checks",
            "fig1e_checks"]
@@ -69,19 +71,16 @@ def depth_checks(data: dict, ref: str, band: float) -> list[Check]:
 
 def plot_depth(data: dict, ref: str, ax=None):
     """Cosine over depth: theory lines (dotted T -> inf) and measured dots per alpha."""
-    fig, ax = axes_for(ax, (5.0, 3.6))
+    fig, (ax,) = axes_row(ax, 1, (5.0, 3.6))
     for k, (a, mc, tc, ac) in enumerate(data["curves"]):
         c = f"C{k}"
         ax.plot(tc[:, 0], tc[:, 1], "-", color=c, lw=1.5, label=f"theory α = {a:g}")
         ax.plot(ac[:, 0], ac[:, 1], ":", color=c, lw=1.0)
         ax.errorbar(mc[:, 0], mc[:, 1], yerr=np.nan_to_num(mc[:, 2]), fmt="o", ms=3, color=c,
                     label=f"measured α = {a:g}")
-    ax.set_xlabel("layer")
-    ax.set_ylabel("mean cosine similarity")
     ax.set_ylim(-0.02, 1.02)
-    ax.set_title(f"gg25 {ref}: β = {data['beta']:.3g}, L = {data['depth']} (dotted: T → ∞)",
-                 fontsize=10)
-    ax.legend(fontsize=7)
+    decorate(ax, "layer", "mean cosine similarity",
+             f"gg25 {ref}: β = {data['beta']:.3g}, L = {data['depth']} (dotted: T → ∞)", size=10)
     return fig
 
 
@@ -98,7 +97,8 @@ def _depth_experiment(ref: str, *, seed, device, depth, beta, alphas, T, d_model
     data = depth_data(seed=seed, depth=depth, beta=beta, alphas=alphas, T=T, d_model=d_model,
                       heads=heads, seeds=seeds, sequences=sequences)
     checks = depth_checks(data, ref, band) + extra_checks(data["table"])
-    return Experiment(frame(data["recs"]), data["table"], checks, plot_depth(data, ref),
+    return Experiment(frame(data["recs"]), data["table"], checks,
+                      partial(plot_depth, ref=ref), data,
                       notes=f"sigprop's post-LN model, d = {d_model}, {heads} heads, T = {T}, "
                             "gg25's variances, on the built-in generated text "
                             f"({seeds} seeds x {sequences} sequences) instead of TinyStories; "

@@ -12,7 +12,8 @@ from ...spec import ArchSpec
 from ...theory import blocks, rem
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register
-from .common import GG25_VARS, SQRT2, axes_for
+from ..plots import axes_row, decorate
+from .common import GG25_VARS, SQRT2
 
 __all__ = ["fig1ab", "fig1ab_data", "fig1ab_checks", "plot_fig1ab"]
 
@@ -116,16 +117,15 @@ def fig1ab_checks(data: dict) -> list[Check]:
 
 def plot_fig1ab(data: dict, ax=None):
     """The two attention maps side by side (two axes when ``ax`` is given)."""
-    fig, axes = axes_for(ax, (9.0, 4.0), 2)
+    fig, axes = axes_row(ax, 2, (9.0, 4.0))
     for a, b, cmap, row in zip(axes, data["betas"], ("YlOrBr", "Reds"), data["rows"],
                                strict=True):
         im = a.imshow(data["maps"][b], cmap=cmap, vmin=0.0, aspect="equal",
                       interpolation="nearest")
-        a.set_xlabel("key position")
-        a.set_ylabel("query position")
-        a.set_title(f"β = {b:g} ({'rank' if b < SQRT2 else 'entropy'} collapse)\n"
-                    f"ipr {row['ipr']:.3f} (REM {row['ipr_theory']:.3f}), "
-                    f"entropy {row['entropy']:.2f}", fontsize=9)
+        decorate(a, "key position", "query position",
+                 f"β = {b:g} ({'rank' if b < SQRT2 else 'entropy'} collapse)\n"
+                 f"ipr {row['ipr']:.3f} (REM {row['ipr_theory']:.3f}), "
+                 f"entropy {row['entropy']:.2f}", legend=None)
         fig.colorbar(im, ax=a, shrink=0.8)
     fig.suptitle("gg25 Fig. 1(a, b): one layer, one head, one text sequence", fontsize=10)
     return fig
@@ -154,7 +154,7 @@ def fig1ab(*, seed: int = 0, device: str = "cpu", betas=(0.5, 3.0), T: int = 64,
     data = fig1ab_data(seed=seed, device=device, betas=(b_lo, b_hi), T=T, d_model=d_model,
                        seeds=seeds, sequences=sequences)
     return Experiment(frame(data["recs"]), pd.DataFrame(data["rows"]), fig1ab_checks(data),
-                      plot_fig1ab(data),
+                      plot_fig1ab, data,
                       notes=f"sigprop's post-LN model (d = {d_model}, 1 head, T = {T}) on the "
                             "built-in generated text instead of BertViz on a BERT trained "
                             "tokenizer; the maps show the first sequence of the first seed; "

@@ -12,7 +12,8 @@ from ...theory import depth as tdepth
 from ...theory import rem
 from .. import args
 from ..core import Check, Experiment, frame, register, slope
-from .common import BETAS16, axes_for, crossing, head_sweep, sweep_records
+from ..plots import axes_row, decorate
+from .common import BETAS16, crossing, head_sweep, sweep_records
 
 __all__ = ["fig3", "fig3_data", "fig3_checks", "plot_fig3", "one_head_cos"]
 
@@ -142,7 +143,7 @@ def fig3_checks(data: dict) -> list[Check]:
 def plot_fig3(data: dict, ax=None):
     """Three panels: the T -> inf diagram, the measured one at the largest T with its
     transition, and the shift over T (lines theory, dots measured)."""
-    fig, (ax0, ax1, ax2) = axes_for(ax, (13.0, 3.8), 3)
+    fig, (ax0, ax1, ax2) = axes_row(ax, 3, (13.0, 3.8))
     Ts, betas, rhos, pos = data["Ts"], data["betas"], data["rhos"], data["pos"]
     rr = np.linspace(0.0, 0.95, 200)
     for a, z, x, title in ((ax0, data["asym"], data["fine"], "theory, T → ∞ (Eq. 14)"),
@@ -150,9 +151,7 @@ def plot_fig3(data: dict, ax=None):
         im = a.pcolormesh(x, rhos, z.T, vmin=0.0, vmax=1.0, cmap="viridis", shading="nearest")
         a.plot(np.sqrt(2.0 / (1.0 - rr)), rr, "w--", lw=1.2, label="β_c(ρ) = √(2/(1-ρ))")
         a.set_xlim(betas[0], betas[-1])
-        a.set_xlabel("β")
-        a.set_ylabel("ρ_in")
-        a.set_title(f"gg25 Fig. 3: {title}", fontsize=9)
+        decorate(a, "β", "ρ_in", f"gg25 Fig. 3: {title}", legend=None)
         fig.colorbar(im, ax=a, label="ρ_out")
     ax1.plot(data["b_meas"][Ts[-1]], pos, "ro", ms=4, label="measured transition")
     ax1.legend(fontsize=7, loc="lower right")
@@ -162,10 +161,8 @@ def plot_fig3(data: dict, ax=None):
         ax2.plot(grid_T, data["th_shift"][:, j], "-", color=c, lw=1.2, label=f"ρ_in = {r:g}")
         ax2.plot(Ts, [data["shifts_meas"][T][j] for T in Ts], "o", color=c, ms=5)
     ax2.set_xscale("log", base=2)
-    ax2.set_xlabel("T")
-    ax2.set_ylabel("β_∞ − β_T (transition shift)")
-    ax2.set_title("finite-size shift: lines theory, dots measured", fontsize=9)
-    ax2.legend(fontsize=7)
+    decorate(ax2, "T", "β_∞ − β_T (transition shift)",
+             "finite-size shift: lines theory, dots measured")
     return fig
 
 
@@ -198,7 +195,7 @@ def fig3(*, seed: int = 0, device: str = "cpu", Ts=(64, 512), betas=BETAS16,
     theory_Ts = args.integers("theory_Ts", theory_Ts, 8, 2**22, increasing=True)
     data = fig3_data(seed=seed, Ts=Ts, betas=betas, rhos=rhos, d_head=d_head, seeds=seeds,
                      level=level, theory_Ts=theory_Ts)
-    return Experiment(frame(data["recs"]), data["table"], fig3_checks(data), plot_fig3(data),
+    return Experiment(frame(data["recs"]), data["table"], fig3_checks(data), plot_fig3, data,
                       notes=f"one softmax head simulated exactly (queries and keys of tokens "
                             f"at cosine rho_in drawn from their Gaussian law, d_H = {d_head}, "
                             f"the tokens themselves as values), T = {Ts}, {seeds} seed(s) per "

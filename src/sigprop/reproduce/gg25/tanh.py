@@ -13,7 +13,8 @@ from ...theory import blocks
 from ...theory import depth as tdepth
 from .. import args
 from ..core import Check, Experiment, frame, one_thread, register
-from .common import BETA_HF, SQRT2, at, axes_for
+from ..plots import axes_row, decorate
+from .common import BETA_HF, SQRT2, at
 
 __all__ = ["tanh_slope_closed_form", "library_slope", "critical", "fig5", "fig5_data",
            "fig5_checks", "plot_fig5"]
@@ -141,7 +142,7 @@ def fig5_checks(data: dict, s_lib: float, *, d_model: int, T: int, seeds: int,
 
 def plot_fig5(data: dict, ax=None):
     """Left the one-block maps, right the cosine over depth (lines theory, dots measured)."""
-    fig, (ax0, ax1) = axes_for(ax, (10.0, 3.8), 2)
+    fig, (ax0, ax1) = axes_row(ax, 2, (10.0, 3.8))
     rin, s_closed = data["rin"], data["s_closed"]
     ax0.plot(rin, rin, "k:", lw=1.0, label="identity")
     for k, (sw, fmap, mc, tc) in enumerate(data["curves"]):
@@ -152,16 +153,11 @@ def plot_fig5(data: dict, ax=None):
         every = max(1, len(mc) // 40)
         ax1.errorbar(mc[::every, 0], mc[::every, 1], yerr=np.nan_to_num(mc[::every, 2]),
                      fmt="o", ms=3, color=c, label=f"measured σ_w² = {sw:g}")
-    ax0.set_xlabel("ρ_in")
-    ax0.set_ylabel("ρ_out (one block)")
-    ax0.set_title(f"gg25 Fig. 5 (left): tanh block map, σ_w²* = {s_closed:.3g}", fontsize=9)
-    ax0.legend(fontsize=7)
-    ax1.set_xlabel("layer")
-    ax1.set_ylabel("mean cosine similarity")
+    decorate(ax0, "ρ_in", "ρ_out (one block)",
+             f"gg25 Fig. 5 (left): tanh block map, σ_w²* = {s_closed:.3g}")
     ax1.set_ylim(-0.02, 1.02)
-    ax1.set_title(f"gg25 Fig. 5 (right): {data['depth']} layers from ρ0 = {data['rho0']:g}",
-                  fontsize=9)
-    ax1.legend(fontsize=7)
+    decorate(ax1, "layer", "mean cosine similarity",
+             f"gg25 Fig. 5 (right): {data['depth']} layers from ρ0 = {data['rho0']:g}")
     return fig
 
 
@@ -201,7 +197,7 @@ def fig5(*, seed: int = 0, device: str = "cpu", sigma_w2s=(1.0, 8.0), depth: int
     data = fig5_data(base, sws, s_closed, seed=seed, seeds=seeds, sequences=sequences,
                      rho0=rho0, kw=kw)
     checks = fig5_checks(data, s_lib, d_model=d_model, T=T, seeds=seeds, sequences=sequences)
-    return Experiment(frame(data["recs"]), data["table"], checks, plot_fig5(data),
+    return Experiment(frame(data["recs"]), data["table"], checks, plot_fig5, data,
                       notes=f"post-LN, tanh MLP, beta = {beta:.3g} (HF-like), alpha_A = "
                             f"{alpha_attn:g}, alpha_M = {alpha_mlp:g}, sigma_v^2 = {var_v:g}, "
                             f"sigma_b^2 = {var_b:g}; sigprop's model d = {d_model}, T = {T}, "

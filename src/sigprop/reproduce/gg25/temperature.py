@@ -6,6 +6,7 @@ and read from :attr:`sigprop.spec.ArchSpec.beta_eff` for the listed models."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -13,19 +14,32 @@ import pandas as pd
 from ...spec import ArchSpec
 from .. import args
 from ..core import Check, Experiment, frame, register
-from .common import BETA_HF, SQRT2, axes_for
+from ..plots import axes_row, decorate
+from .common import BETA_HF, SQRT2
 
-__all__ = ["eqB1", "eqB1_data", "eqB1_checks", "plot_eqB1", "qk_weights"]
+__all__ = ["eqB1", "eqB1_data", "eqB1_checks", "plot_eqB1", "QKWeights", "qk_weights"]
 
 #: the models whose beta_eff the table lists: (d_model, heads, T)
 _MODELS = {"BERT-base": (768, 12, 512), "BERT-large": (1024, 16, 512),
            "GPT-2 small": (768, 12, 1024)}
 
 
+@dataclass(frozen=True, kw_only=True)
+class QKWeights:
+    """One attention layer's query and key weights ``wq``, ``wk`` (d_model x d_model, applied
+    as ``x @ wq``), their biases ``bq``, ``bk`` and ``source``, where they came from."""
+
+    wq: np.ndarray
+    wk: np.ndarray
+    bq: np.ndarray
+    bk: np.ndarray
+    source: str
+
+
 def qk_weights(rng: np.random.Generator, *, use_transformers: bool, seed: int, T: int,
-               std: float, d_model: int, heads: int) -> tuple:
-    """``(W_Q, W_K, b_Q, b_K, source)`` of one attention layer: HF's ``BertModel`` from its
-    config (its own initialisation), or N(0, std^2) weights drawn from ``rng``."""
+               std: float, d_model: int, heads: int) -> QKWeights:
+    """The query and key weights of one attention layer: HF's ``BertModel`` from its config
+    (its own initialisation), or N(0, std^2) weights drawn from ``rng``."""
     if use_transformers:
         import torch
         from transformers import BertConfig, BertModel
@@ -35,15 +49,16 @@ def qk_weights(rng: np.random.Generator, *, use_transformers: bool, seed: int, T
                          intermediate_size=4 * d_model, initializer_range=std,
                          vocab_size=64, max_position_embeddings=T)
         att = BertModel(cfg).encoder.layer[0].attention.self
-        wq = att.query.weight.detach().double().numpy().T
-        wk = att.key.weight.detach().double().numpy().T
-        bq = att.query.bias.detach().double().numpy()
-        bk = att.key.bias.detach().double().numpy()
-        return wq, wk, bq, bk, "transformers BertModel from its config (HF's own initialisation)"
+        return QKWeights(wq=att.query.weight.detach().double().numpy().T,
+                         wk=att.key.weight.detach().double().numpy().T,
+                         bq=att.query.bias.detach().double().numpy(),
+                         bk=att.key.bias.detach().double().numpy(),
+                         source="transformers BertModel from its config (HF's own "
+                                "initialisation)")
     wq = std * rng.standard_normal((d_model, d_model))
     wk = std * rng.standard_normal((d_model, d_model))
-    bq = bk = np.zeros(d_model)
-    return wq, wk, bq, bk, "N(0, std^2) weights drawn here"
+    return QKWeights(wq=wq, wk=wk, bq=np.zeros(d_model), bk=np.zeros(d_model),
+                     source="N(0, std^2) weights drawn here")
 
 
 def eqB1_data(*, seed: int, use_transformers: bool, T: int, std: float, d_model: int,
@@ -51,13 +66,13 @@ def eqB1_data(*, seed: int, use_transformers: bool, T: int, std: float, d_model:
     """Scores of ``T`` LayerNorm'd Gaussian tokens, their per-head std and beta_eff, the
     listed models' beta_eff, the score histogram against N(0, sigma_s^2) and the records."""
     rng = np.random.default_rng(seed)
-    wq, wk, bq, bk, source = qk_weights(rng, use_transformers=use_transformers, seed=seed,
-                                        T=T, std=std, d_model=d_model, heads=heads)
+    w = qk_weights(rng, use_transformers=use_transformers, seed=seed, T=T, std=std,
+                   d_model=d_model, heads=heads)
     x = rng.standard_normal((T, d_model))
     x *= math.sqrt(d_model) / np.linalg.norm(x, axis=1, keepdims=True)   # after LayerNorm
     dh = d_model // heads
-    q = (x @ wq + bq).reshape(T, heads, dh).transpose(1, 0, 2)
-    k = (x @ wk + bk).reshape(T, heads, dh).transpose(1, 0, 2)
+    q = (x @ w.wq + w.bq).reshape(T, heads, dh).transpose(1, 0, 2)
+    k = (x @ w.wk + w.bk).reshape(T, heads, dh).transpose(1, 0, 2)
     s = q @ k.transpose(0, 2, 1) / math.sqrt(dh)                           # (H, T, T)
     per_head = s.std(axis=(1, 2))
     sig = float(np.sqrt(np.mean(per_head**2)))
@@ -83,7 +98,7 @@ def eqB1_data(*, seed: int, use_transformers: bool, T: int, std: float, d_model:
              for r in rows[:-1]]
     recs.append(dict(observable="beta_eff", source="measured", value=beta_meas,
                      model=rows[-1]["model"]))
-    return dict(recs=recs, table=pd.DataFrame(rows), source=source, per_head=per_head,
+    return dict(recs=recs, table=pd.DataFrame(rows), source=w.source, per_head=per_head,
                 beta_meas=beta_meas, sigma_s=spec.sigma_s, edges=edges, hist=hist, mid=mid,
                 dens=dens, T=T, std=std, d_model=d_model, heads=heads, dh=dh)
 
@@ -118,22 +133,18 @@ def eqB1_checks(data: dict) -> list[Check]:
 def plot_eqB1(data: dict, ax=None):
     """Left the score histogram against N(0, sigma_s^2), right beta_eff per model with
     beta_c."""
-    fig, (ax0, ax1) = axes_for(ax, (9.5, 3.6), 2)
+    fig, (ax0, ax1) = axes_row(ax, 2, (9.5, 3.6))
     edges, mid, table = data["edges"], data["mid"], data["table"]
     ax0.bar(mid, data["hist"], width=edges[1] - edges[0], color="C0", alpha=0.6,
             label="measured scores")
     ax0.plot(mid, data["dens"], "k-", label=f"N(0, (σ²d)²), σ_s = {data['sigma_s']:.3f}")
-    ax0.set_xlabel("score s_ab")
-    ax0.set_ylabel("density")
-    ax0.set_title(f"gg25 B.1: scores of {data['heads']} heads, d = {data['d_model']}, std "
-                  f"{data['std']:g}", fontsize=9)
-    ax0.legend(fontsize=7)
+    decorate(ax0, "score s_ab", "density",
+             f"gg25 B.1: scores of {data['heads']} heads, d = {data['d_model']}, std "
+             f"{data['std']:g}")
     ax1.barh(table.model, table.beta_eff, color="C1")
     ax1.axvline(SQRT2, color="#d1495b", ls="--", label="β_c = √2")
-    ax1.set_xlabel("β_eff")
     ax1.set_xscale("log")
-    ax1.legend(fontsize=7)
-    ax1.set_title("effective β of standard initialisations (Eq. 11)", fontsize=9)
+    decorate(ax1, "β_eff", None, "effective β of standard initialisations (Eq. 11)")
     return fig
 
 
@@ -155,6 +166,6 @@ def eqB1(*, seed: int = 0, device: str = "cpu", use_transformers: bool = True, T
     args.real("std", std, 1e-4, 1.0)
     data = eqB1_data(seed=seed, use_transformers=use_transformers, T=T, std=std,
                      d_model=d_model, heads=heads)
-    return Experiment(frame(data["recs"]), data["table"], eqB1_checks(data), plot_eqB1(data),
+    return Experiment(frame(data["recs"]), data["table"], eqB1_checks(data), plot_eqB1, data,
                       notes=f"{data['source']}; {T} LayerNorm'd Gaussian tokens; the other "
                             "models' values from ArchSpec (no weights needed).")

@@ -14,7 +14,8 @@ from ...theory import depth as tdepth
 from ...theory import diagram
 from .. import args
 from ..core import Check, Experiment, frame, register
-from .common import BETA_HF, GG25_VARS, SQRT2, axes_for
+from ..plots import axes_row, decorate
+from .common import BETA_HF, GG25_VARS, SQRT2
 
 __all__ = ["gg25_block_map", "fig1c", "fig1c_data", "fig1c_checks", "plot_fig1c"]
 
@@ -147,7 +148,7 @@ def plot_fig1c(data: dict, ax=None):
     from matplotlib.colors import ListedColormap
     from matplotlib.patches import Patch
 
-    fig, ax = axes_for(ax, (5.4, 4.2))
+    fig, (ax,) = axes_row(ax, 1, (5.4, 4.2))
     dg, crit_asym = data["dg"], data["crit_asym"]
     ext = (dg.betas[0], dg.betas[-1], dg.alphas[0], dg.alphas[-1])
     ax.imshow(dg.regime.T, origin="lower", aspect="auto", extent=ext,
@@ -158,10 +159,9 @@ def plot_fig1c(data: dict, ax=None):
     ax.axvline(dg.beta_c, color="k", ls=":", lw=1.0, label="β_c = √2")
     for (b, a), c in zip(data["marks"], ("#f2c14e", "#4c72b0", "#d1495b"), strict=True):
         ax.plot([b], [a], marker="o", ms=9, mfc=c, mec="k", ls="none")
-    ax.set_xlabel("β (gg25 Eq. 11)")
-    ax.set_ylabel("α_attn (attention residual strength)")
-    ax.set_title(f"gg25 Fig. 1(c): L = {data['depth']}, post-LN, ReLU, T = {data['T']}",
-                 fontsize=10)
+    decorate(ax, "β (gg25 Eq. 11)", "α_attn (attention residual strength)",
+             f"gg25 Fig. 1(c): L = {data['depth']}, post-LN, ReLU, T = {data['T']}", size=10,
+             legend=None)
     hs = [Patch(color=c, label=n) for c, n in zip(
         REGIME_COLOURS, ("trainable", "rank collapse", "entropy collapse"), strict=True)]
     h2, _ = ax.get_legend_handles_labels()
@@ -190,7 +190,7 @@ def fig1c(*, seed: int = 0, device: str = "cpu", depth: int = 60, T: int = 512,
     args.need("rho_max", 0.0 < rho_max < 1.0, f"in (0, 1) (got {rho_max!r})")
     data = fig1c_data(depth=depth, T=T, d_model=d_model, heads=heads, n_beta=n_beta,
                       n_alpha=n_alpha, depths=depths, rho_max=rho_max, marks=marks)
-    return Experiment(frame(data["recs"]), data["table"], fig1c_checks(data), plot_fig1c(data),
+    return Experiment(frame(data["recs"]), data["table"], fig1c_checks(data), plot_fig1c, data,
                       notes=f"theory only: d = {d_model}, {heads} heads, gg25's variances "
                             "(sigma_v^2 = sigma_w^2 = 0.2, sigma_b^2 = 4e-4), rho0 = 0; "
                             "the circles mark HF's beta with alpha = 1 and 2 and beta = 3 "

@@ -27,7 +27,8 @@ from ...plotting.figures import REGIME_COLOURS
 from ...spec import ArchSpec
 from .. import args
 from ..core import Check, Experiment, frame, register
-from .common import GG25_VARS, axes_for
+from ..plots import axes_row, decorate
+from .common import GG25_VARS
 
 __all__ = ["LEARN_MARGIN", "STUCK_MARGIN", "run_config", "loss_rows", "gain_of", "fig1f",
            "fig1f_data", "fig1f_checks", "plot_fig1f", "fig4", "fig4_checks", "plot_fig4",
@@ -92,9 +93,8 @@ def _corpus(data: str, vocab_size: int):
 
 def _loss_axes(ax, baseline: float, steps: int) -> None:
     ax.axhline(baseline, color="k", ls="--", lw=0.8, label=f"unigram baseline {baseline:.2f}")
-    ax.set_xlabel("training step")
-    ax.set_ylabel("test loss (nats, masked tokens)")
     ax.set_xlim(0, steps)
+    decorate(ax, "training step", "test loss (nats, masked tokens)", legend=None)
 
 
 def _floats(name: str, vals, lo: float, hi: float, n_min: int = 1) -> list[float]:
@@ -193,18 +193,22 @@ def fig1f_checks(data: dict) -> list[Check]:
 
 def plot_fig1f(data: dict, ax=None):
     """The three runs' test loss over training, coloured by regime."""
-    fig, ax = axes_for(ax, (5.2, 3.6))
+    fig, (ax,) = axes_row(ax, 1, (5.2, 3.6))
     curves = data["curves"]
     for label, theory, res in curves:
         ev = res.trajectory.query("observable == 'loss' and split == 'eval'").sort_values("step")
         ax.plot(ev["step"], ev["value"], "o-", ms=2.5, lw=1.2, color=_COLOUR[theory],
                 label=f"{label} ({theory.replace('_', ' ')})")
     _loss_axes(ax, curves[0][2].baseline, data["steps"])
-    ax.set_title(f"gg25 Fig. 1(f): L = {data['depth']} (α = {data['a_lo']:g}, "
-                 f"{data['a_hi']:g}; α_crit = {data['a_crit']:.2g}), L = "
-                 f"{data['shallow_depth']} (β = {data['shallow_beta']:g})", fontsize=8)
-    ax.legend(fontsize=7)
+    decorate(ax, None, None, f"gg25 Fig. 1(f): L = {data['depth']} (α = {data['a_lo']:g}, "
+                             f"{data['a_hi']:g}; α_crit = {data['a_crit']:.2g}), L = "
+                             f"{data['shallow_depth']} (β = {data['shallow_beta']:g})", size=8)
     return fig
+
+
+#: The tiny size of a training item: a few steps of a width-16 model on 16-token sequences
+#: (the test suite's wiring check).
+_TINY_RUN = dict(d_model=16, seq_len=16, steps=8, batch_size=8, eval_sequences=16)
 
 
 @register("gg25.fig1f", ref="Fig. 1(f)",
@@ -215,8 +219,7 @@ def plot_fig1f(data: dict, ax=None):
                 "is above alpha_crit(60), not when it is below (rank collapse), and a 12-layer "
                 "model with beta > beta_c = sqrt 2 does not learn (entropy collapse).",
           trains=True,
-          tiny=dict(depth=4, shallow_depth=2, d_model=16, seq_len=16, steps=8, batch_size=8,
-                    eval_sequences=16),
+          tiny=dict(_TINY_RUN, depth=4, shallow_depth=2),
           quick=dict(depth=16, shallow_depth=12, steps=300),
           full=dict(depth=60, shallow_depth=12, d_model=384, heads=6, seq_len=128, beta=0.12,
                     alphas=(1.0, 2.0), shallow_beta=3.0, steps=20000, lr=1e-4),
@@ -245,7 +248,7 @@ def fig1f(*, seed: int = 0, device: str = "cpu", depth: int = 24, shallow_depth:
              "TinyStories for an epoch at lr 1e-4); MLM on the built-in stories, "
              f"{d['size']}, AdamW as `sigprop train` (unigram readout bias). "
              "alpha_crit is the finite-T theory's at these sizes.")
-    return Experiment(frame(d["recs"]), d["table"], fig1f_checks(d), plot_fig1f(d),
+    return Experiment(frame(d["recs"]), d["table"], fig1f_checks(d), plot_fig1f, d,
                       notes=notes)
 
 
@@ -312,14 +315,12 @@ def _draw_betas(ax, ax_e, res, betas, steps, title, theory=None):
             if theory is not None:
                 ax_e.axhline(theory[b], color=c, ls="--", lw=1.0)
     _loss_axes(ax, res.baseline, steps)
-    ax.set_title(title, fontsize=9)
-    ax.legend(fontsize=7)
+    decorate(ax, None, None, title)
     if ax_e is not None:
-        ax_e.set_xlabel("training step")
-        ax_e.set_ylabel("attention entropy / log T")
         ax_e.set_ylim(0, 1)
         ax_e.set_xlim(0, steps)
-        ax_e.set_title("attention entropy (dots measured, dashed REM at init)", fontsize=9)
+        decorate(ax_e, "training step", "attention entropy / log T",
+                 "attention entropy (dots measured, dashed REM at init)", legend=None)
 
 
 def _validate_one_layer(betas, d_model, seq_len, steps, lrs=None):
@@ -396,7 +397,7 @@ def fig4_checks(data: dict) -> list[Check]:
 
 def plot_fig4(data: dict, ax=None):
     """Left the test loss per beta, right the attention entropy (dashed REM at init)."""
-    fig, (a, a_e) = axes_for(ax, (9.0, 3.5), 2)
+    fig, (a, a_e) = axes_row(ax, 2, (9.0, 3.5))
     table, (lr, res) = data["table"], data["runs"][0]
     _draw_betas(a, a_e, res, data["betas"], data["steps"],
                 f"gg25 Fig. 4: 1 layer, 1 head, lr {lr:g}",
@@ -412,7 +413,7 @@ def plot_fig4(data: dict, ax=None):
                 "escaped through the residual) and is blocked above it, where the attention "
                 "entropy has collapsed and stays frozen.",
           trains=True,
-          tiny=dict(d_model=16, seq_len=16, steps=8, batch_size=8, eval_sequences=16),
+          tiny=_TINY_RUN,
           quick=dict(steps=600),
           full=dict(d_model=384, seq_len=128, steps=20000, lr=5e-4),
           runtime={"tiny": 0.7, "quick": 50.0, "default": 186.0})
@@ -430,7 +431,7 @@ def fig4(*, seed: int = 0, device: str = "cpu", betas: Sequence[float] = (0.5, 1
              f"from the same draws; MLM on the built-in stories, {steps} steps at lr {lr:g}, "
              f"d = T = {d_model} (gg25: TinyStories, one epoch, lr 5e-4; sigprop's lr 2e-3 "
              "makes a CPU-length run show the effect).")
-    return Experiment(frame(d["recs"]), d["table"], fig4_checks(d), plot_fig4(d), notes=notes)
+    return Experiment(frame(d["recs"]), d["table"], fig4_checks(d), plot_fig4, d, notes=notes)
 
 
 def figC2_data(**kw) -> dict:
@@ -472,7 +473,7 @@ def figC2_checks(data: dict) -> list[Check]:
 
 def plot_figC2(data: dict, ax=None):
     """The test loss per beta at both learning rates, side by side (shared y axis)."""
-    fig, axes = axes_for(ax, (9.0, 3.5), 2, sharey=True)
+    fig, axes = axes_row(ax, 2, (9.0, 3.5), sharey=True)
     lr_big = data["runs"][0][0]
     for a, (lr, res) in zip(axes, data["runs"], strict=True):
         tag = "Fig. 4's lr" if lr == lr_big else "Fig. C.2: 5x smaller lr"
@@ -487,7 +488,7 @@ def plot_figC2(data: dict, ax=None):
                 "relative to the trainable one: a low learning rate mitigates entropy "
                 "collapse.",
           trains=True,
-          tiny=dict(d_model=16, seq_len=16, steps=8, batch_size=8, eval_sequences=16),
+          tiny=_TINY_RUN,
           quick=dict(steps=500),
           full=dict(d_model=384, seq_len=128, steps=20000, lrs=(5e-4, 1e-4)),
           runtime={"tiny": 0.8, "quick": 57.0, "default": 195.0})
@@ -504,4 +505,4 @@ def figC2(*, seed: int = 0, device: str = "cpu", betas: Sequence[float] = (0.5, 
              "smaller as gg25's 5e-4 -> 1e-4. At equal steps a smaller lr slows every run, so "
              "the check compares the high-beta run's gain relative to the low-beta run's, "
              "not the losses themselves.")
-    return Experiment(frame(d["recs"]), d["table"], figC2_checks(d), plot_figC2(d), notes=notes)
+    return Experiment(frame(d["recs"]), d["table"], figC2_checks(d), plot_figC2, d, notes=notes)

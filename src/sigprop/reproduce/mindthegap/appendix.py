@@ -10,11 +10,11 @@ import pandas as pd
 
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, register
-from .common import C_GAP, C_PERP, axes_for, kq_logits, new_axes, softmax_rows, sub, tokens
+from ..plots import axes_grid, decorate
+from .common import C_GAP, C_PERP, SPECTRUM_SIZES, kq_logits, positive, softmax_rows, sub, tokens
 
 __all__ = ["fig7", "fig7_data", "fig7_checks", "plot_fig7", "fig9"]
 
-INF = math.inf
 
 
 def _outlier_run(T, d, depth, sigma_qk, sigma_V, threshold, n_seeds, seed, ln: bool,
@@ -110,7 +110,7 @@ def plot_fig7(r: dict, ax=None):
     1, 2, 3 and the last."""
     depth, threshold, shown = r["depth"], r["threshold"], r["shown"]
     show = [0, 1, 2, depth - 1] if depth >= 4 else list(range(depth))
-    fig, ax = axes_for(ax, len(show), 2, 2.3, 2.3)
+    fig, ax = axes_grid(ax, 2, len(show), (2.3 * len(show), 2.3 * 2))
     th = np.linspace(0, 2 * np.pi, 200)
     for col, l in enumerate(show):
         A, ev = shown[l]
@@ -147,9 +147,9 @@ def fig7(*, seed: int = 0, device: str = "cpu", T: int = 100, d: int = 100, dept
     d = args.integer("d", d, T)
     depth = args.integer("depth", depth, 3)
     n_seeds = args.integer("n_seeds", n_seeds, 2)
-    threshold = args.real("threshold", threshold, 0.0, INF, lo_open=True)
+    threshold = positive("threshold", threshold)
     r = fig7_data(T, d, depth, sigma_qk, sigma_V, threshold, layernorm, n_seeds, seed)
-    return Experiment(frame(r["rows"]), r["table"], fig7_checks(r), plot_fig7(r),
+    return Experiment(frame(r["rows"]), r["table"], fig7_checks(r), plot_fig7, r,
                       notes=f"T = d = {T}, {depth} layers X_l = A_l(X_(l-1)) X_(l-1) W_l^V, "
                             f"N({0}, {sigma_qk ** 2:g}) Q/K, N(0, {sigma_V ** 2:g}) V unscaled, "
                             f"{n_seeds} seeds; the figure shows seed 0.")
@@ -167,17 +167,38 @@ def _entry_moments(kind: str, s: float) -> tuple[float, float]:
     return m, math.sqrt(float((w * f**2).sum()) - m**2)
 
 
+def plot_fig9(r: dict, ax=None):
+    """Fig. 9: the spectra of sigmoid and ReLU attention (left, right) with their outlier
+    and bulk disc; ``ax``: two Axes, or None for a new figure."""
+    kinds, first, tab, T, sigma_qk = r["kinds"], r["first"], r["tab"], r["T"], r["sigma_qk"]
+    fig, ax = axes_grid(ax, 1, 2, (3.8 * 2, 3.6))
+    th = np.linspace(0, 2 * np.pi, 200)
+    for a, k in zip(ax[0], kinds, strict=False):
+        ev = first[k]
+        r = tab.set_index("kind").loc[k]
+        a.scatter(ev.real, ev.imag, s=3, color=C_PERP, label="eigenvalues")
+        a.plot(r.bulk_theory * np.cos(th), r.bulk_theory * np.sin(th), "k", lw=1,
+               label=r"$\sqrt{T}\,$std $f$")
+        a.axvline(r.outlier_theory, color=C_GAP, lw=1, ls="--", label=r"$T\,$E $f$")
+        decorate(a, "Re λ", None, f"({'ab'[list(kinds).index(k)]}) {k} attention",
+                 loc="upper center")
+    ax[0][0].set_ylabel("Im λ")
+    fig.suptitle(f"mindthegap Fig. 9 (T = {T}, d_qk = T, N(0, {sigma_qk ** 2:g}) Q/K)",
+                 fontsize=10)
+    return fig
+
+
 @register(
     "mindthegap.fig9", ref="Fig. 9", title="Sigmoid and ReLU attention also have an outlier "
     "eigenvalue (T times the mean entry) over a disc of radius sqrt(T) times the entry std",
     claim="mindthegap Fig. 9: attention with sigmoid or ReLU on the key-query products (no "
           "row normalisation) also shows an outlier in its spectrum, like softmax attention.",
-    tiny=dict(T=256, n_seeds=1), quick=dict(T=512, n_seeds=3), full=dict(T=2048, n_seeds=4),
+    **SPECTRUM_SIZES,
     runtime={"tiny": 0.2, "quick": 3.1, "default": 3.1})
 def fig9(*, seed: int = 0, device: str = "cpu", T: int = 512, sigma_qk: float = 1.0,
          n_seeds: int = 3) -> Experiment:
     T = args.integer("T", T, 16)
-    sigma_qk = args.real("sigma_qk", sigma_qk, 0.0, INF, lo_open=True)
+    sigma_qk = positive("sigma_qk", sigma_qk)
     n_seeds = args.integer("n_seeds", n_seeds, 1)
     s = sigma_qk**2  # logit std for orthonormal tokens, d_qk = T
     kinds = {"sigmoid": lambda S: 1.0 / (1.0 + np.exp(-S)), "relu": lambda S: np.maximum(S, 0)}
@@ -221,22 +242,8 @@ def fig9(*, seed: int = 0, device: str = "cpu", T: int = 512, sigma_qk: float = 
                 "key-query logits are a product of Gaussians (d_qk = T), which moves the edge "
                 f"by up to ~12 % at T = 128-512: tol 0.15 + 2/sqrt(T) = {tol:.2f}"))
     tab = pd.DataFrame(table)
-    fig, ax = new_axes(2, 1, 3.8, 3.6)
-    th = np.linspace(0, 2 * np.pi, 200)
-    for a, k in zip(ax[0], kinds, strict=False):
-        ev = first[k]
-        r = tab.set_index("kind").loc[k]
-        a.scatter(ev.real, ev.imag, s=3, color=C_PERP, label="eigenvalues")
-        a.plot(r.bulk_theory * np.cos(th), r.bulk_theory * np.sin(th), "k", lw=1,
-               label=r"$\sqrt{T}\,$std $f$")
-        a.axvline(r.outlier_theory, color=C_GAP, lw=1, ls="--", label=r"$T\,$E $f$")
-        a.set_xlabel("Re λ")
-        a.set_title(f"({'ab'[list(kinds).index(k)]}) {k} attention", fontsize=9)
-        a.legend(fontsize=7, loc="upper center")
-    ax[0][0].set_ylabel("Im λ")
-    fig.suptitle(f"mindthegap Fig. 9 (T = {T}, d_qk = T, N(0, {sigma_qk ** 2:g}) Q/K)",
-                 fontsize=10)
-    return Experiment(frame(rows), tab, checks, fig,
+    r = dict(kinds=kinds, first=first, tab=tab, T=T, sigma_qk=sigma_qk)
+    return Experiment(frame(rows), tab, checks, plot_fig9, r,
                       notes=f"T = d_qk = {T}, orthonormal tokens, {n_seeds} seed(s); f applied "
                             "entrywise to X W_Q W_K^T X^T / sqrt(d_qk), no normalisation.")
 

@@ -13,12 +13,17 @@ import math
 
 import numpy as np
 
-from ...plotting.figures import new_figure
 from .. import args
+from ..plots import axes_grid
 
 __all__ = ["C_GAP", "C_PERP", "C_ID", "C_KQ", "MODULES", "MOD_LABEL", "MAX_SIZE", "rng_of",
-           "sub", "sizes", "tokens", "loglog_slope", "softmax_rows", "layernorm", "sr_excess",
-           "new_axes", "axes_for", "bars", "plt_colours", "tol_T", "kq_logits"]
+           "sub", "positive", "sizes", "SPECTRUM_SIZES", "tokens", "loglog_slope",
+           "softmax_rows", "layernorm", "sr_excess", "new_axes", "bars", "plt_colours", "tol_T",
+           "kq_logits"]
+
+#: The sizes of the items drawing one T x T attention matrix's spectrum (Figs. 1 and 9).
+SPECTRUM_SIZES = dict(tiny=dict(T=256, n_seeds=1), quick=dict(T=512, n_seeds=3),
+                      full=dict(T=2048, n_seeds=4))
 
 C_GAP, C_PERP, C_ID, C_KQ = "#d1495b", "#4c72b0", "#6a994e", "#8e6c8a"
 MODULES = ("plain", "ln", "skip", "skip+ln")
@@ -35,6 +40,11 @@ def rng_of(seed) -> np.random.Generator:
 def sub(*parts) -> int:
     """An independent integer seed for the stream named by ``parts``."""
     return int(np.random.SeedSequence([int(p) for p in parts]).generate_state(1)[0])
+
+
+def positive(name: str, v) -> float:
+    """A finite number > 0 (a std, a ratio, a threshold)."""
+    return args.real(name, v, 0.0, math.inf, lo_open=True)
 
 
 def sizes(name: str, values, low: int = 8) -> tuple[int, ...]:
@@ -86,20 +96,10 @@ def sr_excess(X: np.ndarray) -> tuple[float, float]:
     return ex, 1.0 + ex
 
 
-def axes_for(ax, ncols: int = 1, nrows: int = 1, w: float = 5.0, h: float = 3.5):
-    """The figure and its (nrows, ncols) axes to draw into: new ones when ``ax`` is None, else
-    ``ax`` (one Axes, or a sequence of ``nrows * ncols``) and the figure it belongs to."""
-    if ax is None:
-        return new_axes(ncols, nrows, w, h)
-    axes = np.asarray(ax, dtype=object).reshape(nrows, ncols)
-    return axes[0, 0].figure, axes
-
-
 def new_axes(ncols: int = 1, nrows: int = 1, w: float = 5.0, h: float = 3.5):
-    """A constrained-layout figure of ``nrows x ncols`` panels and its (nrows, ncols) axes."""
-    fig = new_figure((w * ncols, h * nrows), layout="constrained")
-    axes = fig.subplots(nrows, ncols, squeeze=False)
-    return fig, axes
+    """A new constrained-layout figure of ``nrows x ncols`` panels of ``w x h`` inches each and
+    its (nrows, ncols) axes (:func:`sigprop.reproduce.plots.axes_grid`)."""
+    return axes_grid(None, nrows, ncols, (w * ncols, h * nrows))
 
 
 def bars(ax, x, m, se, **kw):

@@ -12,9 +12,35 @@ import torch
 
 from .. import args
 from ..core import Check, Experiment, frame, one_thread, register
-from .common import C_GAP, C_PERP, loglog_slope, new_axes, plt_colours, sizes, sr_excess, sub
+from ..plots import axes_grid, decorate
+from .common import C_GAP, C_PERP, loglog_slope, plt_colours, sizes, sr_excess, sub
 
 __all__ = ["fig3"]
+
+
+def plot_fig3(r: dict, ax=None):
+    """Fig. 3: the encoders' stable rank over T (left) and over depth (right); ``ax``: two
+    Axes, or None for a new figure."""
+    Ts, res = r["Ts"], r["res"]
+    fig, ax = axes_grid(ax, 1, 2, (4.4 * 2, 3.5))
+    a, b = ax[0]
+    cols = plt_colours(len(Ts))
+    for k, (name, ex) in enumerate(res.items()):
+        mk_ = "os^D"[k % 4]
+        for l in (0, ex.shape[1] - 1):
+            a.plot(Ts, 1 + ex[:, l], marker=mk_, ls="-" if l == 0 else "--",
+                   color=C_GAP if k == 0 else C_PERP, label=f"{name}, layer {l}")
+        for i, T in enumerate(Ts):
+            b.plot(np.arange(ex.shape[1]), 1 + ex[i], marker=mk_, ms=3, color=cols[i],
+                   ls="-" if k == 0 else "--", label=f"T = {T}" if k == 0 else None)
+    a.set_xscale("log")
+    a.set_yscale("log")
+    decorate(a, "T (tokens)", r"sr$(\Sigma)$", "(a) width", legend=6)
+    b.set_yscale("log")
+    decorate(b, "layer (0 = embeddings)", r"sr$(\Sigma_\ell)$",
+             f"(b) depth ({', '.join(res)}: solid, dashed)", size=8, legend=6)
+    fig.suptitle("mindthegap Fig. 3: encoders at initialisation", fontsize=10)
+    return fig
 
 
 @register(
@@ -78,30 +104,8 @@ def fig3(*, seed: int = 0, device: str = "cpu",
             f"Fig. 3(b): {name}, sr(Sigma_L) - 1 below sr(Sigma_0) - 1 (collapse in depth; "
             "largest ratio over T)", dec, 0.0, 0.9,
             why="each block averages tokens further; 0.9 for the seed"))
-    fig, ax = new_axes(2, 1, 4.4, 3.5)
-    a, b = ax[0]
-    cols = plt_colours(len(Ts))
-    for k, (name, ex) in enumerate(res.items()):
-        mk_ = "os^D"[k % 4]
-        for l in (0, ex.shape[1] - 1):
-            a.plot(Ts, 1 + ex[:, l], marker=mk_, ls="-" if l == 0 else "--",
-                   color=C_GAP if k == 0 else C_PERP, label=f"{name}, layer {l}")
-        for i, T in enumerate(Ts):
-            b.plot(np.arange(ex.shape[1]), 1 + ex[i], marker=mk_, ms=3, color=cols[i],
-                   ls="-" if k == 0 else "--", label=f"T = {T}" if k == 0 else None)
-    a.set_xscale("log")
-    a.set_yscale("log")
-    a.set_xlabel("T (tokens)")
-    a.set_ylabel(r"sr$(\Sigma)$")
-    a.set_title("(a) width", fontsize=9)
-    a.legend(fontsize=6)
-    b.set_yscale("log")
-    b.set_xlabel("layer (0 = embeddings)")
-    b.set_ylabel(r"sr$(\Sigma_\ell)$")
-    b.set_title(f"(b) depth ({', '.join(res)}: solid, dashed)", fontsize=8)
-    b.legend(fontsize=6)
-    fig.suptitle("mindthegap Fig. 3: encoders at initialisation", fontsize=10)
-    return Experiment(frame(rows), tab, checks, fig,
+    r = dict(Ts=Ts, res=res)
+    return Experiment(frame(rows), tab, checks, plot_fig3, r,
                       notes="configs from sigprop.models.presets built at init (no download"
                             f"{', cut to 3 layers' if small else ''}); random token "
                             "ids instead of the paper's tokenised abstract (embedding rows are "

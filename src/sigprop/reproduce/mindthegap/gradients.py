@@ -17,16 +17,15 @@ import torch
 from ...theory import spectral as sp
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register, slope
+from ..plots import axes_grid, decorate
 from .common import (
     C_GAP,
     C_PERP,
     MAX_SIZE,
     MOD_LABEL,
     MODULES,
-    axes_for,
     bars,
     loglog_slope,
-    new_axes,
     plt_colours,
     sizes,
     sub,
@@ -204,7 +203,7 @@ def grad_experiment_checks(r: dict) -> list[Check]:
 
 def plot_grad_experiment(r: dict, ax=None):
     """Layer one's gradient norm over T per depth, theory lines (and Prop. 4's bound)."""
-    fig, ax = axes_for(ax, 1, 1, 5, 3.6)
+    fig, ax = axes_grid(ax, 1, 1, (5, 3.6))
     centre, Ts, depths = r["centre"], r["Ts"], r["depths"]
     T_arr = np.asarray(Ts, float)
     a = ax[0][0]
@@ -243,46 +242,46 @@ def _grad_experiment(*, name: str, centre: bool, seed, device, Ts, depths, sigma
                              sigma_A=sigma_A, sigma_V=sigma_V, n_seeds=n_seeds,
                              n_probes=n_probes)
     return Experiment(frame(r["rows"]), r["table"], grad_experiment_checks(r),
-                      plot_grad_experiment(r),
+                      plot_grad_experiment, r,
                       notes=f"Random Markov attention, T = d = {Ts[0]}-{Ts[-1]}, {n_seeds} seeds; "
                             "exact norms by Eq. 19, autograd (torch float64, Hutchinson) as a "
                             "cross-check; the figure shows l = 1, the table every l.")
 
 
-@register(
+#: The sweep of Props. 4 and 6 per size (the same draws with and without the gap).
+_GRAD_SIZES = dict(tiny=dict(Ts=(64, 128, 256), depths=(1, 2, 3), n_seeds=3),
+                   quick=dict(Ts=(64, 128, 256, 384), depths=(1, 2, 3), n_seeds=3),
+                   full=dict(Ts=(128, 256, 512, 1024), depths=(1, 2, 3, 4), n_seeds=4),
+                   runtime={"tiny": 1.3, "quick": 3.0, "default": 3.0})
+
+
+def _grad_item(name: str, centre: bool):
+    """The item function of Prop. 4 (``centre=False``: with the gap) or Prop. 6
+    (``centre=True``: A_perp): one sweep of :func:`_grad_experiment`, named ``name``."""
+    @one_thread
+    def item(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 256, 384),
+             depths: Sequence[int] = (1, 2, 3), sigma_A: float = 1.0, sigma_V: float = 1.0,
+             n_seeds: int = 3, n_probes: int = 8) -> Experiment:
+        return _grad_experiment(name=name, centre=centre, seed=seed, device=device, Ts=Ts,
+                                depths=tuple(depths), sigma_A=sigma_A, sigma_V=sigma_V,
+                                n_seeds=n_seeds, n_probes=n_probes)
+    item.__name__ = item.__qualname__ = name
+    return item
+
+
+prop4 = register(
     "mindthegap.prop4", ref="Prop. 4", title="Exploding value gradients with the gap: "
     "||dX_L/dW_l^V||^2 >= C T^(L-1) (measured: ~ T^L)",
     claim="mindthegap Prop. 4: for L >= 2 and every l, ||dX_L/dW_l^V||_F^2 / T^(L-1) is bounded "
           "below (Eq. 6); for L = l = 1, ||dX_1/dW_1^V||_F^2 / T is (Eq. 7).",
-    tiny=dict(Ts=(64, 128, 256), depths=(1, 2, 3), n_seeds=3),
-    quick=dict(Ts=(64, 128, 256, 384), depths=(1, 2, 3), n_seeds=3),
-    full=dict(Ts=(128, 256, 512, 1024), depths=(1, 2, 3, 4), n_seeds=4),
-    runtime={"tiny": 1.3, "quick": 3.0, "default": 3.0})
-@one_thread
-def prop4(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 256, 384),
-          depths: Sequence[int] = (1, 2, 3), sigma_A: float = 1.0, sigma_V: float = 1.0,
-          n_seeds: int = 3, n_probes: int = 8) -> Experiment:
-    return _grad_experiment(name="prop4", centre=False, seed=seed, device=device, Ts=Ts,
-                            depths=tuple(depths), sigma_A=sigma_A, sigma_V=sigma_V,
-                            n_seeds=n_seeds, n_probes=n_probes)
+    **_GRAD_SIZES)(_grad_item("prop4", centre=False))
 
-
-@register(
+prop6 = register(
     "mindthegap.prop6", ref="Prop. 6", title="Gap removed: E||dX_L^perp/dW_l^V||^2 grows "
     "linearly in d",
     claim="mindthegap Prop. 6: with A_perp, (1/d) E||dX_L^perp/dW_l^V||_F^2 -> C (linear growth "
           "in d at fixed gamma = T/d).",
-    tiny=dict(Ts=(64, 128, 256), depths=(1, 2, 3), n_seeds=3),
-    quick=dict(Ts=(64, 128, 256, 384), depths=(1, 2, 3), n_seeds=3),
-    full=dict(Ts=(128, 256, 512, 1024), depths=(1, 2, 3, 4), n_seeds=4),
-    runtime={"tiny": 1.3, "quick": 3.0, "default": 3.0})
-@one_thread
-def prop6(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 256, 384),
-          depths: Sequence[int] = (1, 2, 3), sigma_A: float = 1.0, sigma_V: float = 1.0,
-          n_seeds: int = 3, n_probes: int = 8) -> Experiment:
-    return _grad_experiment(name="prop6", centre=True, seed=seed, device=device, Ts=Ts,
-                            depths=tuple(depths), sigma_A=sigma_A, sigma_V=sigma_V,
-                            n_seeds=n_seeds, n_probes=n_probes)
+    **_GRAD_SIZES)(_grad_item("prop6", centre=True))
 
 
 def _grad_curves(variants, Ts, L, sigma_A, n_seeds, n_probes, seed, device):
@@ -323,8 +322,19 @@ def _grad_plot(a, curves, Ts, L, bound=True):
                label=fr"$T^{{{max(L - 1, 1)}}}$ (Prop. 4)")
     a.set_xscale("log")
     a.set_yscale("log")
-    a.set_xlabel("T (= d)")
-    a.set_ylabel(fr"$\|\partial X_{L} / \partial W_1^V\|_F^2$")
+    decorate(a, "T (= d)", fr"$\|\partial X_{L} / \partial W_1^V\|_F^2$", legend=None)
+
+
+def plot_fig5(r: dict, ax=None):
+    """Fig. 5: the layer-one value-gradient norm over T per module, with Eq. 7's bound;
+    ``ax``: one Axes, or None for a new figure."""
+    curves, Ts, sigma_A = r["curves"], r["Ts"], r["sigma_A"]
+    fig, ax = axes_grid(ax, 1, 1, (5, 3.6))
+    _grad_plot(ax[0][0], curves, Ts, 1, bound=True)
+    ax[0][0].legend(fontsize=6, ncol=2)
+    fig.suptitle(f"mindthegap Fig. 5: gradient norm at layer one (σ_A = {sigma_A:g})",
+                 fontsize=10)
+    return fig
 
 
 @register(
@@ -368,15 +378,24 @@ def fig5(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 25
             f"Eq. 7 {'without' if centre else 'with'} the gap: value at T = {Ts[-1]} over "
             f"grad_norm_value = {'d sigma_A^2' if centre else 'd (1 + sigma_A^2)'}", m[-1] / th,
             0.88, 1.12, why="Hutchinson noise (sqrt(2 / (d n_probes))) and O(1/T): tol 12 %"))
-    fig, ax = new_axes(1, 1, 5, 3.6)
-    _grad_plot(ax[0][0], curves, Ts, 1, bound=True)
-    ax[0][0].legend(fontsize=6, ncol=2)
-    fig.suptitle(f"mindthegap Fig. 5: gradient norm at layer one (σ_A = {sigma_A:g})",
-                 fontsize=10)
-    return Experiment(frame(rows), tab, checks, fig,
+    r = dict(curves=curves, Ts=Ts, sigma_A=sigma_A)
+    return Experiment(frame(rows), tab, checks, plot_fig5, r,
                       notes=f"T = d = {Ts[0]}-{Ts[-1]}, {n_seeds} seeds, autograd with "
                             f"{n_probes} Hutchinson probes; Random Markov attention; LayerNorm "
                             "centres each token and rescales it to unit norm.")
+
+
+def plot_fig6(r: dict, ax=None):
+    """Fig. 6: the gradient w.r.t. W_1^V over T, Random Markov (left) and key-query
+    attention (right); ``ax``: two Axes, or None for a new figure."""
+    Ts, L, curves = r["Ts"], r["L"], r["curves"]
+    fig, ax = axes_grid(ax, 1, 2, (4.6 * 2, 3.6))
+    for a, att, title in ((ax[0][0], "markov", "Random Markov A"),
+                          (ax[0][1], "keyquery", "key-query A(X)")):
+        _grad_plot(a, {v: c for v, c in curves.items() if v[0] == att}, Ts, L)
+        decorate(a, None, None, title, legend=6)
+    fig.suptitle(f"mindthegap Fig. 6: L = {L} layers, gradient w.r.t. $W_1^V$", fontsize=10)
+    return fig
 
 
 @register(
@@ -433,17 +452,32 @@ def fig6(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 25
                      why="the untamed outliers multiply the norm (23-400x over seeds at "
                          "L = 2, T = 256): 10"),
     ]
-    fig, ax = new_axes(2, 1, 4.6, 3.6)
-    for a, att, title in ((ax[0][0], "markov", "Random Markov A"),
-                          (ax[0][1], "keyquery", "key-query A(X)")):
-        _grad_plot(a, {v: c for v, c in curves.items() if v[0] == att}, Ts, L)
-        a.set_title(title, fontsize=9)
-        a.legend(fontsize=6)
-    fig.suptitle(f"mindthegap Fig. 6: L = {L} layers, gradient w.r.t. $W_1^V$", fontsize=10)
-    return Experiment(frame(rows), tab, checks, fig,
+    r = dict(Ts=Ts, L=L, curves=curves)
+    return Experiment(frame(rows), tab, checks, plot_fig6, r,
                       notes=f"T = d = {Ts[0]}-{Ts[-1]}, {n_seeds} seeds, autograd with "
                             f"{n_probes} Hutchinson probes; Random Markov sigma_A = {sigma_A:g}; "
                             "key-query with N(0, 1) Q/K (layer-one sigma_A = sqrt(e - 1)).")
+
+
+def plot_fig10(r: dict, ax=None):
+    """Fig. 10: the key-query value-gradient norm over T per depth against T^(L-1);
+    ``ax``: one Axes, or None for a new figure."""
+    depths, Ts, res = r["depths"], r["Ts"], r["res"]
+    fig, ax = axes_grid(ax, 1, 1, (5, 3.6))
+    a = ax[0][0]
+    cols = plt_colours(len(depths))
+    T_arr = np.asarray(Ts, float)
+    for c, L in zip(cols, depths, strict=False):
+        m, se, s_ = res[L]
+        bars(a, Ts, m, se, color=c, marker="o", label=f"L = {L} (slope {s_:.2f})")
+        ref = T_arr ** max(L - 1, 1)
+        a.plot(Ts, ref * m[0] / ref[0], color=c, ls=":", lw=1)
+    a.plot([], [], "k:", lw=1, label=r"$T^{L-1}$ (Prop. 4)")
+    a.set_xscale("log")
+    a.set_yscale("log")
+    decorate(a, "T (= d)", r"$\|\partial X_L / \partial W_1^V\|_F^2$")
+    fig.suptitle("mindthegap Fig. 10: key-query attention A(X)", fontsize=10)
+    return fig
 
 
 @register(
@@ -485,23 +519,8 @@ def fig10(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 2
             bool(np.all(np.diff(ex[1:]) > 0)), float(ex[-1]), "increasing",
             why="the bound becomes looser as L grows (several outliers per layer); measured "
                 "excess ~0.1, 1.2, 3.5 for L = 1, 2, 3"))
-    fig, ax = new_axes(1, 1, 5, 3.6)
-    a = ax[0][0]
-    cols = plt_colours(len(depths))
-    T_arr = np.asarray(Ts, float)
-    for c, L in zip(cols, depths, strict=False):
-        m, se, s_ = res[L]
-        bars(a, Ts, m, se, color=c, marker="o", label=f"L = {L} (slope {s_:.2f})")
-        ref = T_arr ** max(L - 1, 1)
-        a.plot(Ts, ref * m[0] / ref[0], color=c, ls=":", lw=1)
-    a.plot([], [], "k:", lw=1, label=r"$T^{L-1}$ (Prop. 4)")
-    a.set_xscale("log")
-    a.set_yscale("log")
-    a.set_xlabel("T (= d)")
-    a.set_ylabel(r"$\|\partial X_L / \partial W_1^V\|_F^2$")
-    a.legend(fontsize=7)
-    fig.suptitle("mindthegap Fig. 10: key-query attention A(X)", fontsize=10)
-    return Experiment(frame(rows), tab, checks, fig,
+    r = dict(depths=depths, Ts=Ts, res=res)
+    return Experiment(frame(rows), tab, checks, plot_fig10, r,
                       notes=f"T = d = {Ts[0]}-{Ts[-1]}, {n_seeds} seeds, N(0, 1) Q/K and V, "
                             f"autograd with {n_probes} Hutchinson probes.")
 

@@ -13,13 +13,13 @@ import pandas as pd
 from ...theory import spectral as sp
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, register, slope
+from ..plots import axes_grid, decorate
 from .common import (
     C_PERP,
     MAX_SIZE,
-    axes_for,
     bars,
-    new_axes,
     plt_colours,
+    positive,
     rng_of,
     sizes,
     sub,
@@ -29,7 +29,30 @@ from .common import (
 __all__ = ["lemma1", "lemma2_thm9_10", "lemma2_thm9_10_data", "lemma2_thm9_10_checks",
            "plot_lemma2_thm9_10"]
 
-INF = math.inf
+
+
+def plot_lemma1(r: dict, ax=None):
+    """Lemma 1's moments (left) and the spectral edge in the proof of Prop. 4 (right);
+    ``ax``: two Axes, or None for a new figure."""
+    tab, n_samples, d_l, qs = r["tab"], r["n_samples"], r["d_l"], r["qs"]
+    fig, ax = axes_grid(ax, 1, 2, (4.4 * 2, 3.5))
+    a, b = ax[0]
+    t = tab[tab.quantity == "lemma1"]
+    a.errorbar(t["q"], t["mean"], yerr=t["std"] / math.sqrt(n_samples) * 2, fmt="o",
+               color=C_PERP, capsize=2, label="measured mean")
+    a.axhline(1.0, color="k", lw=1, label="Lemma 1: 1")
+    decorate(a, "q", r"E $s_1^2(uu^\top W_1\cdots W_q)/d^q$", f"Lemma 1 (d = {d_l})")
+    cols = plt_colours(len(qs))
+    for c, q in zip(cols, qs, strict=False):
+        t = tab[(tab.quantity == "edge") & (tab.q == q)]
+        b.plot(t["d"], t["mean"], "o", color=c, label=f"q = {q}")
+        b.axhline((q + 1) ** (q + 1) / q**q, color=c, lw=1)
+    b.set_xscale("log")
+    b.set_yscale("log")
+    decorate(b, "d", r"$s_1^2(W_1\cdots W_q)/d^q$",
+             "edge of a Gaussian product (lines: Fuss–Catalan)")
+    fig.suptitle("mindthegap Lemma 1 and the edge in the proof of Prop. 4", fontsize=10)
+    return fig
 
 
 @register(
@@ -101,29 +124,8 @@ def lemma1(*, seed: int = 0, device: str = "cpu", ds: Sequence[int] = (64, 128, 
                 f"below with fluctuations ~ q d^(-2/3) (Tracy-Widom scale, compounding over q "
                 f"factors): band [1 - {tol:.2f}, 1 + {0.5 * tol:.2f}]"))
     tab = pd.DataFrame(table)
-    fig, ax = new_axes(2, 1, 4.4, 3.5)
-    a, b = ax[0]
-    t = tab[tab.quantity == "lemma1"]
-    a.errorbar(t["q"], t["mean"], yerr=t["std"] / math.sqrt(n_samples) * 2, fmt="o",
-               color=C_PERP, capsize=2, label="measured mean")
-    a.axhline(1.0, color="k", lw=1, label="Lemma 1: 1")
-    a.set_xlabel("q")
-    a.set_ylabel(r"E $s_1^2(uu^\top W_1\cdots W_q)/d^q$")
-    a.set_title(f"Lemma 1 (d = {d_l})", fontsize=9)
-    a.legend(fontsize=7)
-    cols = plt_colours(len(qs))
-    for c, q in zip(cols, qs, strict=False):
-        t = tab[(tab.quantity == "edge") & (tab.q == q)]
-        b.plot(t["d"], t["mean"], "o", color=c, label=f"q = {q}")
-        b.axhline((q + 1) ** (q + 1) / q**q, color=c, lw=1)
-    b.set_xscale("log")
-    b.set_yscale("log")
-    b.set_xlabel("d")
-    b.set_ylabel(r"$s_1^2(W_1\cdots W_q)/d^q$")
-    b.set_title("edge of a Gaussian product (lines: Fuss–Catalan)", fontsize=9)
-    b.legend(fontsize=7)
-    fig.suptitle("mindthegap Lemma 1 and the edge in the proof of Prop. 4", fontsize=10)
-    return Experiment(frame(rows), tab, checks, fig,
+    r = dict(tab=tab, n_samples=n_samples, d_l=d_l, qs=qs)
+    return Experiment(frame(rows), tab, checks, plot_lemma1, r,
                       notes=f"Lemma 1 at d = {d_l} with {n_samples} independent draws; edges at "
                             f"d = {', '.join(map(str, ds))} (a few draws each). The paper writes "
                             "T^(L-l) for d^(L-l) (T = d there).")
@@ -258,7 +260,7 @@ def lemma2_thm9_10_checks(r: dict) -> list[Check]:
 
 def plot_lemma2_thm9_10(r: dict, ax=None):
     """Lemma 2 (left), Thm 9 (middle) and Thm 10 (right) over T."""
-    fig, ax = axes_for(ax, 3, 1, 3.6, 3.4)
+    fig, ax = axes_grid(ax, 1, 3, (3.6 * 3, 3.4))
     data = frame(r["rows"])
     Ts, T_arr, P, pq, s1, s2 = (r[k] for k in ("Ts", "T_arr", "P", "pq", "s1", "s2"))
     sigma_A = r["sigma_A"]
@@ -282,9 +284,7 @@ def plot_lemma2_thm9_10(r: dict, ax=None):
     a.plot([], [], "k:", lw=1, label=r"Lemma 2: $(2\sigma_A/\sqrt{T})^p$")
     a.set_xscale("log")
     a.set_yscale("log")
-    a.set_xlabel("T")
-    a.set_title("Lemma 2 (lines: sigprop)", fontsize=9)
-    a.legend(fontsize=6)
+    decorate(a, "T", None, "Lemma 2 (lines: sigprop)", legend=6)
     for k, (p, q) in enumerate(pq):
         m1, se1 = mean_se(s1[(p, q)])
         m2, se2 = mean_se(s2[(p, q)])
@@ -293,16 +293,10 @@ def plot_lemma2_thm9_10(r: dict, ax=None):
         c.plot(Ts, m2[0] * (T_arr / Ts[0]) ** ((q - p) / 2), color=cols[k], lw=1, ls=":")
     b.axhline(1.0, color="k", lw=1, label="Thm 9: 1")
     b.set_xscale("log")
-    b.set_xlabel("T = d")
-    b.set_ylabel(r"$s_1(AW)/d^{q/2}$")
-    b.set_title("Thm 9", fontsize=9)
-    b.legend(fontsize=7)
+    decorate(b, "T = d", r"$s_1(AW)/d^{q/2}$", "Thm 9")
     c.set_xscale("log")
     c.set_yscale("log")
-    c.set_xlabel("T = d")
-    c.set_ylabel(r"$s_2(AW)$")
-    c.set_title(r"Thm 10 (dotted: $d^{(q-p)/2}$)", fontsize=9)
-    c.legend(fontsize=7)
+    decorate(c, "T = d", r"$s_2(AW)$", r"Thm 10 (dotted: $d^{(q-p)/2}$)")
     fig.suptitle(f"mindthegap Lemma 2, Thms 9-10 (σ_A = {sigma_A:g}, γ = 1)", fontsize=10)
     return fig
 
@@ -325,12 +319,12 @@ def lemma2_thm9_10(*, seed: int = 0, device: str = "cpu",
                    pq: Sequence[tuple] = ((1, 1), (2, 1), (2, 2), (3, 1)),
                    n_seeds: int = 3) -> Experiment:
     Ts = sizes("Ts", Ts)
-    sigma_A = args.real("sigma_A", sigma_A, 0.0, INF, lo_open=True)
+    sigma_A = positive("sigma_A", sigma_A)
     args.need("pq", len(pq) >= 1 and all(p >= 1 and q >= 1 for p, q in pq),
               f"pairs (p, q) of integers >= 1 (got {pq!r})")
     n_seeds = args.integer("n_seeds", n_seeds, 1)
     r = lemma2_thm9_10_data(Ts, sigma_A, pq, n_seeds, seed)
     return Experiment(frame(r["rows"]), r["table"], lemma2_thm9_10_checks(r),
-                      plot_lemma2_thm9_10(r),
+                      plot_lemma2_thm9_10, r,
                       notes=f"T = d = {Ts[0]}-{Ts[-1]}, {n_seeds} seeds, W_i i.i.d. N(0, 1).")
 

@@ -14,15 +14,30 @@ import torch
 from ...theory import spectral as sp
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, register
-from .common import axes_for, new_axes, plt_colours, rng_of, sub, tokens
+from ..plots import axes_grid, decorate
+from .common import plt_colours, rng_of, sub, tokens
 
 __all__ = ["prop7", "prop8", "prop8_data", "prop8_checks", "plot_prop8", "perp_stack"]
+
+
+#: The sizes of Props. 7 and 8 (the same widths gamma = T/d and depths).
+_MOMENT_SIZES = dict(tiny=dict(T=128, gammas=(1.0, 0.5), depth=3, n_seeds=4),
+                     quick=dict(T=256, gammas=(1.0, 0.5), depth=3, n_seeds=3),
+                     full=dict(T=1024, gammas=(1.0, 0.5, 0.25), depth=4, n_seeds=4))
 
 
 def _check_gammas(gammas) -> None:
     """``gammas = T / d``: a non-empty list of numbers in (0, 1] (kept as given)."""
     args.need("gammas", len(gammas) >= 1 and all(0 < g <= 1 for g in gammas),
               f"a list of numbers in (0, 1] (got {gammas!r})")
+
+
+def _moment_args(T, gammas, depth, n_seeds) -> tuple[int, int, int]:
+    """Props. 7 and 8's checked sizes ``(T, depth, n_seeds)``, the widths ``gammas`` checked
+    on the way (:func:`_check_gammas`)."""
+    T = args.integer("T", T, 16)
+    _check_gammas(gammas)
+    return T, args.integer("depth", depth, 1), args.integer("n_seeds", n_seeds, 1)
 
 
 def perp_stack(T: int, d: int, depth: int, sigma_A: float, sigma_V: float, seed) -> tuple:
@@ -39,6 +54,28 @@ def perp_stack(T: int, d: int, depth: int, sigma_A: float, sigma_V: float, seed)
     return PA, PW, Xs
 
 
+def plot_prop7(r: dict, ax=None):
+    """Prop. 7: the eigenvalue mean (left) and variance ratio (right) of Sigma_l^perp per
+    layer and gamma; ``ax``: two Axes, or None for a new figure."""
+    gammas, tab, T, sigma_A, sigma_V = r["gammas"], r["tab"], r["T"], r["sigma_A"], r["sigma_V"]
+    fig, ax = axes_grid(ax, 1, 2, (4.4 * 2, 3.5))
+    cols = plt_colours(len(gammas))
+    panels = (("mean", "mean_theory", r"E$(Z)$, $Z$ eigenvalue of $\Sigma^\perp_\ell$",
+               "lines: Eq. 12"),
+              ("var_over_mean2", "var_theory", "Var(Z) / E(Z)²", "lines: Eq. 13, ℓ(1+γ)"))
+    for k, (a, (measured, theory, ylabel, lines)) in enumerate(zip(ax[0], panels, strict=True)):
+        for c, g in zip(cols, gammas, strict=False):
+            t = tab[tab.gamma == g]
+            a.plot(t["layer"], t[measured], "o", color=c, label=f"γ = {g:g}")
+            a.plot(t["layer"], t[theory], "-", color=c, lw=1)
+        if k == 0:
+            a.set_yscale("log")
+        decorate(a, "layer ℓ", ylabel, legend_title=lines, title_fontsize=7)
+    fig.suptitle(f"mindthegap Prop. 7 (T = {T}, σ_A = {sigma_A:g}, σ_V = {sigma_V:g})",
+                 fontsize=10)
+    return fig
+
+
 @register(
     "mindthegap.prop7", ref="Prop. 7 (Eqs. 12-13), Lemma 4",
     title="Eigenvalues of Sigma_l^perp: mean (sigma_A sigma_V / sqrt(gamma))^(2l), variance "
@@ -47,17 +84,12 @@ def perp_stack(T: int, d: int, depth: int, sigma_A: float, sigma_V: float, seed)
           "X_l^perp^T has mean (sigma_A sigma_V / sqrt(gamma))^(2l) (Eq. 12) and variance "
           "l (1 + gamma) (sigma_A sigma_V / sqrt(gamma))^(4l) (Eq. 13), gamma = T/d <= 1 "
           "(from Lemma 4's moments of a free product of Marchenko-Pastur laws).",
-    tiny=dict(T=128, gammas=(1.0, 0.5), depth=3, n_seeds=4),
-    quick=dict(T=256, gammas=(1.0, 0.5), depth=3, n_seeds=3),
-    full=dict(T=1024, gammas=(1.0, 0.5, 0.25), depth=4, n_seeds=4),
+    **_MOMENT_SIZES,
     runtime={"tiny": 0.2, "quick": 0.5, "default": 0.5})
 def prop7(*, seed: int = 0, device: str = "cpu", T: int = 256,
           gammas: Sequence[float] = (1.0, 0.5), depth: int = 3, sigma_A: float = 0.5,
           sigma_V: float = 2.0, n_seeds: int = 3) -> Experiment:
-    T = args.integer("T", T, 16)
-    _check_gammas(gammas)
-    depth = args.integer("depth", depth, 1)
-    n_seeds = args.integer("n_seeds", n_seeds, 1)
+    T, depth, n_seeds = _moment_args(T, gammas, depth, n_seeds)
     layers = np.arange(1, depth + 1)
     rows, table, checks = [], [], []
     hist = {}
@@ -105,28 +137,8 @@ def prop7(*, seed: int = 0, device: str = "cpu", T: int = 256,
                 "spread ~ l / sqrt(T n_seeds); tol 5 % + depth / sqrt(T n_seeds) = "
                 f"{tol_v:.2f}"))
     tab = pd.DataFrame(table)
-    fig, ax = new_axes(2, 1, 4.4, 3.5)
-    a = ax[0][0]
-    cols = plt_colours(len(gammas))
-    for c, g in zip(cols, gammas, strict=False):
-        t = tab[tab.gamma == g]
-        a.plot(t["layer"], t["mean"], "o", color=c, label=f"γ = {g:g}")
-        a.plot(t["layer"], t["mean_theory"], "-", color=c, lw=1)
-    a.set_yscale("log")
-    a.set_xlabel("layer ℓ")
-    a.set_ylabel(r"E$(Z)$, $Z$ eigenvalue of $\Sigma^\perp_\ell$")
-    a.legend(fontsize=7, title="lines: Eq. 12", title_fontsize=7)
-    b = ax[0][1]
-    for c, g in zip(cols, gammas, strict=False):
-        t = tab[tab.gamma == g]
-        b.plot(t["layer"], t["var_over_mean2"], "o", color=c, label=f"γ = {g:g}")
-        b.plot(t["layer"], t["var_theory"], "-", color=c, lw=1)
-    b.set_xlabel("layer ℓ")
-    b.set_ylabel("Var(Z) / E(Z)²")
-    b.legend(fontsize=7, title="lines: Eq. 13, ℓ(1+γ)", title_fontsize=7)
-    fig.suptitle(f"mindthegap Prop. 7 (T = {T}, σ_A = {sigma_A:g}, σ_V = {sigma_V:g})",
-                 fontsize=10)
-    return Experiment(frame(rows), tab, checks, fig,
+    r = dict(gammas=gammas, tab=tab, T=T, sigma_A=sigma_A, sigma_V=sigma_V)
+    return Experiment(frame(rows), tab, checks, plot_prop7, r,
                       notes=f"T = {T}, d = T / gamma, {n_seeds} seeds; sigma_A sigma_V = "
                             f"{sigma_A * sigma_V:g}.")
 
@@ -240,7 +252,7 @@ def prop8_checks(r: dict) -> list[Check]:
 
 def plot_prop8(r: dict, ax=None):
     """Mean (left) and Var / mean^2 (right) of the squared singular values over layers."""
-    fig, ax = axes_for(ax, 2, 1, 4.4, 3.5)
+    fig, ax = axes_grid(ax, 1, 2, (4.4 * 2, 3.5))
     layers, paper_m, gammas, res = r["layers"], r["paper_m"], r["gammas"], r["res"]
     T, sigma_A, sigma_V = r["T"], r["sigma_A"], r["sigma_V"]
     a, b = ax[0]
@@ -252,14 +264,10 @@ def plot_prop8(r: dict, ax=None):
         b.plot(layers, rv, "o", color=c, label=f"γ = {g:g}")
     a.plot(layers, paper_m, "k--", lw=1, label="Eq. 17 (paper)")
     a.set_yscale("log")
-    a.set_xlabel("layer ℓ")
-    a.set_ylabel(r"E$(Z)$, $Z$ squared singular value of $J_\ell$")
-    a.legend(fontsize=7, title=r"lines: $(\sigma_A\sigma_V)^{2\ell}/\gamma^\ell$",
-             title_fontsize=7)
+    decorate(a, "layer ℓ", r"E$(Z)$, $Z$ squared singular value of $J_\ell$",
+             legend_title=r"lines: $(\sigma_A\sigma_V)^{2\ell}/\gamma^\ell$", title_fontsize=7)
     b.plot(layers, layers * (layers + 2), "k-", lw=1, label="Eq. 18: ℓ(ℓ+2)")
-    b.set_xlabel("layer ℓ")
-    b.set_ylabel("Var(Z) / E(Z)²")
-    b.legend(fontsize=7)
+    decorate(b, "layer ℓ", "Var(Z) / E(Z)²")
     fig.suptitle(f"mindthegap Prop. 8 (T = {T}, σ_A = {sigma_A:g}, σ_V = {sigma_V:g})",
                  fontsize=10)
     return fig
@@ -273,9 +281,7 @@ def plot_prop8(r: dict, ax=None):
           "squared singular values have mean (sigma_A sigma_V)^(2l) (Eq. 17) and variance "
           "l (l + 2) (sigma_A sigma_V)^(4l) (Eq. 18): no (sigma_A, sigma_V) gives dynamical "
           "isometry.",
-    tiny=dict(T=128, gammas=(1.0, 0.5), depth=3, n_seeds=4),
-    quick=dict(T=256, gammas=(1.0, 0.5), depth=3, n_seeds=3),
-    full=dict(T=1024, gammas=(1.0, 0.5, 0.25), depth=4, n_seeds=4),
+    **_MOMENT_SIZES,
     runtime={"tiny": 0.3, "quick": 0.7, "default": 0.7},
     differs="Eq. 17 holds for the unscaled Jacobian only at gamma = T/d = 1: its mean is "
             "(sigma_A sigma_V)^(2l) / gamma^l (x2, x4, x8 at gamma = 1/2); Eq. 18's Var / mean^2 "
@@ -283,12 +289,9 @@ def plot_prop8(r: dict, ax=None):
 def prop8(*, seed: int = 0, device: str = "cpu", T: int = 256,
           gammas: Sequence[float] = (1.0, 0.5), depth: int = 3, sigma_A: float = 0.5,
           sigma_V: float = 2.0, n_seeds: int = 3) -> Experiment:
-    T = args.integer("T", T, 16)
-    _check_gammas(gammas)
-    depth = args.integer("depth", depth, 1)
-    n_seeds = args.integer("n_seeds", n_seeds, 1)
+    T, depth, n_seeds = _moment_args(T, gammas, depth, n_seeds)
     r = prop8_data(T, gammas, depth, sigma_A, sigma_V, n_seeds, seed)
-    return Experiment(frame(r["rows"]), r["table"], prop8_checks(r), plot_prop8(r),
+    return Experiment(frame(r["rows"]), r["table"], prop8_checks(r), plot_prop8, r,
                       notes=f"T = {T}, d = T / gamma, {n_seeds} seeds; the Td x Td Jacobian is "
                             "never formed: the moments of a Kronecker product's squared singular "
                             "values are products of its factors' moments (Eq. 16, checked by "

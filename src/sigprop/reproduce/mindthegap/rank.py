@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
@@ -15,18 +16,18 @@ import pandas as pd
 from ...theory import spectral as sp
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register, slope
+from ..plots import axes_grid, decorate
 from .common import (
     C_GAP,
     C_ID,
     C_PERP,
     MOD_LABEL,
     MODULES,
-    axes_for,
     bars,
     layernorm,
     loglog_slope,
-    new_axes,
     plt_colours,
+    positive,
     rng_of,
     sizes,
     sr_excess,
@@ -35,7 +36,6 @@ from .common import (
 
 __all__ = ["prop3", "prop5", "fig2", "fig2_data", "fig2_checks", "plot_fig2", "fig4"]
 
-INF = math.inf
 
 
 # ---------------------------------------------------------------------------------------------
@@ -63,50 +63,101 @@ def _sr_sweep(Ts: tuple, depth: int, sigma_A: float, sigma_V: float, n_seeds: in
     return excess, ratio
 
 
+#: The sizes of Props. 3 and 5 (one sweep of :func:`_sr_sweep` serves both).
+_SR_SIZES = dict(tiny=dict(Ts=(64, 128, 256), depth=3, n_seeds=6),
+                 quick=dict(Ts=(64, 128, 256, 512), depth=3, n_seeds=6),
+                 full=dict(Ts=(128, 256, 512, 1024, 2048), depth=3, n_seeds=8))
+
+
+@dataclass(frozen=True, kw_only=True)
+class _SrSweep:
+    """Props. 3 and 5's checked sizes and their shared draws: ``excess`` and ``ratio`` of
+    :func:`_sr_sweep` (each ``(len(Ts), depth, n_seeds)``)."""
+
+    Ts: tuple[int, ...]
+    depth: int
+    sigma_A: float
+    n_seeds: int
+    excess: np.ndarray
+    ratio: np.ndarray
+
+
+def _sr_item(body):
+    """The item function around ``body(sweep)``: Props. 3 and 5 take the same sizes, checked
+    the same way, and read the same draws (:class:`_SrSweep`)."""
+    @one_thread
+    def item(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 256, 512),
+             depth: int = 3, sigma_A: float = 0.5, sigma_V: float = 1.0,
+             n_seeds: int = 6) -> Experiment:
+        Ts = sizes("Ts", Ts)
+        depth = args.integer("depth", depth, 1)
+        sigma_A = positive("sigma_A", sigma_A)
+        n_seeds = args.integer("n_seeds", n_seeds, 2)
+        excess, ratio = _sr_sweep(Ts, depth, float(sigma_A), float(sigma_V), n_seeds, seed)
+        return body(_SrSweep(Ts=Ts, depth=depth, sigma_A=sigma_A, n_seeds=n_seeds,
+                             excess=excess, ratio=ratio))
+    item.__name__ = item.__qualname__ = body.__name__
+    return item
+
+
+def plot_prop3(r: dict, ax=None):
+    """Prop. 3: sr(Sigma_l) - 1 over T per layer, sigprop's rate and the paper's; ``ax``:
+    one Axes, or None for a new figure."""
+    depth, layers, Ts, ex_m, ex_se = r["depth"], r["layers"], r["Ts"], r["ex_m"], r["ex_se"]
+    th, T_arr, sigma_A = r["th"], r["T_arr"], r["sigma_A"]
+    fig, ax = axes_grid(ax, 1, 1, (5, 3.6))
+    a = ax[0][0]
+    cols = plt_colours(depth)
+    for k, l in enumerate(layers):
+        bars(a, Ts, ex_m[:, k], ex_se[:, k], color=cols[k], marker="o", label=f"ℓ = {l}")
+        a.plot(Ts, th[:, k], color=cols[k], lw=1)
+        a.plot(Ts, ex_m[0, k] * (T_arr / Ts[0]) ** (1 - 4 * l), color=cols[k], lw=1, ls=":")
+    a.set_xscale("log")
+    a.set_yscale("log")
+    decorate(a, "T (= d)", r"sr$(\Sigma_\ell) - 1$", legend=None)
+    a.plot([], [], color="k", lw=1, label=r"sigprop $T^{1-2\ell}$")
+    a.plot([], [], color="k", lw=1, ls=":", label=r"paper $T^{1-4\ell}$")
+    a.legend(fontsize=7)
+    fig.suptitle(f"mindthegap Prop. 3: rank collapse in width (σ_A = {sigma_A:g})", fontsize=10)
+    return fig
+
+
 @register(
     "mindthegap.prop3", ref="Prop. 3", title="Rank collapse in width: sr(Sigma_l) -> 1 as T "
     "grows, at the rate T^(1-2l) (paper: T^(1-4l))",
     claim="mindthegap Prop. 3: with the spectral gap, sr(Sigma_l) -> 1 as T -> infinity for "
           "every layer l, with |sr(Sigma_l) - 1| = O(T^(1-4l)).",
-    tiny=dict(Ts=(64, 128, 256), depth=3, n_seeds=6),
-    quick=dict(Ts=(64, 128, 256, 512), depth=3, n_seeds=6),
-    full=dict(Ts=(128, 256, 512, 1024, 2048), depth=3, n_seeds=8),
+    **_SR_SIZES,
     runtime={"tiny": 1.0, "quick": 3.2, "default": 3.2},
     differs="The excess sr(Sigma_l) - 1 decays like T^(1-2l) (slopes -1.05, -2.82, -4.73 for "
             "l = 1, 2, 3), not the printed T^(1-4l) (-3, -7, -11).")
-@one_thread
-def prop3(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 256, 512),
-          depth: int = 3, sigma_A: float = 0.5, sigma_V: float = 1.0,
-          n_seeds: int = 6) -> Experiment:
-    Ts = sizes("Ts", Ts)
-    depth = args.integer("depth", depth, 1)
-    sigma_A = args.real("sigma_A", sigma_A, 0.0, INF, lo_open=True)
-    n_seeds = args.integer("n_seeds", n_seeds, 2)
-    excess, _ = _sr_sweep(Ts, depth, float(sigma_A), float(sigma_V), n_seeds, seed)
-    layers = np.arange(1, depth + 1)
-    T_arr = np.asarray(Ts, float)
-    th = sp.sr_excess_uncentred(layers[None, :], sigma_A, 1.0, T_arr[:, None])
-    per_seed = loglog_slope(Ts, np.moveaxis(excess, 0, -1))  # (depth, n_seeds)
+@_sr_item
+def prop3(sw: _SrSweep) -> Experiment:
+    layers = np.arange(1, sw.depth + 1)
+    T_arr = np.asarray(sw.Ts, float)
+    th = sp.sr_excess_uncentred(layers[None, :], sw.sigma_A, 1.0, T_arr[:, None])
+    per_seed = loglog_slope(sw.Ts, np.moveaxis(sw.excess, 0, -1))  # (depth, n_seeds)
     sl, sl_se = mean_se(per_seed)
-    ex_m, ex_se = mean_se(excess)
+    ex_m, ex_se = mean_se(sw.excess)
     rows, table = [], []
-    for i, T in enumerate(Ts):
+    for i, T in enumerate(sw.Ts):
         for k, l in enumerate(layers):
             rows += [dict(observable="sr_excess", source="measured", value=ex_m[i, k],
                           stderr=ex_se[i, k], layer=int(l), T=T),
                      dict(observable="sr_excess", source="theory", value=th[i, k],
                           layer=int(l), T=T),
                      dict(observable="sr_excess", source="paper",
-                          value=ex_m[0, k] * (T / Ts[0]) ** (1 - 4 * l), layer=int(l), T=T)]
+                          value=ex_m[0, k] * (T / sw.Ts[0]) ** (1 - 4 * l), layer=int(l), T=T)]
     for k, l in enumerate(layers):
         table.append(dict(layer=int(l), slope=sl[k], slope_se=sl_se[k],
                           slope_sigprop=1 - 2 * l, slope_paper=1 - 4 * l,
                           excess_Tmax=ex_m[-1, k], theory_Tmax=th[-1, k],
-                          prefactor=ex_m[-1, k] / th[-1, k], sr_max=float(1 + excess[:, k].max())))
+                          prefactor=ex_m[-1, k] / th[-1, k],
+                          sr_max=float(1 + sw.excess[:, k].max())))
     tab = pd.DataFrame(table)
-    tol = max(0.35, 0.5 * math.log(256 / 64) / math.log(Ts[-1] / Ts[0]))
+    tol = max(0.35, 0.5 * math.log(256 / 64) / math.log(sw.Ts[-1] / sw.Ts[0]))
     checks = [Check.within("Prop. 3: sr(Sigma_l) -> 1 (largest sr over T, layers and seeds)",
-                           float(1 + excess.max()), 1.0, 1.0 + 4.0 * float(th[0, 0]),
+                           float(1 + sw.excess.max()), 1.0, 1.0 + 4.0 * float(th[0, 0]),
                            why="sigprop's excess formula at the smallest T, x4 for the largest "
                                "of the seeds (chi^2 spread of the top eigenvalue)")]
     for k, l in enumerate(layers):
@@ -117,31 +168,41 @@ def prop3(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 2
             why=f"the top eigenvalue ~ (d sigma_V^2)^l (Lemma 1, Thm 9) while the other T - 1 "
                 f"follow the bulk of Sigma_l^perp (Prop. 7): sr - 1 ~ (1 + 2l) sigma_A^(4l) "
                 f"T^(1-2l) (sr_excess_uncentred). Tol {tol:.2f}: seed spread of the fitted slope "
-                f"over T = {Ts[0]}-{Ts[-1]} (up to 0.5 over a factor 4 in T, less over a "
+                f"over T = {sw.Ts[0]}-{sw.Ts[-1]} (up to 0.5 over a factor 4 in T, less over a "
                 "wider range; the paper's rate is >= 2 away)"))
         checks.append(Check.within(
-            f"sigprop: prefactor of sr(Sigma_{l}) - 1 at T = {Ts[-1]} / sr_excess_uncentred",
+            f"sigprop: prefactor of sr(Sigma_{l}) - 1 at T = {sw.Ts[-1]} / sr_excess_uncentred",
             tab.loc[k, "prefactor"], 0.8, 1.25 + 0.1 * l,
-            why=f"chi^2 spread of the top eigenvalue (d = T = {Ts[-1]}) and the finite-T bulk; "
+            why=f"chi^2 spread of the top eigenvalue (d = T = {sw.Ts[-1]}) and the finite-T bulk; "
                 "20 % (+10 % per layer)"))
-    fig, ax = new_axes(1, 1, 5, 3.6)
+    r = dict(depth=sw.depth, layers=layers, Ts=sw.Ts, ex_m=ex_m, ex_se=ex_se, th=th, T_arr=T_arr,
+             sigma_A=sw.sigma_A)
+    return Experiment(frame(rows), tab, checks, plot_prop3, r,
+                      notes=f"X_0 = I_T, d = T (gamma = 1), T = {sw.Ts[0]}-{sw.Ts[-1]}, "
+                            f"{sw.n_seeds} seeds; the paper's rate is drawn through the first "
+                            "point.")
+
+
+def plot_prop5(r: dict, ax=None):
+    """Prop. 5: sr(Sigma_l^perp) / T over T per layer with the Fuss-Catalan constants;
+    ``ax``: one Axes, or None for a new figure."""
+    depth, layers, Ts, rp, rp_se, C = r["depth"], r["layers"], r["Ts"], r["rp"], r["rp_se"], r["C"]
+    unc, sigma_A = r["unc"], r["sigma_A"]
+    fig, ax = axes_grid(ax, 1, 1, (5, 3.6))
     a = ax[0][0]
     cols = plt_colours(depth)
     for k, l in enumerate(layers):
-        bars(a, Ts, ex_m[:, k], ex_se[:, k], color=cols[k], marker="o", label=f"ℓ = {l}")
-        a.plot(Ts, th[:, k], color=cols[k], lw=1)
-        a.plot(Ts, ex_m[0, k] * (T_arr / Ts[0]) ** (1 - 4 * l), color=cols[k], lw=1, ls=":")
+        bars(a, Ts, rp[:, k], rp_se[:, k], color=cols[k], marker="o",
+              label=fr"$A_\perp$, ℓ = {l}")
+        a.axhline(C[k], color=cols[k], lw=1)
+        a.plot(Ts, unc[:, k], color=cols[k], marker="x", ls="--", lw=0.8,
+               label=f"A, ℓ = {l}" if k == 0 else None)
     a.set_xscale("log")
     a.set_yscale("log")
-    a.set_xlabel("T (= d)")
-    a.set_ylabel(r"sr$(\Sigma_\ell) - 1$")
-    a.plot([], [], color="k", lw=1, label=r"sigprop $T^{1-2\ell}$")
-    a.plot([], [], color="k", lw=1, ls=":", label=r"paper $T^{1-4\ell}$")
-    a.legend(fontsize=7)
-    fig.suptitle(f"mindthegap Prop. 3: rank collapse in width (σ_A = {sigma_A:g})", fontsize=10)
-    return Experiment(frame(rows), tab, checks, fig,
-                      notes=f"X_0 = I_T, d = T (gamma = 1), T = {Ts[0]}-{Ts[-1]}, {n_seeds} "
-                            "seeds; the paper's rate is drawn through the first point.")
+    decorate(a, "T (= d)", r"sr$(\Sigma_\ell)\,/\,T$",
+             legend_title=r"lines: $C_\ell$ (Fuss–Catalan)", title_fontsize=7)
+    fig.suptitle(f"mindthegap Prop. 5: gap removed (σ_A = {sigma_A:g})", fontsize=10)
+    return fig
 
 
 @register(
@@ -149,25 +210,16 @@ def prop3(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 2
     "sr(Sigma_l^perp) / T -> C_l",
     claim="mindthegap Prop. 5: with A_perp at every layer, sr(Sigma_l^perp) / T tends to a "
           "constant C_l > 0 (the stable rank grows in proportion to T).",
-    tiny=dict(Ts=(64, 128, 256), depth=3, n_seeds=6),
-    quick=dict(Ts=(64, 128, 256, 512), depth=3, n_seeds=6),
-    full=dict(Ts=(128, 256, 512, 1024, 2048), depth=3, n_seeds=8),
+    **_SR_SIZES,
     runtime={"tiny": 0.1, "quick": 3.2, "default": 3.2})
-@one_thread
-def prop5(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 256, 512),
-          depth: int = 3, sigma_A: float = 0.5, sigma_V: float = 1.0,
-          n_seeds: int = 6) -> Experiment:
-    Ts = sizes("Ts", Ts)
-    depth = args.integer("depth", depth, 1)
-    sigma_A = args.real("sigma_A", sigma_A, 0.0, INF, lo_open=True)
-    n_seeds = args.integer("n_seeds", n_seeds, 2)
-    excess, ratio = _sr_sweep(Ts, depth, float(sigma_A), float(sigma_V), n_seeds, seed)
-    layers = np.arange(1, depth + 1)
+@_sr_item
+def prop5(sw: _SrSweep) -> Experiment:
+    layers = np.arange(1, sw.depth + 1)
     C = sp.sr_ratio_centred_gamma1(layers)
-    rp, rp_se = mean_se(ratio)
-    unc = (1 + excess.mean(axis=-1)) / np.asarray(Ts, float)[:, None]
+    rp, rp_se = mean_se(sw.ratio)
+    unc = (1 + sw.excess.mean(axis=-1)) / np.asarray(sw.Ts, float)[:, None]
     rows, table = [], []
-    for i, T in enumerate(Ts):
+    for i, T in enumerate(sw.Ts):
         for k, l in enumerate(layers):
             rows += [dict(observable="sr_over_T", source="measured", value=rp[i, k],
                           stderr=rp_se[i, k], layer=int(l), T=T, attention="A_perp"),
@@ -178,10 +230,10 @@ def prop5(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 2
     for k, l in enumerate(layers):
         table.append(dict(layer=int(l), C_l=float(C[k]), ratio_Tmin=rp[0, k],
                           ratio_Tmax=rp[-1, k], rel_Tmax=rp[-1, k] / C[k],
-                          growth=float(rp[-1, k] * Ts[-1] / (rp[0, k] * Ts[0])),
-                          growth_proportional=Ts[-1] / Ts[0]))
+                          growth=float(rp[-1, k] * sw.Ts[-1] / (rp[0, k] * sw.Ts[0])),
+                          growth_proportional=sw.Ts[-1] / sw.Ts[0]))
     tab = pd.DataFrame(table)
-    T = Ts[-1]
+    T = sw.Ts[-1]
     hi = 1.0 + 100.0 / T  # top eigenvalue below the Fuss-Catalan edge at finite T
     checks = []
     for k, l in enumerate(layers):
@@ -201,23 +253,10 @@ def prop5(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 2
                    "every layer)", bool(np.all(unc[-1] < C / 4)), float(unc[-1].max()),
                    "< C_l / 4", why="sr(Sigma_l) -> 1, i.e. sr / T = 1 / T"),
     ]
-    fig, ax = new_axes(1, 1, 5, 3.6)
-    a = ax[0][0]
-    cols = plt_colours(depth)
-    for k, l in enumerate(layers):
-        bars(a, Ts, rp[:, k], rp_se[:, k], color=cols[k], marker="o",
-              label=fr"$A_\perp$, ℓ = {l}")
-        a.axhline(C[k], color=cols[k], lw=1)
-        a.plot(Ts, unc[:, k], color=cols[k], marker="x", ls="--", lw=0.8,
-               label=f"A, ℓ = {l}" if k == 0 else None)
-    a.set_xscale("log")
-    a.set_yscale("log")
-    a.set_xlabel("T (= d)")
-    a.set_ylabel(r"sr$(\Sigma_\ell)\,/\,T$")
-    a.legend(fontsize=7, title=r"lines: $C_\ell$ (Fuss–Catalan)", title_fontsize=7)
-    fig.suptitle(f"mindthegap Prop. 5: gap removed (σ_A = {sigma_A:g})", fontsize=10)
-    return Experiment(frame(rows), tab, checks, fig,
-                      notes=f"X_0 = I_T, d = T, T = {Ts[0]}-{T}, {n_seeds} seeds, same draws "
+    r = dict(depth=sw.depth, layers=layers, Ts=sw.Ts, rp=rp, rp_se=rp_se, C=C, unc=unc,
+             sigma_A=sw.sigma_A)
+    return Experiment(frame(rows), tab, checks, plot_prop5, r,
+                      notes=f"X_0 = I_T, d = T, T = {sw.Ts[0]}-{T}, {sw.n_seeds} seeds, same draws "
                             "as mindthegap.prop3.")
 
 
@@ -342,7 +381,7 @@ def fig2_checks(r: dict) -> list[Check]:
 
 def plot_fig2(r: dict, ax=None):
     """sr(Sigma_l) / T over layers, every variant, with the Fuss-Catalan constants."""
-    fig, ax = axes_for(ax, 1, 1, 5.6, 4.0)
+    fig, ax = axes_grid(ax, 1, 1, (5.6, 4.0))
     T, layers = r["T"], r["layers"]
     a = ax[0][0]
     styles = {"plain": "o", "ln": "s", "skip": "^", "skip+ln": "D"}
@@ -356,9 +395,7 @@ def plot_fig2(r: dict, ax=None):
     a.plot(layers, r["C"], color=C_PERP, lw=2, alpha=0.3, label=r"$C_\ell$ (A⊥ theory)")
     a.plot(layers, r["C_half"], color=C_ID, lw=2, alpha=0.3, label="identity / orthogonal theory")
     a.set_yscale("log")
-    a.set_xlabel("layer ℓ")
-    a.set_ylabel(r"sr$(\Sigma_\ell)\,/\,T$")
-    a.legend(fontsize=6, ncol=2)
+    decorate(a, "layer ℓ", r"sr$(\Sigma_\ell)\,/\,T$", legend=6, ncol=2)
     fig.suptitle(f"mindthegap Fig. 2: rank collapse in width and depth (T = d = {T}, "
                  f"σ_A = {r['sigma_A']:g})", fontsize=10)
     return fig
@@ -380,13 +417,35 @@ def fig2(*, seed: int = 0, device: str = "cpu", T: int = 128, depth: int = 6,
     depth = args.integer("depth", depth, 2)
     n_seeds = args.integer("n_seeds", n_seeds, 1)
     r = fig2_data(T, depth, sigma_A, n_seeds, seed)
-    return Experiment(frame(r["rows"]), r["table"], fig2_checks(r), plot_fig2(r),
+    return Experiment(frame(r["rows"]), r["table"], fig2_checks(r), plot_fig2, r,
                       notes=f"T = d = {T}, {depth} layers, {n_seeds} seeds; LayerNorm centres "
                             "each token and rescales it to unit norm (the input's scale); "
                             "values N(0, 1) (orthogonal: sqrt(d) times a Haar matrix). sigma_A = "
                             "0.5 (the paper: 1) keeps lognormal entry spikes (s2_entry_spike) "
                             "out of the top eigenvalue at these T; at sigma_A = 1 they lower "
                             "sr / T by up to 40 % at T = 512.")
+
+
+def plot_fig4(r: dict, ax=None):
+    """Fig. 4: sr(Sigma_1) over T for every module, with and without the gap; ``ax``: one
+    Axes, or None for a new figure."""
+    sr, Ts, C1, sigma_A = r["sr"], r["Ts"], r["C1"], r["sigma_A"]
+    fig, ax = axes_grid(ax, 1, 1, (5, 3.6))
+    a = ax[0][0]
+    styles = {"plain": "o", "ln": "s", "skip": "^", "skip+ln": "D"}
+    for v, arr in sr.items():
+        m, se = mean_se(arr)
+        c = C_GAP if v[0] == "A" else C_PERP
+        a.errorbar(Ts, m, yerr=np.nan_to_num(se), color=c, marker=styles[v[1]], ms=4,
+                   ls="--" if v[0] == "A" else "-", lw=0.8, capsize=2,
+                   label=_vlabel(v[0], v[1], "gauss"))
+    a.plot(Ts, C1 * np.asarray(Ts), color="k", lw=1, label=r"$C_1 T$ (Prop. 5)")
+    a.set_xscale("log")
+    a.set_yscale("log")
+    decorate(a, "T (= d)", r"sr$(\Sigma_1)$", legend=6, ncol=2)
+    fig.suptitle(f"mindthegap Fig. 4: layer one across modules (σ_A = {sigma_A:g})",
+                 fontsize=10)
+    return fig
 
 
 @register(
@@ -431,24 +490,8 @@ def fig4(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (32, 64, 128
         Check.within("Fig. 4 (largest slope without the gap)", float(spp.max()), 0.75, 1.2,
                      why="proportional growth, not faster"),
     ]
-    fig, ax = new_axes(1, 1, 5, 3.6)
-    a = ax[0][0]
-    styles = {"plain": "o", "ln": "s", "skip": "^", "skip+ln": "D"}
-    for v, arr in sr.items():
-        m, se = mean_se(arr)
-        c = C_GAP if v[0] == "A" else C_PERP
-        a.errorbar(Ts, m, yerr=np.nan_to_num(se), color=c, marker=styles[v[1]], ms=4,
-                   ls="--" if v[0] == "A" else "-", lw=0.8, capsize=2,
-                   label=_vlabel(v[0], v[1], "gauss"))
-    a.plot(Ts, C1 * np.asarray(Ts), color="k", lw=1, label=r"$C_1 T$ (Prop. 5)")
-    a.set_xscale("log")
-    a.set_yscale("log")
-    a.set_xlabel("T (= d)")
-    a.set_ylabel(r"sr$(\Sigma_1)$")
-    a.legend(fontsize=6, ncol=2)
-    fig.suptitle(f"mindthegap Fig. 4: layer one across modules (σ_A = {sigma_A:g})",
-                 fontsize=10)
-    return Experiment(frame(rows), tab, checks, fig,
+    r = dict(sr=sr, Ts=Ts, C1=C1, sigma_A=sigma_A)
+    return Experiment(frame(rows), tab, checks, plot_fig4, r,
                       notes=f"T = d = {Ts[0]}-{Ts[-1]}, {n_seeds} seeds, Random Markov "
                             "attention with sigma_A = 0.5 (see mindthegap.fig2); LayerNorm as in "
                             "mindthegap.fig2.")

@@ -15,14 +15,16 @@ from scipy import stats
 from ...theory import spectral as sp
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register, slope
+from ..plots import axes_grid, decorate
 from .common import (
     C_GAP,
     C_ID,
     C_KQ,
     C_PERP,
-    axes_for,
+    SPECTRUM_SIZES,
     bars,
     kq_logits,
+    positive,
     rng_of,
     sizes,
     softmax_rows,
@@ -35,7 +37,6 @@ __all__ = ["fig1", "fig1_data", "fig1_checks", "plot_fig1", "first_layer", "thm2
            "thm2_prop1_data", "thm2_prop1_checks", "plot_thm2_prop1", "prop1_xavier",
            "prop1_xavier_data", "prop1_xavier_checks", "plot_prop1_xavier"]
 
-INF = math.inf
 
 
 # ---------------------------------------------------------------------------------------------
@@ -110,7 +111,7 @@ def fig1_checks(r: dict) -> list[Check]:
 
 def plot_fig1(r: dict, ax=None):
     """The three eigenvalue clouds with their predicted radii (three panels)."""
-    fig, ax = axes_for(ax, 3, 1, 3.6, 3.6)
+    fig, ax = axes_grid(ax, 1, 3, (3.6 * 3, 3.6))
     titles = {"markov": "(a) Random Markov A", "softmax": "(b) softmax key-query A(X)",
               "linear": "(c) linear key-query"}
     th = np.linspace(0, 2 * np.pi, 200)
@@ -122,10 +123,8 @@ def plot_fig1(r: dict, ax=None):
         if k != "linear":
             a.scatter([1.0], [0.0], s=25, color="k", zorder=3, label="outlier 1")
         a.set_aspect("equal", adjustable="datalim")
-        a.set_xlabel("Re λ")
-        a.set_title(titles[k], fontsize=9)
-    ax[0][0].set_ylabel("Im λ")
-    ax[0][0].legend(fontsize=7, loc="upper left")
+        decorate(a, "Re λ", None, titles[k], legend=None)
+    decorate(ax[0][0], None, "Im λ", loc="upper left")
     fig.suptitle(f"mindthegap Fig. 1 (T = {r['T']}, σ_A = {r['sigma_A']:g})", fontsize=10)
     return fig
 
@@ -138,15 +137,15 @@ def plot_fig1(r: dict, ax=None):
           "key-query attention on orthonormal tokens looks the same (b, Prop. 1); linear "
           "key-query attention has no outlier (c); Thm 2: limsup |lambda_2(sqrt(T) A)| <= "
           "2 sigma_A.",
-    tiny=dict(T=256, n_seeds=1), quick=dict(T=512, n_seeds=3), full=dict(T=2048, n_seeds=4),
+    **SPECTRUM_SIZES,
     runtime={"tiny": 0.9, "quick": 4.0, "default": 4.0})
 def fig1(*, seed: int = 0, device: str = "cpu", T: int = 512, sigma_A: float = 1.0,
          n_seeds: int = 3) -> Experiment:
     T = args.integer("T", T, 16)
-    sigma_A = args.real("sigma_A", sigma_A, 0.0, INF, lo_open=True)
+    sigma_A = positive("sigma_A", sigma_A)
     n_seeds = args.integer("n_seeds", n_seeds, 1)
     r = fig1_data(T, sigma_A, n_seeds, seed)
-    return Experiment(frame(r["rows"]), r["table"].reset_index(), fig1_checks(r), plot_fig1(r),
+    return Experiment(frame(r["rows"]), r["table"].reset_index(), fig1_checks(r), plot_fig1, r,
                       notes=f"T = {T} (paper's figure size not stated), {n_seeds} seed(s); "
                             "first-layer key-query with orthonormal tokens, d_qk = T, "
                             "sigma_qk^2 = sqrt(log(1 + sigma_A^2)) so that both ensembles "
@@ -331,17 +330,14 @@ def thm2_prop1_checks(r: dict) -> list[Check]:
 
 def plot_thm2_prop1(r: dict, ax=None):
     """Singular-value densities against the quarter circle, and s2 / s1(A_perp) over T."""
-    fig, ax = axes_for(ax, 2, 1, 4.6, 3.5)
+    fig, ax = axes_grid(ax, 1, 2, (4.6 * 2, 3.5))
     sigma_A, tab, T, rho = r["sigma_A"], r["table"], r["Ts"][-1], r["rho"]
     a = ax[0][0]
     a.stairs(r["hist_markov"], r["edges"], color=C_GAP, label="Random Markov")
     a.stairs(r["hist_keyquery"], r["edges"], color=C_KQ, ls="--", label="key-query A(X)")
     xs = np.linspace(0, 2 * sigma_A, 200)
     a.plot(xs, sp.quarter_circle_pdf(xs, sigma_A), color="k", lw=1.2, label="quarter circle")
-    a.set_xlabel(r"singular value of $\sqrt{T}\,A_\perp$")
-    a.set_ylabel("density")
-    a.set_title(f"Lemma 3, T = {T}", fontsize=9)
-    a.legend(fontsize=7)
+    decorate(a, r"singular value of $\sqrt{T}\,A_\perp$", "density", f"Lemma 3, T = {T}")
     b = ax[0][1]
     for e, c, mk_ in (("markov", C_GAP, "o"), ("keyquery", C_KQ, "s")):
         t = tab[tab.ensemble == e]
@@ -351,10 +347,7 @@ def plot_thm2_prop1(r: dict, ax=None):
              color=c, marker=mk_, mfc="none", label=f"{e}: $s_1(\\sqrt{{T}}A_\\perp)$")
     b.axhline(2 * sigma_A, color="k", lw=1, label=r"$2\sigma_A$ (Thm 2)")
     b.set_xscale("log")
-    b.set_xlabel("T")
-    b.set_ylabel("singular value")
-    b.set_title("Thm 2: second singular value", fontsize=9)
-    b.legend(fontsize=6)
+    decorate(b, "T", "singular value", "Thm 2: second singular value", legend=6)
     fig.suptitle(f"mindthegap Thm 2, Lemma 3, Prop. 1 (σ_A = {sigma_A:g}, d_qk = "
                  f"{r['qk_ratio']:g} T{f', ρ = {rho:g}' if rho else ''})", fontsize=10)
     return fig
@@ -379,13 +372,13 @@ def thm2_prop1(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (256, 
                sigma_A: float = 0.5, qk_ratio: float = 4.0, rho: float = 0.0, n_seeds: int = 3,
                bins: int = 24) -> Experiment:
     Ts = sizes("Ts", Ts)
-    sigma_A = args.real("sigma_A", sigma_A, 0.0, INF, lo_open=True)
-    qk_ratio = args.real("qk_ratio", qk_ratio, 0.0, INF, lo_open=True)
+    sigma_A = positive("sigma_A", sigma_A)
+    qk_ratio = positive("qk_ratio", qk_ratio)
     args.need("rho", 0.0 <= rho < 1.0, f"in [0, 1) (got {rho!r})")
     n_seeds = args.integer("n_seeds", n_seeds, 1)
     bins = args.integer("bins", bins, 2)
     r = thm2_prop1_data(Ts, sigma_A, qk_ratio, rho, n_seeds, bins, seed)
-    return Experiment(frame(r["rows"]), r["table"], thm2_prop1_checks(r), plot_thm2_prop1(r),
+    return Experiment(frame(r["rows"]), r["table"], thm2_prop1_checks(r), plot_thm2_prop1, r,
                       notes=f"T = {', '.join(map(str, Ts))}, {n_seeds} seeds; key-query with "
                             f"d_qk = {qk_ratio:g} T and sigma_qk^2 chosen so both ensembles "
                             "share sigma_A.")
@@ -445,7 +438,7 @@ def prop1_xavier_checks(r: dict) -> list[Check]:
 
 def plot_prop1_xavier(r: dict, ax=None):
     """sigma_A against d_qk per scheme (points measured, lines theory)."""
-    fig, ax = axes_for(ax, 1, 1, 5, 3.5)
+    fig, ax = axes_grid(ax, 1, 1, (5, 3.5))
     a, tab = ax[0][0], r["table"]
     for (k, c) in zip(SCHEMES, (C_GAP, C_PERP, C_ID), strict=False):
         t = tab[tab.scheme == k]
@@ -453,9 +446,8 @@ def plot_prop1_xavier(r: dict, ax=None):
         a.plot(t["d_qk"], t["theory"], color=c, lw=1)
     a.set_xscale("log")
     a.set_yscale("log")
-    a.set_xlabel(r"$d_{qk}$")
-    a.set_ylabel(r"$\sigma_A$ of $A_1(X_0)$")
-    a.legend(fontsize=8, title="Q/K init (lines: theory)", title_fontsize=7)
+    decorate(a, r"$d_{qk}$", r"$\sigma_A$ of $A_1(X_0)$", legend=8,
+             legend_title="Q/K init (lines: theory)", title_fontsize=7)
     fig.suptitle(f"mindthegap Prop. 1: degenerate attention under Xavier/He (T = {r['T']})",
                  fontsize=10)
     return fig
@@ -476,6 +468,6 @@ def prop1_xavier(*, seed: int = 0, device: str = "cpu", T: int = 128,
     d_qks = sizes("d_qks", d_qks, low=2)
     n_seeds = args.integer("n_seeds", n_seeds, 1)
     r = prop1_xavier_data(T, d_qks, n_seeds, seed)
-    return Experiment(frame(r["rows"]), r["table"], prop1_xavier_checks(r), plot_prop1_xavier(r),
+    return Experiment(frame(r["rows"]), r["table"], prop1_xavier_checks(r), plot_prop1_xavier, r,
                       notes="sigma_A measured as the std of the entries of T A (mean 1); "
                             "theory sqrt(exp(sigma_qk^4) - 1) for orthonormal tokens.")

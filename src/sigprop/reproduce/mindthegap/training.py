@@ -13,15 +13,16 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from functools import partial
 
 import numpy as np
 import pandas as pd
 
-from ...plotting.figures import new_figure
 from ...spec import ArchSpec
 from ...theory import spectral as sp
 from .. import args
 from ..core import Check, Experiment, frame, one_thread, register
+from ..plots import axes_row, decorate
 from .fitting import (
     CONST_LOSS,
     ZERO_LOSS,
@@ -46,6 +47,11 @@ __all__ = ["fig8a", "fig8b", "fig12", "heaviside", "heaviside_runs", "heaviside_
 # ---------------------------------------------------------------------------------------------
 
 
+#: Figs. 8(a, b) at the paper's size (A.3: T = d = 500, 50 inputs, 2000 Adam steps).
+_PAPER_FULL = dict(T=500, d=500, n_points=50, steps=2000, lrs=(1e-4, 3e-4, 1e-3, 3e-3),
+                   n_seeds=3)
+
+
 @register(
     "mindthegap.fig8a", ref="Fig. 8(a)",
     title="One key-query layer on the Heaviside task: Xavier Q/K make A_perp ~ 0 (plateau); "
@@ -57,8 +63,7 @@ __all__ = ["fig8a", "fig8b", "fig12", "heaviside", "heaviside_runs", "heaviside_
     trains=True,
     tiny=dict(T=16, d=16, n_points=8, steps=60, lrs=(0.03,), n_seeds=2),
     quick=dict(T=32, d=32, n_points=16, steps=200, lrs=(0.03, 0.1, 0.3), n_seeds=3),
-    full=dict(T=500, d=500, n_points=50, steps=2000, lrs=(1e-4, 3e-4, 1e-3, 3e-3),
-              n_seeds=3),
+    full=_PAPER_FULL,
     runtime={"tiny": 0.3, "quick": 4.5, "default": 25.0})
 @one_thread
 def fig8a(*, seed: int = 0, device: str = "cpu", T: int = 32, d: int = 32, n_points: int = 50,
@@ -117,9 +122,9 @@ def fig8a(*, seed: int = 0, device: str = "cpu", T: int = 32, d: int = 32, n_poi
                          f"the larger relative seed sd {spread:.3g} if larger); lower is "
                          "allowed: at this scale the gap-free model often ends lower"),
     ]
-    fig = draw(out, f"mindthegap Fig. 8(a): Xavier Q/K, 1 layer (T = d = {T})", steps,
-                xlog=True)
-    return Experiment(frame(rows), tab, checks, fig,
+    plot = partial(draw, title=f"mindthegap Fig. 8(a): Xavier Q/K, 1 layer (T = d = {T})",
+                   steps=steps, xlog=True)
+    return Experiment(frame(rows), tab, checks, plot, out,
                       notes=notes(T, d, n_points, steps, lrs, n_seeds, dtype,
                                    "One key-query layer, no skip, no LayerNorm, W^V ~ N(0, 1), "
                                    "W^h = I. Xavier: W^Q, W^K ~ N(0, 1/d) (the paper's A.3 "
@@ -144,8 +149,7 @@ def fig8a(*, seed: int = 0, device: str = "cpu", T: int = 32, d: int = 32, n_poi
     trains=True,
     tiny=dict(T=48, d=48, n_points=4, steps=60, lrs=(0.1,), n_seeds=2),
     quick=dict(T=64, d=64, n_points=6, steps=150, lrs=(0.03, 0.1, 0.3), n_seeds=3),
-    full=dict(T=500, d=500, n_points=50, steps=2000, lrs=(1e-4, 3e-4, 1e-3, 3e-3),
-              n_seeds=3),
+    full=_PAPER_FULL,
     runtime={"tiny": 0.3, "quick": 6.0, "default": 32.0},
     differs="sigprop checks the run-averaged training loss (the height of the curve), not the "
             "final loss: at CPU width and a tuned rate Adam rescales W^V within ~(1 - d^-1/2)/lr "
@@ -178,9 +182,9 @@ def fig8b(*, seed: int = 0, device: str = "cpu", T: int = 96, d: int = 96, n_poi
         margin_check("Fig. 8(b), gap removed: the upscaled skip trains worse (run-averaged "
                       "loss, upscaled / N(0, 1) values)", up_, fp, "avg", why),
     ]
-    fig = draw(out, f"mindthegap Fig. 8(b): scaling of the skip, 1 layer (T = d = {T})",
-                steps, xlog=True)
-    return Experiment(frame(rows), tab, checks, fig,
+    plot = partial(draw, title=f"mindthegap Fig. 8(b): scaling of the skip, 1 layer "
+                   f"(T = d = {T})", steps=steps, xlog=True)
+    return Experiment(frame(rows), tab, checks, plot, out,
                       notes=notes(T, d, n_points, steps, lrs, n_seeds, dtype,
                                    "One key-query layer (W^Q, W^K ~ N(0, 1)) with a skip "
                                    "connection, no LayerNorm, W^h = I; values N(0, 1) vs "
@@ -266,10 +270,10 @@ def fig12(*, seed: int = 0, device: str = "cpu", T: int = 64, d: int = 64, n_poi
                      "< 0.25, the target's variance)", fp, 0.0, CONST_LOSS,
                      why="a model that only learned the mean 1/2 sits at 0.25; finite steps"),
     ]
-    fig = draw(out, f"mindthegap Fig. 12: {depth} layers, Random Markov A (T = d = {T})",
-                steps, theory={"initial loss with the gap (theory)": ([1], [th_init_a])},
-                xlog=True)
-    return Experiment(frame(rows), tab, checks, fig,
+    plot = partial(draw, title=f"mindthegap Fig. 12: {depth} layers, Random Markov A "
+                   f"(T = d = {T})", steps=steps, xlog=True,
+                   theory={"initial loss with the gap (theory)": ([1], [th_init_a])})
+    return Experiment(frame(rows), tab, checks, plot, out,
                       notes=notes(T, d, n_points, steps, lrs, n_seeds, dtype,
                                    f"{depth} attention-only layers (no skip, no LayerNorm), "
                                    f"trained Random Markov attention softmax(B), B ~ N(0, s^2) "
@@ -396,12 +400,7 @@ def heaviside_checks(r: dict) -> list[Check]:
 def plot_heaviside(r: dict, ax=None):
     """Training loss of both variants at their selected rates, one panel per depth."""
     depths, d, best = r["depths"], r["d"], r["best"]
-    if ax is None:
-        fig = new_figure((4.8 * len(depths), 3.5), layout="constrained")
-        axes = np.atleast_1d(fig.subplots(1, len(depths), sharey=True))
-    else:
-        axes = np.atleast_1d(np.asarray(ax, dtype=object))
-        fig = axes[0].figure
+    fig, axes = axes_row(ax, len(depths), (4.8 * len(depths), 3.5), sharey=True)
     for a, L in zip(axes, depths, strict=True):
         for label, variant in VARIANTS:
             run = best[(L, variant)]
@@ -412,11 +411,8 @@ def plot_heaviside(r: dict, ax=None):
                         lw=1.3, color=_COLOURS[variant], label=f"{label}, lr {lr:g}")
         a.axhline(0.25, color="k", ls="--", lw=0.8, label="constant 1/2 (0.25)")
         a.set_yscale("log")
-        a.set_xlabel("training step")
-        a.set_ylabel("training loss (MSE)")
-        a.set_title(f"mindthegap Fig. 11: {L} layer{'s' if L > 1 else ''}, T = d = {d}",
-                     fontsize=9)
-        a.legend(fontsize=7)
+        decorate(a, "training step", "training loss (MSE)",
+                 f"mindthegap Fig. 11: {L} layer{'s' if L > 1 else ''}, T = d = {d}")
     return fig
 
 
@@ -452,5 +448,5 @@ def heaviside(*, seed: int = 0, device: str = "cpu", depths: Sequence[int] = (1,
              f"lr {', '.join(f'{x:g}' for x in lrs)} by the run-averaged training loss (the "
              "paper: 5 runs, a grid of 15 rates). A single W_V per layer (mindthegap adds an "
              "identity-initialised W_h after the values, the same function class).")
-    return Experiment(frame(r["recs"]), r["table"], heaviside_checks(r), plot_heaviside(r),
+    return Experiment(frame(r["recs"]), r["table"], heaviside_checks(r), plot_heaviside, r,
                       notes=text)

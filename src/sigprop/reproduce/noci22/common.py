@@ -7,9 +7,10 @@ import math
 
 import numpy as np
 
+from ...measurement.rho_tokens import rho_tokens
 from ..core import slope
 
-__all__ = ["Z", "ratio_se", "slope_se", "ratio_diff_se", "z_dev", "rng_of", "title", "legend",
+__all__ = ["Z", "ratio_se", "slope_se", "ratio_diff_se", "z_dev", "rng_of",
            "log_x", "gaussian_tokens", "draw_weights", "softmax", "swap", "one_at_a_time"]
 
 #: 4-standard-error bands throughout (a Gaussian z beyond 4 has probability 6e-5)
@@ -58,14 +59,6 @@ def rng_of(seed) -> np.random.Generator:
     return np.random.default_rng(seed)
 
 
-def title(ax, text):
-    ax.set_title(text, fontsize=9)
-
-
-def legend(ax, **kw):
-    ax.legend(fontsize=7, frameon=False, **kw)
-
-
 def log_x(ax, values) -> None:
     """Log x axis labelled at ``values`` (no minor-tick labels)."""
     from matplotlib.ticker import NullFormatter
@@ -79,11 +72,9 @@ def log_x(ax, values) -> None:
 def gaussian_tokens(rng: np.random.Generator, draws: int, n: int, d: int, sigma_x2: float,
                     rho: float) -> np.ndarray:
     """``(draws, n, d)`` tokens as in noci22 A.2: every column i.i.d.
-    ``N(0, sigma_x2 [(1 - rho) I_n + rho 11^T])`` (pairwise correlation ``rho`` in every
-    dimension, dimensions independent)."""
-    z = rng.standard_normal((draws, n, d))
-    u = rng.standard_normal((draws, 1, d))
-    return math.sqrt(sigma_x2 * (1.0 - rho)) * z + math.sqrt(sigma_x2 * rho) * u
+    ``N(0, sigma_x2 [(1 - rho) I_n + rho 11^T])``; the Gaussian law of
+    :func:`sigprop.measurement.rho_tokens.rho_tokens`, under this module's earlier name."""
+    return rho_tokens(n, d, rho, rng, n_seq=draws, law="gaussian", var=sigma_x2)
 
 
 def draw_weights(rng: np.random.Generator, draws: int, d: int, dk: int | None = None,

@@ -12,14 +12,14 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ...plotting.figures import new_figure
 from ...theory import uniform as U
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register, slope
-from .common import Z, legend, log_x, ratio_diff_se, slope_se, title
+from ..plots import axes_row, decorate
+from .common import Z, log_x, ratio_diff_se, slope_se
 from .network import (
     CONFIGS,
-    forward_sizes,
+    ForwardSizes,
     residual_alphas,
     rho_of,
     simulate,
@@ -140,12 +140,7 @@ def moment_checks(data: dict) -> list[Check]:
 def plot_moments(data: dict, ax=None):
     """Lemma 3.2 / 3.3's figure: the ratio over layers for the three residual settings, and
     the final ratio over depth against the limit. ``ax``: two axes to draw on."""
-    if ax is None:
-        fig = new_figure((9.0, 3.5), layout="constrained")
-        ax1, ax2 = fig.subplots(1, 2)
-    else:
-        ax1, ax2 = ax
-        fig = ax1.figure
+    fig, (ax1, ax2) = axes_row(ax, 2, (9.0, 3.5))
     which, eq, df, final = data["which"], data["eq"], data["frame"], data["final"]
     for i, (label, _, _, _) in enumerate(CONFIGS):
         sub = df[(df["config"] == label) & (df["observable"] == which + "_ratio")]
@@ -155,21 +150,17 @@ def plot_moments(data: dict, ax=None):
         ax1.errorbar(mm["layer"], mm["value"], yerr=Z / 2 * mm["stderr"], fmt="o", ms=3.5,
                      color=f"C{i}", label=label)
     ax1.set_yscale("log")
-    ax1.set_xlabel("layer ℓ")
-    ax1.set_ylabel(eq[2])
-    legend(ax1, title=f"lines: {eq[0]}; markers ±2 SE", title_fontsize=7)
-    title(ax1, f"noci22 Lemma {'3.2' if which == 'C' else '3.3'} ({eq[0]}), "
-               f"L = {data['depth']}")
+    decorate(ax1, "layer ℓ", eq[2],
+             f"noci22 Lemma {'3.2' if which == 'C' else '3.3'} ({eq[0]}), L = {data['depth']}",
+             frameon=False, legend_title=f"lines: {eq[0]}; markers ±2 SE", title_fontsize=7)
     Ls = np.array([f[0] for f in final])
     ax2.plot(Ls, [f[3] for f in final], "-", color="C2", label=f"{eq[0]} at α² = α̃/L")
     ax2.errorbar(Ls, [f[1] for f in final], yerr=[Z / 2 * f[2] for f in final], fmt="o",
                  ms=4, color="C2", label="simulation")
     ax2.axhline(data["lim"], ls="--", color="k", lw=1, label=f"{eq[1]} limit")
     log_x(ax2, Ls)
-    ax2.set_xlabel("depth L")
-    ax2.set_ylabel(eq[2].replace("ℓ", "L"))
-    legend(ax2)
-    title(ax2, f"noci22 {eq[1]}: α̃₁ = α̃₂ = {data['at']:g}")
+    decorate(ax2, "depth L", eq[2].replace("ℓ", "L"), f"noci22 {eq[1]}: α̃₁ = α̃₂ = {data['at']:g}",
+             frameon=False)
     return fig
 
 
@@ -177,24 +168,23 @@ def _moment_item(which: str, *, seed, device, n, d, rho0, depth, seeds, depths, 
                  sweep_seeds, nn_seeds=0):
     """Shared body of lemma3_2 (``which = "C"``) and lemma3_3 (``"F"``)."""
     device = args.device(device)
-    n, d, rho0, depth, seeds, depths, at = forward_sizes(n, d, rho0, depth, seeds, depths,
-                                                         alpha_tilde)
+    sz = ForwardSizes.checked(n=n, d=d, rho0=rho0, depth=depth, seeds=seeds, depths=depths,
+                              alpha_tilde=alpha_tilde)
     sweep_seeds = args.integer("sweep_seeds", sweep_seeds, 4, 100_000)
-    data = moment_data(which, seed=seed, device=device, n=n, d=d, rho0=rho0, depth=depth,
-                       seeds=seeds, depths=depths, at=at, sweep_seeds=sweep_seeds,
+    data = moment_data(which, seed=seed, device=device, **sz.data_kw(), sweep_seeds=sweep_seeds,
                        nn_seeds=nn_seeds)
     checks = moment_checks(data)
-    fig = plot_moments(data)
     Lmax, mL, _, thL = data["final"][-1]
     table = pd.DataFrame([dict(config=c[0], max_rel_err=float(e.max()))
                           for c, e in zip(CONFIGS, data["per_layer_err"], strict=True)]
                          + [dict(config=f"L = {Lmax} (scaled)", measured=mL, theory=thL,
                                  limit=data["lim"])])
-    notes = (f"n = {n} tokens of width d = {d} with pairwise cosine {rho0} and equal norms, "
-             f"{seeds} weight draws of sigprop's SigpropTransformer (uniform attention, linear "
-             "activation, no LayerNorm, d_ff = d; noci22's branch weights alpha_i folded into "
-             "W_V and W_2, exactly the same law). noci22 states no sizes for these lemmas.")
-    return Experiment(data["frame"], table, checks, fig, notes)
+    notes = (f"n = {sz.n} tokens of width d = {sz.d} with pairwise cosine {sz.rho0} and equal "
+             f"norms, {sz.seeds} weight draws of sigprop's SigpropTransformer (uniform "
+             "attention, linear activation, no LayerNorm, d_ff = d; noci22's branch weights "
+             "alpha_i folded into W_V and W_2, exactly the same law). noci22 states no sizes for "
+             "these lemmas.")
+    return Experiment(data["frame"], table, checks, plot_moments, data, notes)
 
 
 @register("noci22.lemma3_2", ref="Lemma 3.2 (Eqs. 10-11)",
@@ -328,12 +318,7 @@ def thm3_3_checks(data: dict) -> list[Check]:
 
 def plot_thm3_3(data: dict, ax=None):
     """Thm 3.3's figure: ρ over layers (left), ρ at the last layer over depth (right)."""
-    if ax is None:
-        fig = new_figure((9.0, 3.5), layout="constrained")
-        ax1, ax2 = fig.subplots(1, 2)
-    else:
-        ax1, ax2 = ax
-        fig = ax1.figure
+    fig, (ax1, ax2) = axes_row(ax, 2, (9.0, 3.5))
     df, finals, const, lim = data["frame"], data["finals"], data["const"], data["lim"]
     for i, (label, _) in enumerate(data["configs"]):
         sub = df[df["config"] == label]
@@ -345,10 +330,9 @@ def plot_thm3_3(data: dict, ax=None):
                      color=f"C{i}", label=f"{label}: E C/((n-1)E‖X‖²) - 1/(n-1)")
         ax1.plot(cc["layer"], cc["value"], "s", mfc="none", ms=4, color=f"C{i}",
                  label=f"{label}: mean cosine")
-    ax1.set_xlabel("layer ℓ")
-    ax1.set_ylabel("token correlation ρ^ℓ")
-    legend(ax1)
-    title(ax1, f"noci22 Thm 3.3: ρ^ℓ over depth (L = {data['depth']}; lines: recursion)")
+    decorate(ax1, "layer ℓ", "token correlation ρ^ℓ",
+             f"noci22 Thm 3.3: ρ^ℓ over depth (L = {data['depth']}; lines: recursion)",
+             frameon=False)
     for j, a2t in enumerate((data["at"], data["alt"])):
         Ls = np.array(data["depths"])
         vals = [finals[(a2t, int(L))] for L in Ls]
@@ -360,10 +344,7 @@ def plot_thm3_3(data: dict, ax=None):
     ax2.plot([c[0] for c in const], [c[3] for c in const], "-", color="C0", lw=1)
     ax2.axhline(lim, ls="--", color="k", lw=1, label=f"Eq. 15 limit {lim:.3f}")
     log_x(ax2, list(data["depths"]) + [c[0] for c in const])
-    ax2.set_xlabel("depth L")
-    ax2.set_ylabel("ρ^L")
-    legend(ax2)
-    title(ax2, "noci22 Eqs. 15-16: ρ^L vs L")
+    decorate(ax2, "depth L", "ρ^L", "noci22 Eqs. 15-16: ρ^L vs L", frameon=False)
     return fig
 
 
@@ -395,21 +376,20 @@ def thm3_3(*, seed: int = 0, device: str = "cpu", n: int = 16, d: int = 32, rho0
            alpha_tilde: float = 1.0, alpha2_alt: float = 4.0, sweep_seeds: int = 100,
            const_depths: Sequence[int] = (2, 4, 8, 16)) -> Experiment:
     device = args.device(device)
-    n, d, rho0, depth, seeds, depths, at = forward_sizes(n, d, rho0, depth, seeds, depths,
-                                                         alpha_tilde)
+    sz = ForwardSizes.checked(n=n, d=d, rho0=rho0, depth=depth, seeds=seeds, depths=depths,
+                              alpha_tilde=alpha_tilde)
     alt = args.real("alpha2_alt", alpha2_alt, 0.0, 8.0, lo_open=True)
     sweep_seeds = args.integer("sweep_seeds", sweep_seeds, 4, 100_000)
     const_depths = args.grid("const_depths", const_depths, 1, 64, ints=True)
-    data = thm3_3_data(seed=seed, device=device, n=n, d=d, rho0=rho0, depth=depth, seeds=seeds,
-                       depths=depths, at=at, alt=alt, sweep_seeds=sweep_seeds,
+    data = thm3_3_data(seed=seed, device=device, **sz.data_kw(), alt=alt, sweep_seeds=sweep_seeds,
                        const_depths=const_depths)
-    notes = (f"noci22's network (uniform attention, linear, no LayerNorm, d_ff = d) on n = {n} "
-             f"equal-norm tokens of width {d} and cosine {rho0}, {seeds} weight draws per "
+    notes = (f"noci22's network (uniform attention, linear, no LayerNorm, d_ff = d) on n = {sz.n} "
+             f"equal-norm tokens of width {sz.d} and cosine {sz.rho0}, {sz.seeds} weight draws per "
              f"layer profile and {sweep_seeds} per depth. Thm 3.3's ρ is the ratio of "
              "expectations; the mean pairwise cosine (hollow) lies slightly below it at finite "
              "d (norms fluctuate from token to token).")
     return Experiment(data["frame"], _thm3_3_table(data), thm3_3_checks(data),
-                      plot_thm3_3(data), notes)
+                      plot_thm3_3, data, notes)
 
 
 def fig8_data(*, seed, device, n, d, rho0, depth, seeds, at) -> dict:
@@ -477,12 +457,7 @@ def fig8_checks(data: dict, check_layers: int) -> list[Check]:
 
 def plot_fig8(data: dict, ax=None):
     """Fig. 8: the norm (left) and the correlation (right) over layers."""
-    if ax is None:
-        fig = new_figure((9.0, 3.5), layout="constrained")
-        ax1, ax2 = fig.subplots(1, 2)
-    else:
-        ax1, ax2 = ax
-        fig = ax1.figure
+    fig, (ax1, ax2) = axes_row(ax, 2, (9.0, 3.5))
     df = data["frame"]
     for i, label in enumerate(data["res"]):
         sub = df[df["config"] == label]
@@ -494,15 +469,11 @@ def plot_fig8(data: dict, ax=None):
             ax_.errorbar(mm["layer"], mm["value"], yerr=2 * mm["stderr"], fmt="o", ms=3,
                          color=f"C{i}", label=f"{label} (simulation)")
     ax1.set_yscale("log")
-    ax1.set_xlabel("layer ℓ")
-    ax1.set_ylabel("‖X^ℓ‖²_F / ‖X⁰‖²_F")
-    legend(ax1)
-    title(ax1, "noci22 Fig. 8 (left): norm, no LN, linear")
+    decorate(ax1, "layer ℓ", "‖X^ℓ‖²_F / ‖X⁰‖²_F", "noci22 Fig. 8 (left): norm, no LN, linear",
+             frameon=False)
     ax2.axhline(data["limr"], ls="--", color="k", lw=1, label="Eq. 15 limit")
-    ax2.set_xlabel("layer ℓ")
-    ax2.set_ylabel("token correlation ρ^ℓ")
-    legend(ax2)
-    title(ax2, "noci22 Fig. 8 (right): correlation")
+    decorate(ax2, "layer ℓ", "token correlation ρ^ℓ", "noci22 Fig. 8 (right): correlation",
+             frameon=False)
     return fig
 
 
@@ -519,19 +490,17 @@ def fig8(*, seed: int = 0, device: str = "cpu", n: int = 16, d: int = 32, rho0: 
          depth: int = 32, seeds: int = 150, alpha_tilde: float = 1.0,
          check_layers: int = 8) -> Experiment:
     device = args.device(device)
-    n, d, rho0, depth, seeds, _, at = forward_sizes(n, d, rho0, depth, seeds, (1, 2),
-                                                    alpha_tilde)
-    check_layers = args.integer("check_layers", check_layers, 1, depth)
-    data = fig8_data(seed=seed, device=device, n=n, d=d, rho0=rho0, depth=depth, seeds=seeds,
-                     at=at)
+    sz = ForwardSizes.checked(n=n, d=d, rho0=rho0, depth=depth, seeds=seeds,
+                              alpha_tilde=alpha_tilde)
+    check_layers = args.integer("check_layers", check_layers, 1, sz.depth)
+    data = fig8_data(seed=seed, device=device, **sz.data_kw())
     checks = fig8_checks(data, check_layers)
-    fig = plot_fig8(data)
     table = pd.DataFrame([dict(config=lab, final_norm=r[1][-1], final_norm_theory=r[0][-1],
                                final_rho=r[4][-1], final_rho_theory=r[3][-1])
                           for lab, r in data["res"].items()])
-    notes = (f"L = {depth} layers, n = {n} tokens of width {d} (cosine {rho0}), {seeds} weight "
-             "draws, uniform attention and linear activation as in Fig. 8's caption (noci22 "
-             "gives no sizes). At α = 1 the sample mean of the norm falls below Eq. 12 at depth: "
-             "the product of random layers is heavy-tailed (Fig. 11), so its mean is carried "
-             "by rare draws; the checks on α = 1 use the first layers.")
-    return Experiment(data["frame"], table, checks, fig, notes)
+    notes = (f"L = {sz.depth} layers, n = {sz.n} tokens of width {sz.d} (cosine {sz.rho0}), "
+             f"{sz.seeds} weight draws, uniform attention and linear activation as in Fig. 8's "
+             "caption (noci22 gives no sizes). At α = 1 the sample mean of the norm falls below "
+             "Eq. 12 at depth: the product of random layers is heavy-tailed (Fig. 11), so its "
+             "mean is carried by rare draws; the checks on α = 1 use the first layers.")
+    return Experiment(data["frame"], table, checks, plot_fig8, data, notes)

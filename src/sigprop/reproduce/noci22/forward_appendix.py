@@ -9,12 +9,12 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...plotting.figures import new_figure
 from ...theory import uniform as U
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register
-from .common import Z, legend, ratio_se, title
-from .network import forward_sizes, rho_of, simulate, theory_cos
+from ..plots import axes_row, decorate
+from .common import Z, ratio_se
+from .network import ForwardSizes, rho_of, simulate, theory_cos
 
 __all__ = ["fig10", "fig11", "fig10_data", "fig10_checks", "plot_fig10", "fig11_data",
            "fig11_checks", "plot_fig11"]
@@ -135,12 +135,7 @@ def fig10_checks(data: dict) -> list[Check]:
 def plot_fig10(data: dict, ax=None):
     """Fig. 10: ρ over layers, linear (left) and ReLU (right)."""
     res, alphas, L = data["res"], data["alphas"], data["L"]
-    if ax is None:
-        fig = new_figure((9.0, 3.6), layout="constrained")
-        axes = fig.subplots(1, 2, sharey=True)
-    else:
-        axes = ax
-        fig = axes[0].figure
+    fig, axes = axes_row(ax, 2, (9.0, 3.6), sharey=True)
     for ax, act in zip(axes, ("linear", "relu"), strict=True):
         for i, (lab, _) in enumerate(alphas):
             r_s, r_u = res[(act, lab, "softmax")], res[(act, lab, "uniform")]
@@ -157,9 +152,8 @@ def plot_fig10(data: dict, ax=None):
                         label=f"{lab}: network (softmax)")
             ax.plot(ell, r_u["m"], "s", mfc="none", ms=4, color=f"C{i}",
                     label=f"{lab}: network (uniform attention)")
-        ax.set_xlabel("layer ℓ")
-        title(ax, f"noci22 Fig. 10 ({'left' if act == 'linear' else 'right'}): {act}")
-        legend(ax)
+        decorate(ax, "layer ℓ", None,
+                 f"noci22 Fig. 10 ({'left' if act == 'linear' else 'right'}): {act}", frameon=False)
     axes[0].set_ylabel("token correlation ρ^ℓ")
     return fig
 
@@ -191,18 +185,16 @@ def _fig10_table(data: dict) -> pd.DataFrame:
 def fig10(*, seed: int = 0, device: str = "cpu", n: int = 16, d: int = 32, rho0: float = 0.2,
           depth: int = 10, seeds: int = 100, alpha_tilde: float = 1.0) -> Experiment:
     device = args.device(device)
-    n, d, rho0, depth, seeds, _, at = forward_sizes(n, d, rho0, depth, seeds, (1, 2),
-                                                    alpha_tilde)
-    data = fig10_data(seed=seed, device=device, n=n, d=d, rho0=rho0, depth=depth, seeds=seeds,
-                      at=at)
+    sz = ForwardSizes.checked(n=n, d=d, rho0=rho0, depth=depth, seeds=seeds,
+                              alpha_tilde=alpha_tilde)
+    data = fig10_data(seed=seed, device=device, **sz.data_kw())
     checks = fig10_checks(data)
-    fig = plot_fig10(data)
     notes = (f"noci22's block without LayerNorm (Fig. 10 follows Fig. 4, whose sizes the "
-             f"appendix does not give): n = {n} tokens of width {d}, cosine {rho0}, d_ff = d, "
-             f"weights N(0, 1/d), {seeds} draws, L = {depth}. Markers: the network with softmax "
-             "attention (filled) and with uniform attention imposed (hollow); ρ is Thm 3.3's "
-             "ratio of expectations.")
-    return Experiment(data["frame"], _fig10_table(data), checks, fig, notes)
+             f"appendix does not give): n = {sz.n} tokens of width {sz.d}, cosine {sz.rho0}, "
+             f"d_ff = d, weights N(0, 1/d), {sz.seeds} draws, L = {sz.depth}. Markers: the network "
+             "with softmax attention (filled) and with uniform attention imposed (hollow); ρ is "
+             "Thm 3.3's ratio of expectations.")
+    return Experiment(data["frame"], _fig10_table(data), checks, plot_fig10, data, notes)
 
 
 _PANELS = ("uniform attention, std 1/√d", "softmax, std 1/√d", "softmax, std 1")
@@ -311,12 +303,7 @@ def fig11_checks(data: dict, ok_layers: int) -> list[Check]:
 def plot_fig11(data: dict, ax=None):
     """Fig. 11: the densities of ``log10 ||X^ℓ||²`` per layer, one panel per set-up."""
     res, depth, L = data["res"], data["depth"], data["depth"]
-    if ax is None:
-        fig = new_figure((12.0, 3.5), layout="constrained")
-        axes = fig.subplots(1, 3)
-    else:
-        axes = ax
-        fig = axes[0].figure
+    fig, axes = axes_row(ax, 3, (12.0, 3.5))
     from matplotlib import colormaps
 
     cmap = colormaps["viridis"]
@@ -329,9 +316,7 @@ def plot_fig11(data: dict, ax=None):
         ax.axvline(r["m"][L], color="r", ls="--", lw=1, label=f"empirical mean, L = {L}")
         ax.axvline(r["th"][L], color="b", ls="--", lw=1, label="Lemma 3.3 mean")
         ax.set_xscale("log")
-        ax.set_xlabel("‖X^L‖²_F")
-        title(ax, f"noci22 Fig. 11: {label}")
-        legend(ax)
+        decorate(ax, "‖X^L‖²_F", None, f"noci22 Fig. 11: {label}", frameon=False)
     axes[0].set_ylabel("density of log₁₀ ‖X^L‖²_F")
     return fig
 
@@ -372,9 +357,8 @@ def fig11(*, seed: int = 0, device: str = "cpu", n: int = 10, d: int = 30, depth
     data = fig11_data(seed=seed, device=device, n=n, d=d, depth=depth, seeds=seeds,
                       alpha=alpha, bins=bins)
     checks = fig11_checks(data, ok_layers)
-    fig = plot_fig11(data)
     notes = (f"noci22's network without LayerNorm, linear activation, α₁ = α₂ = {alpha:g} (the "
              f"caption states no residual weight), n = {n} tokens (not stated), d = {d}, "
              f"{seeds} weight draws on one fixed Gaussian input; densities of log10 ||X^L||² "
              "(the norms span decades across L).")
-    return Experiment(data["frame"], _fig11_table(data), checks, fig, notes)
+    return Experiment(data["frame"], _fig11_table(data), checks, plot_fig11, data, notes)

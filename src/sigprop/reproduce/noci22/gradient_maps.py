@@ -10,20 +10,18 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ...plotting.figures import new_figure
+from ...measurement.rho_tokens import rho_tokens
 from ...theory import uniform as U
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register
+from ..plots import axes_row, decorate
 from .common import (
     Z,
     draw_weights,
-    gaussian_tokens,
-    legend,
     log_x,
     one_at_a_time,
     ratio_se,
     rng_of,
-    title,
 )
 from .jacobians import (
     jacobian_norms,
@@ -45,7 +43,7 @@ def fig12_data(*, seed, base, axes, stds, draws) -> dict:
     runs += list(one_at_a_time({**base, "std": float(stds[0])}, {"std": axes["std"]}))
     for axis, v, p in runs:
         nn_, dd, sx2 = int(p["n"]), int(p["d"]), p["std"] ** 2
-        X = gaussian_tokens(rng, draws, nn_, dd, sx2, p["rho"])
+        X = rho_tokens(nn_, dd, p["rho"], rng, n_seq=draws, law="gaussian", var=sx2)
         W = draw_weights(rng, draws, dd)
         if verify is None:
             verify = verify_closed_form(X, *W)
@@ -110,12 +108,7 @@ def fig12_checks(data: dict) -> list[Check]:
 def plot_fig12(data: dict, ax=None):
     """fig12's figure (``ax``: the axes to draw on, as the figure lays them out)."""
     axes, pts = data["axes"], data["pts"]
-    if ax is None:
-        fig = new_figure((13.0, 3.4), layout="constrained")
-        axs = fig.subplots(1, 4)
-    else:
-        axs = ax
-        fig = np.ravel(ax)[0].figure
+    fig, axs = axes_row(ax, 4, (13.0, 3.4))
     labels = {"n": "sequence length n", "d": "width d", "rho": "correlation ρ",
               "std": "input std σ_x"}
     for ax, axis in zip(axs, axes, strict=True):
@@ -133,9 +126,8 @@ def plot_fig12(data: dict, ax=None):
         ax.set_yscale("log")
         if axis != "rho":
             log_x(ax, axes[axis])
-        ax.set_xlabel(labels[axis])
-        legend(ax)
-        title(ax, f"noci22 Fig. 12: vs {labels[axis].split()[-1]}")
+        decorate(ax, labels[axis], None, f"noci22 Fig. 12: vs {labels[axis].split()[-1]}",
+                 frameon=False)
     axs[0].set_ylabel("E ||∂S/∂W_{Q,K}||²_F")
     return fig
 
@@ -174,11 +166,10 @@ def fig12(*, seed: int = 0, device: str = "cpu", n: int = 16, d: int = 16, rho: 
             "std": args.grid("sweep_stds", sweep_stds, 1e-3, 10.0)}
     data = fig12_data(seed=seed, base=base, axes=axes, stds=stds, draws=draws)
     checks = fig12_checks(data)
-    fig = plot_fig12(data)
     notes = (f"Softmax attention, W_Q, W_K, W_V ~ N(0, 1/d) (Xavier), tokens as in noci22 A.2; "
              f"{draws} draws per point (the paper: 20 runs); one parameter swept at a time "
              f"around {base}. Theory: Eq. 18 with the exact Gaussian factor.")
-    return Experiment(data["frame"], _fig12_table(data), checks, fig, notes)
+    return Experiment(data["frame"], _fig12_table(data), checks, plot_fig12, data, notes)
 
 
 def fig13_14_data(*, seed, rhos, stds, ns, ds, draws) -> dict:
@@ -193,7 +184,8 @@ def fig13_14_data(*, seed, rhos, stds, ns, ds, draws) -> dict:
         for b, r in enumerate(rhos):
             for c, d in enumerate(ds):
                 for e, n in enumerate(ns):
-                    X = gaussian_tokens(rng, draws, int(n), int(d), float(s) ** 2, float(r))
+                    X = rho_tokens(int(n), int(d), float(r), rng, n_seq=draws, law="gaussian",
+                                   var=float(s) ** 2)
                     gq, _, gv = jacobian_norms(X, *draw_weights(rng, draws, int(d)))
                     tv, tq = U.grad_norms(float(s) ** 2, int(d), int(n), float(r), exact=True)
                     rr, rr_se = ratio_se(gq, gv)
@@ -250,12 +242,7 @@ def plot_fig13_14(data: dict, ax=None):
     """fig13_14's figure (``ax``: the axes to draw on, as the figure lays them out)."""
     ds, meas, ns, rhos = data["ds"], data["meas"], data["ns"], data["rhos"]
     stds, theo = data["stds"], data["theo"]
-    if ax is None:
-        fig = new_figure((11.0, 4.2), layout="constrained")
-        axs = fig.subplots(1, 2)
-    else:
-        axs = ax
-        fig = np.ravel(ax)[0].figure
+    fig, axs = axes_row(ax, 2, (11.0, 4.2))
     lo_, hi_ = float(min(meas.min(), theo.min())), float(max(meas.max(), theo.max()))
     nr, nc = len(stds) * len(ds), len(rhos) * len(ns)
     im = None
@@ -276,9 +263,8 @@ def plot_fig13_14(data: dict, ax=None):
         sec2 = ax.secondary_yaxis("right")
         sec2.set_yticks([(k + 0.5) * len(ds) - 0.5 for k in range(len(stds))],
                         [f"σ_x = {s:g}" for s in stds], fontsize=7)
-        ax.set_xlabel("n (within each block); blocks: cosine ρ")
-        ax.set_ylabel("d (within each block); blocks: std σ_x")
-        title(ax, f"noci22 {lab}")
+        decorate(ax, "n (within each block); blocks: cosine ρ",
+                 "d (within each block); blocks: std σ_x", f"noci22 {lab}", legend=None)
     fig.colorbar(im, ax=axs, shrink=0.8, label="log10 ||∂S/∂W_Q|| / ||∂S/∂W_V||")
     return fig
 
@@ -313,9 +299,8 @@ def fig13_14(*, seed: int = 0, device: str = "cpu", rhos: Sequence[float] = (0.0
     draws = args.integer("draws", draws, 2, 10**6)
     data = fig13_14_data(seed=seed, rhos=rhos, stds=stds, ns=ns, ds=ds, draws=draws)
     checks = fig13_14_checks(data)
-    fig = plot_fig13_14(data)
     notes = (f"Softmax attention, W ~ N(0, 1/d) (Xavier), tokens as in noci22 A.2, {draws} "
              "draws per cell; the ratio is of root mean squared Jacobian norms (closed form, "
              "checked against autograd in noci22.eq17_18 / fig12). Grid values are ours (the "
              "appendix does not list them).")
-    return Experiment(data["frame"], _fig13_14_table(data), checks, fig, notes)
+    return Experiment(data["frame"], _fig13_14_table(data), checks, plot_fig13_14, data, notes)

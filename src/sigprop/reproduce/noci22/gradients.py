@@ -10,19 +10,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ...plotting.figures import new_figure
+from ...measurement.rho_tokens import rho_tokens
 from ...theory import uniform as U
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register, slope
+from ..plots import axes_row, decorate
 from .common import (
     Z,
     draw_weights,
-    gaussian_tokens,
-    legend,
     log_x,
     one_at_a_time,
     rng_of,
-    title,
     z_dev,
 )
 from .jacobians import (
@@ -68,7 +66,7 @@ def lemma3_1_data(*, seed, n, d, draws) -> dict:
     L = np.eye(n) - 1.0 / n
     verify = 0.0
     for i, (label, sx2, rho) in enumerate(GEOMETRIES):
-        X = gaussian_tokens(rng, 1, n, d, sx2, rho)  # one fixed input
+        X = rho_tokens(n, d, rho, rng, n_seq=1, law="gaussian", var=sx2)  # one fixed input
         Wq, Wk, Wv = draw_weights(rng, draws, d)
         Xb = np.broadcast_to(X, (draws, n, d))
         gq, gk, gv = jacobian_norms(Xb, Wq, Wk, Wv, uniform=True)
@@ -117,11 +115,7 @@ def plot_lemma3_1(data: dict, ax=None):
     """lemma3_1's figure (``ax``: the axes to draw on, as the figure lays them out)."""
     d, n = data["d"], data["n"]
     df = data["frame"]
-    if ax is None:
-        fig = new_figure((5.5, 3.5), layout="constrained")
-        ax = fig.subplots()
-    else:
-        fig = np.ravel(ax)[0].figure
+    fig, (ax,) = axes_row(ax, 1, (5.5, 3.5))
     for j, (obs, mk, lab) in enumerate((("grad_query_over_eq7", "o", "query / Eq. 7"),
                                         ("grad_key_over_eq7", "s", "key / Eq. 7"),
                                         ("grad_value_over_eq6", "^", "value / Eq. 6"))):
@@ -131,9 +125,8 @@ def plot_lemma3_1(data: dict, ax=None):
                     color=f"C{j}", label=lab)
     ax.axhline(1.0, color="k", lw=1, label="Lemma 3.1")
     ax.set_xticks(range(len(GEOMETRIES)), [g[0] for g in GEOMETRIES], fontsize=7)
-    ax.set_ylabel("measured / Lemma 3.1 (±2 SE)")
-    legend(ax)
-    title(ax, f"noci22 Lemma 3.1 (Eqs. 6-7): n = {n}, d = {d}, fixed X")
+    decorate(ax, None, "measured / Lemma 3.1 (±2 SE)",
+             f"noci22 Lemma 3.1 (Eqs. 6-7): n = {n}, d = {d}, fixed X", frameon=False)
     return fig
 
 
@@ -159,12 +152,11 @@ def lemma3_1(*, seed: int = 0, device: str = "cpu", n: int = 8, d: int = 8,
     draws = args.integer("draws", draws, 8, 10**6)
     data = lemma3_1_data(seed=seed, n=n, d=d, draws=draws)
     checks = lemma3_1_checks(data)
-    fig = plot_lemma3_1(data)
     notes = (f"One attention layer, n = {n}, d = d_k = d_v = {d}, W ~ N(0, 1/d); for each of "
              f"four fixed inputs (drawn as in noci22 A.2) {draws} weight draws; Jacobians "
              "under Assumption 3.1 (A = 11ᵀ/n, ∂A/∂M = Eq. 24) in closed form, checked against "
              "torch autograd.")
-    return Experiment(data["frame"], _lemma3_1_table(data), checks, fig, notes)
+    return Experiment(data["frame"], _lemma3_1_table(data), checks, plot_lemma3_1, data, notes)
 
 
 def thm3_2_data(*, seed, n, d, eps, draws, draws_x, net_depth, net_n, net_d, net_seeds) -> dict:
@@ -263,12 +255,7 @@ def plot_thm3_2(data: dict, ax=None):
     d, eps, n, net = data["d"], data["eps"], data["n"], data["net"]
     net_depth, rows = data["net_depth"], data["rows"]
     df = data["frame"]
-    if ax is None:
-        fig = new_figure((9.0, 3.5), layout="constrained")
-        ax1, ax2 = fig.subplots(1, 2)
-    else:
-        ax1, ax2 = ax
-        fig = np.ravel(ax)[0].figure
+    fig, (ax1, ax2) = axes_row(ax, 2, (9.0, 3.5))
     wrt = {"query": "W_Q", "key": "W_K", "value": "W_V", "input": "X"}
     for j, name in enumerate(wrt):
         sub = df[df["observable"] == f"grad_{name}"]
@@ -279,20 +266,16 @@ def plot_thm3_2(data: dict, ax=None):
     ax1.plot(eps, rows[("query", e0)][0] * (eps / e0) ** 4, "k--", lw=1, label="∝ ε⁴")
     ax1.set_xscale("log")
     ax1.set_yscale("log")
-    ax1.set_xlabel("distance from rank 1, ε  (X = 1xᵀ + εΞ)")
-    ax1.set_ylabel("squared Jacobian norm")
-    legend(ax1)
-    title(ax1, f"noci22 Thm 3.2: one layer, n = {n}, d = {d}")
+    decorate(ax1, "distance from rank 1, ε  (X = 1xᵀ + εΞ)", "squared Jacobian norm",
+             f"noci22 Thm 3.2: one layer, n = {n}, d = {d}", frameon=False)
     for j, key in enumerate(("q", "v")):
         for k, e in enumerate((1e-3, 1e-2)):
             vals = net[e][key].mean(-1)
             ax2.plot(np.arange(1, net_depth + 1), vals, "-o" if key == "q" else "-s",
                      color=f"C{2 * j + k}", ms=4, label=f"W_{key.upper()}, ε = {e:g}")
     ax2.set_yscale("log")
-    ax2.set_xlabel("layer")
-    ax2.set_ylabel("||∂L/∂W||²")
-    legend(ax2, title="ε = 0: W_Q, W_K gradients exactly 0", title_fontsize=7)
-    title(ax2, f"noci22 Thm 3.2: post-LN network, L = {net_depth}")
+    decorate(ax2, "layer", "||∂L/∂W||²", f"noci22 Thm 3.2: post-LN network, L = {net_depth}",
+             frameon=False, legend_title="ε = 0: W_Q, W_K gradients exactly 0", title_fontsize=7)
     return fig
 
 
@@ -329,11 +312,10 @@ def thm3_2(*, seed: int = 0, device: str = "cpu", n: int = 8, d: int = 16,
     data = thm3_2_data(seed=seed, n=n, d=d, eps=eps, draws=draws, draws_x=draws_x,
                        net_depth=net_depth, net_n=net_n, net_d=net_d, net_seeds=net_seeds)
     checks = thm3_2_checks(data)
-    fig = plot_thm3_2(data)
     notes = (f"One softmax attention layer (W ~ N(0, 1/d), n = {n}, d = {d}, {draws} draws; "
              f"input Jacobians by autograd on {draws_x}) and a post-LN network on sigprop.nn "
              f"(d = {net_d}, 2 heads, n = {net_n}, {net_seeds} seeds, MLM readout loss).")
-    return Experiment(data["frame"], _thm3_2_table(data), checks, fig, notes)
+    return Experiment(data["frame"], _thm3_2_table(data), checks, plot_thm3_2, data, notes)
 
 
 def eq17_18_data(*, seed, base, axes, draws, isserlis_draws) -> dict:
@@ -343,7 +325,7 @@ def eq17_18_data(*, seed, base, axes, draws, isserlis_draws) -> dict:
     verify = None
     for axis, v, p in one_at_a_time(base, axes):
         nn_, dd = int(p["n"]), int(p["d"])
-        X = gaussian_tokens(rng, draws, nn_, dd, p["sigma_x2"], p["rho"])
+        X = rho_tokens(nn_, dd, p["rho"], rng, n_seq=draws, law="gaussian", var=p["sigma_x2"])
         Wq, Wk, Wv = draw_weights(rng, draws, dd)
         gq, gk, gv = jacobian_norms(X, Wq, Wk, Wv, uniform=True)
         if verify is None:
@@ -373,7 +355,7 @@ def eq17_18_data(*, seed, base, axes, draws, isserlis_draws) -> dict:
     se_q = max(q["query"][1] / q["query"][0] for q in sx)
     tol_exp = 2 * Z * se_q / math.log(sx[-1]["x"] / sx[0]["x"]) + 0.01
     # the finite-nd factor at n = d = 4, rho = 0 (1.25), with its own draws
-    Xs = gaussian_tokens(rng, isserlis_draws, 4, 4, 1.0, 0.0)
+    Xs = rho_tokens(4, 4, 0.0, rng, n_seq=isserlis_draws, law="gaussian")
     gq_s = jacobian_norms(Xs, *draw_weights(rng, isserlis_draws, 4), uniform=True)[0]
     t_s = float(U.grad_norms(1.0, 4, 4, 0.0)[1])
     fac = float(U.isserlis_factor(4, 4, 0.0))
@@ -424,12 +406,7 @@ def eq17_18_checks(data: dict) -> list[Check]:
 def plot_eq17_18(data: dict, ax=None):
     """eq17_18's figure (``ax``: the axes to draw on, as the figure lays them out)."""
     axes, base, pts = data["axes"], data["base"], data["pts"]
-    if ax is None:
-        fig = new_figure((13.0, 3.4), layout="constrained")
-        axs = fig.subplots(1, 4)
-    else:
-        axs = ax
-        fig = np.ravel(ax)[0].figure
+    fig, axs = axes_row(ax, 4, (13.0, 3.4))
     labels = {"n": "sequence length n", "d": "width d", "rho": "correlation ρ",
               "sigma_x2": "input variance σ_x²"}
     for ax, axis in zip(axs, axes, strict=True):
@@ -448,12 +425,10 @@ def plot_eq17_18(data: dict, ax=None):
         ax.set_yscale("log")
         if axis != "rho":
             log_x(ax, xs)
-        ax.set_xlabel(labels[axis])
         names = {"n": "n", "d": "d", "rho": "ρ", "sigma_x2": "σ_x²"}
         fixed = ", ".join(f"{names[k]} = {v:g}" for k, v in base.items() if k != axis)
-        title(ax, f"noci22 Eqs. 17-18 ({fixed})")
-    axs[0].set_ylabel("E ||∂S/∂W||²_F")
-    legend(axs[0])
+        decorate(ax, labels[axis], title=f"noci22 Eqs. 17-18 ({fixed})", legend=None)
+    decorate(axs[0], None, "E ||∂S/∂W||²_F", frameon=False)
     return fig
 
 
@@ -498,9 +473,8 @@ def eq17_18(*, seed: int = 0, device: str = "cpu", n: int = 8, d: int = 8, rho: 
     data = eq17_18_data(seed=seed, base=base, axes=axes, draws=draws,
                         isserlis_draws=isserlis_draws)
     checks = eq17_18_checks(data)
-    fig = plot_eq17_18(data)
     notes = (f"One head, W_Q, W_K, W_V ~ N(0, 1/d), tokens as in noci22 A.2, {draws} draws per "
              "point; Jacobians under Assumption 3.1 (A = 11ᵀ/n, ∂A/∂M from Eq. 24) in closed "
              "form, checked against torch autograd. One parameter swept at a time around "
              f"{base}.")
-    return Experiment(data["frame"], _eq17_18_table(data), checks, fig, notes)
+    return Experiment(data["frame"], _eq17_18_table(data), checks, plot_eq17_18, data, notes)

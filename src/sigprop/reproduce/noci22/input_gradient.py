@@ -8,17 +8,15 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ...plotting.figures import new_figure
+from ...measurement.rho_tokens import rho_tokens
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register
+from ..plots import axes_row, decorate
 from .common import (
     Z,
     draw_weights,
-    gaussian_tokens,
-    legend,
     ratio_se,
     rng_of,
-    title,
     z_dev,
 )
 from .jacobians import (
@@ -36,21 +34,21 @@ def eq8_data(*, seed, n, d, rhos, sigma_x2s, draws, rho_a2) -> dict:
     recs, pts = [], []
     grid = [(float(s2), float(r)) for s2 in sigma_x2s for r in np.unique(np.append(rhos, rho_a2))]
     for s2, r in grid:
-        X = gaussian_tokens(rng, draws, n, d, s2, r)
+        X = rho_tokens(n, d, r, rng, n_seq=draws, law="gaussian", var=s2)
         Wq, Wk, Wv = draw_weights(rng, draws, d)
-        a1, a2, a3, full = input_jacobian_pieces(X, Wq, Wk, Wv)
-        t1, t2, c12, t3 = input_grad_terms(X, d, d, sig, sig, sig)
-        exact = t1 + t2 + c12 + t3
-        bound = 8 * t1 + 2 * t3  # Eq. 40 (d_k = d)
-        fixed = 4 * t1 + 4 * t2 + 2 * t3
-        m, se = mean_se(full)
-        rb, rb_se = ratio_se(full, bound)
-        r21, r21_se = ratio_se(a2, a1)
+        jac = input_jacobian_pieces(X, Wq, Wk, Wv)
+        t = input_grad_terms(X, d, d, sig, sig, sig)
+        exact = t.total
+        bound = 8 * t.a1 + 2 * t.a3  # Eq. 40 (d_k = d)
+        fixed = 4 * t.a1 + 4 * t.a2 + 2 * t.a3
+        m, se = mean_se(jac.full)
+        rb, rb_se = ratio_se(jac.full, bound)
+        r21, r21_se = ratio_se(jac.a2, jac.a1)
         pt = dict(s2=s2, rho=r, m=m, se=se, exact=float(exact.mean()),
                   bound=float(bound.mean()), fixed=float(fixed.mean()), rb=rb, rb_se=rb_se,
                   rb_pred=float(exact.mean() / bound.mean()),
-                  r21=r21, r21_se=r21_se, r21_pred=float(t2.mean() / t1.mean()),
-                  rf=float(full.mean() / fixed.mean()), rf_se=float(se / fixed.mean()))
+                  r21=r21, r21_se=r21_se, r21_pred=float(t.a2.mean() / t.a1.mean()),
+                  rf=float(jac.full.mean() / fixed.mean()), rf_se=float(se / fixed.mean()))
         pts.append(pt)
         key = dict(sigma_x2=s2, rho=r)
         recs += [dict(observable="input_grad", source="measured", value=m, stderr=se, **key),
@@ -109,12 +107,7 @@ def eq8_checks(data: dict) -> list[Check]:
 def plot_eq8(data: dict, ax=None):
     """eq8's figure (``ax``: the axes to draw on, as the figure lays them out)."""
     d, n, pts, sigma_x2s = data["d"], data["n"], data["pts"], data["sigma_x2s"]
-    if ax is None:
-        fig = new_figure((9.5, 3.6), layout="constrained")
-        ax1, ax2 = fig.subplots(1, 2)
-    else:
-        ax1, ax2 = ax
-        fig = np.ravel(ax)[0].figure
+    fig, (ax1, ax2) = axes_row(ax, 2, (9.5, 3.6))
     for i, s2 in enumerate(sigma_x2s):
         sub = [p for p in pts if p["s2"] == float(s2)]
         r = np.array([p["rho"] for p in sub])
@@ -132,14 +125,10 @@ def plot_eq8(data: dict, ax=None):
     ax2.axhline(1.0, color="k", ls="--", lw=1, label="noci22 Eq. 36")
     ax1.set_yscale("log")
     ax2.set_yscale("log")
-    for ax in (ax1, ax2):
-        ax.set_xlabel("token correlation ρ")
-    ax1.set_ylabel("E ||∂S/∂X||²_F")
-    ax2.set_ylabel("E||A2||² / E||A1||²")
-    legend(ax1)
-    legend(ax2)
-    title(ax1, f"noci22 Eq. 8: input gradient, n = {n}, d = {d}")
-    title(ax2, "noci22 Eq. 36: the two M-terms (lines: sigprop)")
+    decorate(ax1, "token correlation ρ", "E ||∂S/∂X||²_F",
+             f"noci22 Eq. 8: input gradient, n = {n}, d = {d}", frameon=False)
+    decorate(ax2, "token correlation ρ", "E||A2||² / E||A1||²",
+             "noci22 Eq. 36: the two M-terms (lines: sigprop)", frameon=False)
     return fig
 
 
@@ -174,9 +163,8 @@ def eq8(*, seed: int = 0, device: str = "cpu", n: int = 4, d: int = 16,
     rho_a2 = args.real("rho_a2", rho_a2, 0.0, 0.999)
     data = eq8_data(seed=seed, n=n, d=d, rhos=rhos, sigma_x2s=sigma_x2s, draws=draws, rho_a2=rho_a2)
     checks = eq8_checks(data)
-    fig = plot_eq8(data)
     notes = (f"One head, n = {n}, d = d_k = d_v = {d}, W ~ N(0, 1/d), tokens as in noci22 A.2, "
              f"{draws} draws per point; the input Jacobian under Assumption 3.1 (A = 11ᵀ/n, "
              "∂A/∂M = Eq. 24) by torch autograd of a function with that value and Jacobian; "
              "Eq. 8 written with σ_q² (the printed σ_d² is a typo, Eq. 40).")
-    return Experiment(data["frame"], _eq8_table(data), checks, fig, notes)
+    return Experiment(data["frame"], _eq8_table(data), checks, plot_eq8, data, notes)

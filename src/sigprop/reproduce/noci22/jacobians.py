@@ -6,6 +6,7 @@ under Assumption 3.1 by its terms (:func:`input_grad_terms`, noci22 Eqs. 25-40).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import torch
@@ -14,7 +15,8 @@ from ..core import Check
 from .common import softmax, swap
 
 __all__ = ["jacobian_norms", "autograd_norms", "attn_torch", "verify_closed_form",
-           "verify_check", "input_grad_norm", "input_jacobian_pieces", "input_grad_terms"]
+           "verify_check", "input_grad_norm", "JacobianPieces", "input_jacobian_pieces",
+           "InputGradTerms", "input_grad_terms"]
 
 
 def jacobian_norms(X, Wq, Wk, Wv, tau: float = 1.0, *, uniform: bool = False):
@@ -127,9 +129,20 @@ def _pieces_torch(Y, X0, Wq, Wk, Wv):
     return torch.stack([a1, a2, a3])
 
 
-def input_jacobian_pieces(X, Wq, Wk, Wv):
-    """Per draw ``(||A1||², ||A2||², ||A3||², ||A1 + A2 + A3||²)`` of the input Jacobian under
-    Assumption 3.1 by torch autograd (forward mode, ``jacfwd`` of :func:`_pieces_torch`)."""
+@dataclass(frozen=True, kw_only=True)
+class JacobianPieces:
+    """Per draw, the squared Frobenius norms of the input Jacobian's pieces: ``a1``, ``a2``,
+    ``a3`` (``||A1||²``, ``||A2||²``, ``||A3||²``) and ``full`` (``||A1 + A2 + A3||²``)."""
+
+    a1: np.ndarray
+    a2: np.ndarray
+    a3: np.ndarray
+    full: np.ndarray
+
+
+def input_jacobian_pieces(X, Wq, Wk, Wv) -> JacobianPieces:
+    """Per draw the pieces of the input Jacobian under Assumption 3.1 by torch autograd
+    (forward mode, ``jacfwd`` of :func:`_pieces_torch`)."""
     t = [torch.tensor(np.array(a, dtype=np.float64)) for a in (X, Wq, Wk, Wv)]
 
     def one(x, wq, wk, wv):
@@ -137,17 +150,35 @@ def input_jacobian_pieces(X, Wq, Wk, Wv):
         return (J**2).sum((1, 2, 3, 4)), (J.sum(0) ** 2).sum()
 
     parts, full = torch.vmap(one)(*t)
-    return parts[:, 0].numpy(), parts[:, 1].numpy(), parts[:, 2].numpy(), full.numpy()
+    return JacobianPieces(a1=parts[:, 0].numpy(), a2=parts[:, 1].numpy(),
+                          a3=parts[:, 2].numpy(), full=full.numpy())
 
 
-def input_grad_terms(X, d_k: int, d_v: int, sigma_q2: float, sigma_k2: float, sigma_v2: float):
+@dataclass(frozen=True, kw_only=True)
+class InputGradTerms:
+    """The terms of ``E_W||dS/dX||_F^2`` (:func:`input_grad_terms`): ``a1 = E||A1||²``,
+    ``a2 = E||A2||²``, ``cross = 2 E<A1, A2>`` and ``a3 = E||A3||²``."""
+
+    a1: np.ndarray
+    a2: np.ndarray
+    cross: np.ndarray
+    a3: np.ndarray
+
+    @property
+    def total(self) -> np.ndarray:
+        """``E_W||dS/dX||_F^2`` itself, the sum of the terms."""
+        return self.a1 + self.a2 + self.cross + self.a3
+
+
+def input_grad_terms(X, d_k: int, d_v: int, sigma_q2: float, sigma_k2: float,
+                     sigma_v2: float) -> InputGradTerms:
     """sigprop's exact ``E_W||dS/dX||_F^2`` under Assumption 3.1 for a fixed ``X`` (n x d),
     by its terms (docs/reproduce/noci22.md): with ``s = sigma_q^2 sigma_k^2 sigma_v^2``,
     ``B = ||XᵀLX||_F^2``, ``F = ||X||_F^2``, ``F_L = ||LX||_F^2``:
     ``E||A1||² = s d d_v B / n`` (noci22's Eq. 31 with d = d_k), ``E||A2||² = s d d_v F F_L /
     n²`` (noci22 Eq. 36 says it equals ``E||A1||²``: it does not), ``2 E<A1, A2> = 2 s d_v B /
-    n²`` and ``E||A3||² = d d_v sigma_v^2``; the cross terms with A3 vanish. Returns
-    ``(A1, A2, cross, A3)`` broadcast over leading dimensions of X."""
+    n²`` and ``E||A3||² = d d_v sigma_v^2``; the cross terms with A3 vanish. Each
+    term is broadcast over the leading dimensions of X."""
     X = np.asarray(X, dtype=np.float64)
     n, d = X.shape[-2:]
     Lx = X - X.mean(-2, keepdims=True)
@@ -156,5 +187,5 @@ def input_grad_terms(X, d_k: int, d_v: int, sigma_q2: float, sigma_k2: float, si
     FL = (Lx**2).sum((-1, -2))
     s = sigma_q2 * sigma_k2 * sigma_v2
     del d_k  # enters only through sigma_k2 sigma_q2 d_k, which the 1/sqrt(d_k) cancels
-    return (s * d * d_v * B / n, s * d * d_v * F * FL / n**2, 2 * s * d_v * B / n**2,
-            np.full(B.shape, d * d_v * sigma_v2))
+    return InputGradTerms(a1=s * d * d_v * B / n, a2=s * d * d_v * F * FL / n**2,
+                          cross=2 * s * d_v * B / n**2, a3=np.full(B.shape, d * d_v * sigma_v2))

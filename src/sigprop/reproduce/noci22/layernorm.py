@@ -9,14 +9,12 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ...plotting.figures import new_figure
 from ...theory import depth as _depth
 from .. import args
 from ..core import Check, Experiment, frame, one_thread, register
+from ..plots import axes_grid, decorate
 from .common import (
     Z,
-    legend,
-    title,
 )
 
 __all__ = ["fig3_9", "fig3_9_data", "fig3_9_checks", "plot_fig3_9"]
@@ -116,12 +114,7 @@ def fig3_9_checks(data: dict) -> list[Check]:
 def plot_fig3_9(data: dict, ax=None):
     """fig3_9's figure (``ax``: the axes to draw on, as the figure lays them out)."""
     res, seeds = data["res"], data["seeds"]
-    if ax is None:
-        fig = new_figure((10.0, 7.0), layout="constrained")
-        axs = fig.subplots(2, 2, sharex=True)
-    else:
-        axs = ax
-        fig = np.ravel(ax)[0].figure
+    fig, axs = axes_grid(ax, 2, 2, (10.0, 7.0), sharex=True)
     for col, norm in enumerate(("post", "pre")):
         r = res[norm]
         ax = axs[0, col]
@@ -130,18 +123,17 @@ def plot_fig3_9(data: dict, ax=None):
         ax.errorbar(*r["cos"][:2], yerr=2 * r["cos"][2], fmt="o", ms=4, color="C0",
                     label=f"measured ({seeds} seeds)")
         ax.set_ylim(0, 1.02)
-        ax.set_ylabel("mean token cosine")
-        legend(ax)
-        title(ax, f"noci22 Fig. {3 if norm == 'post' else 9}: {norm.upper()}-LN, correlation")
+        decorate(ax, None, "mean token cosine",
+                 f"noci22 Fig. {3 if norm == 'post' else 9}: {norm.upper()}-LN, correlation",
+                 frameon=False)
         ax = axs[1, col]
         for j, (key, lab) in enumerate((("grad_qk", "‖∂L/∂W_Q‖²"), ("grad_v", "‖∂L/∂W_V‖²"))):
             ax.errorbar(*r[key][:2], yerr=2 * r[key][2], fmt="os"[j] + "-", ms=4,
                         color=f"C{j + 1}", label=lab)
         ax.set_yscale("log")
-        ax.set_xlabel("layer")
-        ax.set_ylabel("squared gradient norm")
-        legend(ax)
-        title(ax, f"noci22 Fig. {3 if norm == 'post' else 9}: {norm.upper()}-LN, gradients")
+        decorate(ax, "layer", "squared gradient norm",
+                 f"noci22 Fig. {3 if norm == 'post' else 9}: {norm.upper()}-LN, gradients",
+                 frameon=False)
     return fig
 
 
@@ -180,11 +172,10 @@ def fig3_9(*, seed: int = 0, device: str = "cpu", depth: int = 12, d: int = 32, 
     data = fig3_9_data(seed=seed, depth=depth, d=d, heads=heads, d_ff=d_ff, n=n, seeds=seeds,
                        rho0=rho0)
     checks = fig3_9_checks(data)
-    fig = plot_fig3_9(data)
     notes = (f"noci22 Table 2's network on sigprop.nn via measurement.engine.measure: d = {d}, "
              f"d_ff = {d_ff}, {heads} heads, n = {n}, ReLU, Xavier-normal weights, no output "
              f"projection, standard LayerNorm, L = {depth} (the depth of Figs. 3, 9 is not "
              f"stated), {seeds} seeds; tokens at cosine {rho0} stand in for the embeddings plus "
              "positional encodings. Gradients: W_Q and W_V of an MLM-style random readout loss "
              "(W_K has W_Q's expectation).")
-    return Experiment(data["frame"], _fig3_9_table(data), checks, fig, notes)
+    return Experiment(data["frame"], _fig3_9_table(data), checks, plot_fig3_9, data, notes)

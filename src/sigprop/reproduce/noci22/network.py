@@ -6,29 +6,29 @@ from __future__ import annotations
 
 import functools
 import math
+from dataclasses import dataclass
 
 import numpy as np
 import pandas as pd
 import torch
 
+from ...measurement.rho_tokens import rho_tokens
 from ...theory import depth as _depth
 from ...theory import uniform as U
 from .. import args
 from .common import ratio_se, rng_of
 
 __all__ = ["CONFIGS", "token_input", "simulate", "simulate_nn", "rho_of", "column",
-           "residual_alphas", "forward_sizes", "theory_cos"]
+           "residual_alphas", "ForwardSizes", "theory_cos"]
 
 
 def token_input(n: int, d: int, inp: tuple, seed: int) -> np.ndarray:
     """``(n, d)`` input tokens: ``("rho", rho0)`` equal norms ``|x|^2 = d`` and pairwise cosine
-    rho0 (:func:`sigprop.measurement.inputs.rho_tokens`, exact for n + 1 <= d), or
+    rho0 (:func:`sigprop.measurement.rho_tokens.rho_tokens`, exact for n + 1 <= d), or
     ``("gauss", std)`` i.i.d. N(0, std^2) entries (an embedding layer, noci22 Fig. 11)."""
-    from ...measurement import inputs as _inputs
-
     kind, par = inp
     if kind == "rho":
-        return _inputs.rho_tokens(1, n, d, float(par), seed=seed)[0].numpy()
+        return rho_tokens(n, d, float(par), seed)
     return rng_of(seed).standard_normal((n, d)) * float(par)
 
 
@@ -123,16 +123,39 @@ def residual_alphas(kind: str, L: int, at1: float, at2: float):
     return at1, at2
 
 
-def forward_sizes(n, d, rho0, depth, seeds, depths, alpha_tilde):
-    """The forward-pass items' shared sizes, checked (:mod:`sigprop.reproduce.args`)."""
-    n = args.integer("n", n, 2, 4096)
-    d = args.integer("d", d, n + 1, 65536)
-    rho0 = args.real("rho0", rho0, 0.0, 0.99)
-    depth = args.integer("depth", depth, 1, 200)
-    seeds = args.integer("seeds", seeds, 4, 100_000)
-    depths = args.grid("depths", depths, 1, 512, ints=True)
-    alpha_tilde = args.real("alpha_tilde", alpha_tilde, 0.0, 4.0, lo_open=True)
-    return n, d, rho0, depth, seeds, depths, alpha_tilde
+@dataclass(frozen=True, kw_only=True)
+class ForwardSizes:
+    """The forward-pass items' shared sizes: ``n`` tokens of width ``d`` at pairwise cosine
+    ``rho0``, ``depth`` layers, ``seeds`` weight draws, the ``depths`` of a depth sweep (None
+    for an item without one) and ``alpha_tilde`` (the residual scale ``alpha^2 = alpha~ / L``).
+    Build it with :meth:`checked`."""
+
+    n: int
+    d: int
+    rho0: float
+    depth: int
+    seeds: int
+    depths: np.ndarray | None
+    alpha_tilde: float
+
+    @classmethod
+    def checked(cls, *, n, d, rho0, depth, seeds, alpha_tilde, depths=None) -> ForwardSizes:
+        """The sizes, each checked in this order (:mod:`sigprop.reproduce.args`)."""
+        n = args.integer("n", n, 2, 4096)
+        return cls(n=n, d=args.integer("d", d, n + 1, 65536),
+                   rho0=args.real("rho0", rho0, 0.0, 0.99),
+                   depth=args.integer("depth", depth, 1, 200),
+                   seeds=args.integer("seeds", seeds, 4, 100_000),
+                   depths=None if depths is None else args.grid("depths", depths, 1, 512,
+                                                                ints=True),
+                   alpha_tilde=args.real("alpha_tilde", alpha_tilde, 0.0, 4.0, lo_open=True))
+
+    def data_kw(self) -> dict:
+        """The keywords the items' ``*_data`` functions take these sizes by (``at`` for
+        ``alpha_tilde``; ``depths`` when there is a depth sweep)."""
+        kw = dict(n=self.n, d=self.d, rho0=self.rho0, depth=self.depth, seeds=self.seeds,
+                  at=self.alpha_tilde)
+        return kw if self.depths is None else {**kw, "depths": self.depths}
 
 
 #: per-layer residual configurations: (label, kind, alpha~_1 or alpha_1, alpha~_2 or alpha_2)

@@ -10,19 +10,17 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ...plotting.figures import new_figure
+from ...measurement.rho_tokens import rho_tokens
 from ...theory import uniform as U
 from .. import args
 from ..core import Check, Experiment, frame, one_thread, register
+from ..plots import axes_row, decorate
 from .common import (
     Z,
     draw_weights,
-    gaussian_tokens,
-    legend,
     log_x,
     ratio_se,
     rng_of,
-    title,
     z_dev,
 )
 from .jacobians import (
@@ -55,7 +53,7 @@ def eq47_data(*, seed, ns, ds, rhos, draws, taus, iwslt_d, iwslt_n, iwslt_rho, i
     for n in ns:
         for d in ds:
             for rho in rhos:
-                X = gaussian_tokens(rng, draws, int(n), int(d), 1.0, float(rho))
+                X = rho_tokens(int(n), int(d), float(rho), rng, n_seq=draws, law="gaussian")
                 W = draw_weights(rng, draws, int(d))
                 ts = float(U.tau_star(1.0, int(d), int(n), float(rho)))
                 if verify is None:
@@ -77,7 +75,7 @@ def eq47_data(*, seed, ns, ds, rhos, draws, taus, iwslt_d, iwslt_n, iwslt_rho, i
     # sigprop's --scaling tau is Eq. 45's convention
     n0, d0, tau0 = 6, 8, 2.5
     attn = _sigprop_tau_attention(n0, d0, tau0, 2, seed)
-    x = torch.tensor(gaussian_tokens(rng, 2, n0, d0, 1.0, 0.3))[:, None]  # (S, B=1, n, d)
+    x = torch.tensor(rho_tokens(n0, d0, 0.3, rng, n_seq=2, law="gaussian"))[:, None]  # S, 1, n, d
     with torch.no_grad():
         sc = attn.scores(x)[:, 0, 0]
         ref = tau0 * (x[:, 0] @ attn.w_q) @ (x[:, 0] @ attn.w_k).transpose(-1, -2) \
@@ -98,7 +96,7 @@ def eq47_data(*, seed, ns, ds, rhos, draws, taus, iwslt_d, iwslt_n, iwslt_rho, i
     conv_grad = float(np.max(np.abs(auto / closed - 1)))
     # IWSLT'14 (noci22 C.3): d = 512, n = 25, rho = 0.2, LayerNorm-ed tokens
     ts_iw = float(U.tau_star(1.0, iwslt_d, iwslt_n, iwslt_rho))
-    X = gaussian_tokens(rng, iwslt_draws, iwslt_n, iwslt_d, 1.0, iwslt_rho)
+    X = rho_tokens(iwslt_n, iwslt_d, iwslt_rho, rng, n_seq=iwslt_draws, law="gaussian")
     W = draw_weights(rng, iwslt_draws, iwslt_d)
     gq1, _, gv1 = jacobian_norms(X, *W, tau=1.0, uniform=True)
     r1, r1_se = ratio_se(gq1, gv1)
@@ -180,12 +178,7 @@ def plot_eq47(data: dict, ax=None):
     iwslt_n, iwslt_rho = data["iwslt_n"], data["iwslt_rho"]
     paper_tau, r1, r1_se, soft = data["paper_tau"], data["r1"], data["r1_se"], data["soft"]
     taus, ts_iw = data["taus"], data["ts_iw"]
-    if ax is None:
-        fig = new_figure((9.5, 3.6), layout="constrained")
-        ax1, ax2 = fig.subplots(1, 2)
-    else:
-        ax1, ax2 = ax
-        fig = np.ravel(ax)[0].figure
+    fig, (ax1, ax2) = axes_row(ax, 2, (9.5, 3.6))
     tt = np.geomspace(taus[0], taus[-1], 50)
     ax1.plot(tt, float(U.isserlis_factor(iwslt_d, iwslt_n, iwslt_rho)) * (tt / ts_iw) ** 2,
              "-", color="C0", lw=1.2, label="Eqs. 46-47: (τ/τ*)²")
@@ -198,10 +191,9 @@ def plot_eq47(data: dict, ax=None):
     ax1.axvline(paper_tau, color="C3", ls=":", lw=1.2, label=f"paper's τ = {paper_tau:g}")
     log_x(ax1, taus)
     ax1.set_yscale("log")
-    ax1.set_xlabel("logit multiplier τ")
-    ax1.set_ylabel("||∂S/∂W_Q||² / ||∂S/∂W_V||²")
-    legend(ax1)
-    title(ax1, f"noci22 C.3: IWSLT'14 (d = {iwslt_d}, n = {iwslt_n}, ρ = {iwslt_rho:g})")
+    decorate(ax1, "logit multiplier τ", "||∂S/∂W_Q||² / ||∂S/∂W_V||²",
+             f"noci22 C.3: IWSLT'14 (d = {iwslt_d}, n = {iwslt_n}, ρ = {iwslt_rho:g})",
+             frameon=False)
     idx = np.arange(len(cells))
     ax2.errorbar(idx, [c["ratio"] for c in cells], yerr=[2 * c["se"] for c in cells],
                  fmt="o", ms=4, color="C0", label="at τ = τ*")
@@ -212,10 +204,8 @@ def plot_eq47(data: dict, ax=None):
     ax2.set_yscale("log")
     ax2.set_xticks(idx, [f"{c['n']},{c['d']},{c['rho']:g}" for c in cells], rotation=60,
                    fontsize=6)
-    ax2.set_xlabel("n, d, ρ")
-    ax2.set_ylabel("query / value gradient")
-    legend(ax2)
-    title(ax2, "noci22 Eq. 47: τ* equalises the gradients")
+    decorate(ax2, "n, d, ρ", "query / value gradient", "noci22 Eq. 47: τ* equalises the gradients",
+             frameon=False)
     return fig
 
 
@@ -265,10 +255,9 @@ def eq47(*, seed: int = 0, device: str = "cpu", ns: Sequence[int] = (8, 32),
                      iwslt_n=iwslt_n, iwslt_rho=iwslt_rho, iwslt_draws=iwslt_draws,
                      paper_tau=paper_tau)
     checks = eq47_checks(data)
-    fig = plot_eq47(data)
     notes = (f"One head, W ~ N(0, 1/d), tokens as in noci22 A.2 with σ_x² = 1 (LayerNorm-ed), "
              f"{draws} draws per cell and {iwslt_draws} at the IWSLT'14 size; Jacobians in "
              "closed form (checked against torch autograd, and through sigprop.nn's "
              "--scaling tau attention). IWSLT'14: noci22's Table 3 model (hidden size 512; "
              "τ* does not depend on the head width) with n = 25, a typical sentence length.")
-    return Experiment(data["frame"], _eq47_table(data), checks, fig, notes)
+    return Experiment(data["frame"], _eq47_table(data), checks, plot_eq47, data, notes)

@@ -9,18 +9,16 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from ...plotting.figures import new_figure
 from ...theory import uniform as U
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register, slope
+from ..plots import axes_row, decorate
 from .common import (
     Z,
-    legend,
     rng_of,
     slope_se,
     softmax,
     swap,
-    title,
     z_dev,
 )
 
@@ -140,12 +138,7 @@ def plot_fig7(data: dict, ax=None):
     d_v, dk, draws, fit_range = data["d_v"], data["dk"], data["draws"], data["fit_range"]
     large_range, n, pts, s_fit = data["large_range"], data["n"], data["pts"], data["s_fit"]
     s_large = data["s_large"]
-    if ax is None:
-        fig = new_figure((9.5, 3.6), layout="constrained")
-        ax1, ax2 = fig.subplots(1, 2)
-    else:
-        ax1, ax2 = ax
-        fig = np.ravel(ax)[0].figure
+    fig, (ax1, ax2) = axes_row(ax, 2, (9.5, 3.6))
     ax1.errorbar(dk, [p["dev"][0] for p in pts], yerr=[2 * p["dev"][1] for p in pts],
                  fmt="o", ms=4, color="C0", label=f"simulation ({draws} draws)")
     ax1.plot(dk, [p["law"] for p in pts], "-", color="C0", lw=1.2,
@@ -158,10 +151,8 @@ def plot_fig7(data: dict, ax=None):
                 label=f"fit: slope {s_large:.2f}")
     ax1.set_xscale("log")
     ax1.set_yscale("log")
-    ax1.set_xlabel("d_k")
-    ax1.set_ylabel("‖A - 11ᵀ/n‖²_F / n²")
-    legend(ax1)
-    title(ax1, f"noci22 Fig. 7: d_v = {d_v}, n = {n}")
+    decorate(ax1, "d_k", "‖A - 11ᵀ/n‖²_F / n²", f"noci22 Fig. 7: d_v = {d_v}, n = {n}",
+             frameon=False)
     ax2.errorbar(dk, [p["m2"][0] for p in pts], yerr=[2 * p["m2"][1] for p in pts], fmt="o",
                  ms=4, color="C1", label="E M_ij² (simulation)")
     ax2.plot(dk, [p["eq43"] for p in pts], "-", color="C1", lw=1.2, label="Eq. 43")
@@ -169,9 +160,7 @@ def plot_fig7(data: dict, ax=None):
                  fmt="s", ms=4, color="C3", label="‖∂A/∂M - I⊗L/n‖²/n² (Thm A.2)")
     ax2.set_xscale("log")
     ax2.set_yscale("log")
-    ax2.set_xlabel("d_k")
-    legend(ax2)
-    title(ax2, "noci22 Lemma A.7 / Thm A.2")
+    decorate(ax2, "d_k", None, "noci22 Lemma A.7 / Thm A.2", frameon=False)
     return fig
 
 
@@ -219,9 +208,8 @@ def fig7(*, seed: int = 0, device: str = "cpu", n: int = 16, d_v: int = 100,
     data = fig7_data(seed=seed, n=n, d_v=d_v, d_ks=d_ks, draws=draws, fit_range=fit_range,
                      large_range=large_range)
     checks = fig7_checks(data)
-    fig = plot_fig7(data)
     notes = (f"n = {n} (not stated in the paper), d_v = {d_v}, one fixed input with N(0, 1) "
              f"entries, Glorot W_Q, W_K (variance 2/(d_v + d_k)), {draws} draws per d_k (the "
              "paper: 200). X W_Q is drawn with its exact Gaussian law (columns i.i.d. "
              "N(0, σ_k² X Xᵀ)), so large d_k costs n d_k per draw.")
-    return Experiment(data["frame"], _fig7_table(data), checks, fig, notes)
+    return Experiment(data["frame"], _fig7_table(data), checks, plot_fig7, data, notes)
