@@ -35,7 +35,7 @@ This package exports the names of its modules that scripts and tests use
 (``from sigprop.analysis import longctx_model as lm; lm.run(...)``).
 """
 
-from ...measurement.rates import matmul_rate  # here before it moved to measurement/rates.py
+from ...measurement.rates import matmul_rate  # defined here before measurement/rates.py
 from .capture import (
     MODEL_TOL,
     Capture,

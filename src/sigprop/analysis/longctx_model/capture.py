@@ -11,6 +11,7 @@ refuses a layer it does not model (a position bias, soft-capping, in-module RoPE
 
 from __future__ import annotations
 
+import inspect
 import math
 from collections.abc import Callable
 from contextlib import ExitStack
@@ -64,8 +65,8 @@ class LayerFit:
 
 
 def _bound(module, args, kwargs) -> dict:
-    import inspect
-
+    """The arguments of one call of ``module`` by name (only the keywords when its forward's
+    signature does not take them)."""
     try:
         return dict(inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments)
     except TypeError:
