@@ -60,7 +60,8 @@ def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o
     return qa, pa
 
 
-def mlp_map(q, p, *, activation: str, var_w_in, var_w_out, var_b, moe=None, glu_shift=0.0):
+def mlp_map(q, p, *, activation: str, var_w_in, var_w_out, var_b, moe: MoEParams | None = None,
+            glu_shift=0.0):
     """(q, p) after the two-layer MLP (docs/theory.md §2.5, gg25 Eqs. 17-18). ``moe``
     (:attr:`BlockParams.moe`, docs/theory.md §2.5.2): a mixture of experts, whose routed
     part is the dense map times the routing factors ``c^2 (A, B)`` of :func:`.moe.factors`,
@@ -76,18 +77,61 @@ def mlp_map(q, p, *, activation: str, var_w_in, var_w_out, var_b, moe=None, glu_
     qh, ph = var_w_out * k_diag + var_b, var_w_out * k_off + var_b
     if moe is None:
         return qh, ph
-    E, k, var_r, weighting, scale, sh_in, sh_out, sh_gate = moe
-    A, B = _moe.factors(E, k, var_r, weighting, q, p)
-    qh, ph = scale**2 * A * qh, scale**2 * B * ph
-    if sh_in is not None:
-        qs, ps = mlp_map(q, p, activation=activation, var_w_in=sh_in, var_w_out=sh_out,
-                         var_b=var_b)
-        if sh_gate is not None:
-            qq = np.asarray(q, dtype=np.float64)
-            gd, go = kernels.gate_kernel(sh_gate * qq, sh_gate * np.clip(p, -qq, qq))
+    A, B = _moe.factors(moe.experts, moe.top_k, moe.router_var, moe.weighting, q, p)
+    qh, ph = moe.scale**2 * A * qh, moe.scale**2 * B * ph
+    if moe.shared_var_in is not None:
+        qs, ps = mlp_map(q, p, activation=activation, var_w_in=moe.shared_var_in,
+                         var_w_out=moe.shared_var_out, var_b=var_b)
+        if moe.shared_gate_var is not None:
+            qq, g = np.asarray(q, dtype=np.float64), moe.shared_gate_var
+            gd, go = kernels.gate_kernel(g * qq, g * np.clip(p, -qq, qq))
             qs, ps = gd * qs, go * ps
         qh, ph = qh + qs, ph + ps
     return qh, ph
+
+
+@dataclass(frozen=True, kw_only=True)
+class MoEParams:
+    """A mixture-of-experts MLP (docs/theory.md §2.5.2, :class:`~sigprop.spec.LayerSpec`'s
+    ``moe_*`` fields): ``experts`` routed experts of which ``top_k`` per token, the router's
+    variance ``router_var``, its ``weighting`` rule and output ``scale``; a shared expert's
+    ``shared_var_in``, ``shared_var_out`` and sigmoid gate ``shared_gate_var`` (None
+    without)."""
+
+    experts: int
+    top_k: int
+    router_var: float
+    weighting: str
+    scale: float
+    shared_var_in: float | None
+    shared_var_out: float | None
+    shared_gate_var: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CrossParams:
+    """Cross-attention over an encoder output (docs/theory.md §2.8): the per-head score stds
+    ``sigma_s``, the value and output variances ``var_v``, ``var_o``, and the memory's length
+    ``memory_len``, token state ``memory_q`` and cosine ``memory_rho``."""
+
+    sigma_s: np.ndarray
+    var_v: float
+    var_o: float
+    memory_len: int
+    memory_q: float
+    memory_rho: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class MixerMap:
+    """A measured residual map in place of a whole block (a hybrid stack's non-attention
+    mixer, docs/theory.md §2.8.1): the measured input ``q_in``, ``cos_in`` and output
+    ``q_out``, ``cos_out`` (:attr:`~sigprop.spec.LayerSpec.mixer_map`)."""
+
+    q_in: float
+    cos_in: float
+    q_out: float
+    cos_out: float
 
 
 @dataclass(frozen=True)
@@ -111,9 +155,8 @@ class BlockParams:
     heads: int = 1
     ln_fluct: bool = True
     parallel: bool = False
-    #: cross-attention over an encoder output: (per-head score stds, var_v, var_o, memory
-    #: length, memory q, memory cosine), or None
-    cross: tuple | None = None
+    #: cross-attention over an encoder output, or None
+    cross: CrossParams | None = None
     #: normalised branch outputs (attention, MLP mean squared gains), or None
     branch_gain2: tuple | None = None
     head_scale: np.ndarray | None = None  # per-head score std / sigma_s0 (RMS 1)
@@ -122,12 +165,11 @@ class BlockParams:
     sink: np.ndarray | None = None
     #: output gate ``(var_g, gate bias mean square)`` (docs/theory.md §2.4.4), or None
     gate: tuple | None = None
-    #: mixture-of-experts MLP ``(E, k, router var, weighting, scale, shared var_in,
-    #: shared var_out, shared gate var)`` (docs/theory.md §2.5.2), or None
-    moe: tuple | None = None
-    #: a measured residual map ``(q_in, cos_in, q_out, cos_out)`` in place of the whole block
-    #: (a hybrid stack's non-attention mixer, docs/theory.md §2.8.1), or None
-    mixer: tuple | None = None
+    #: mixture-of-experts MLP (docs/theory.md §2.5.2), or None
+    moe: MoEParams | None = None
+    #: a measured residual map in place of the whole block (a hybrid stack's non-attention
+    #: mixer, docs/theory.md §2.8.1), or None
+    mixer: MixerMap | None = None
     #: constant shift of a gated MLP's up branch (docs/theory.md §2.5.3), 0 for none
     glu_shift: float = 0.0
 
@@ -162,9 +204,12 @@ class BlockParams:
             if lay.gate_var is not None:
                 base["gate"] = (lay.gate_var, lay.gate_bias2)
             if lay.moe_experts is not None:
-                base["moe"] = (lay.moe_experts, lay.moe_top_k, lay.moe_router_var,
-                               lay.moe_weighting, lay.moe_scale, lay.moe_shared_var_in,
-                               lay.moe_shared_var_out, lay.moe_shared_gate_var)
+                base["moe"] = MoEParams(
+                    experts=lay.moe_experts, top_k=lay.moe_top_k,
+                    router_var=lay.moe_router_var, weighting=lay.moe_weighting,
+                    scale=lay.moe_scale, shared_var_in=lay.moe_shared_var_in,
+                    shared_var_out=lay.moe_shared_var_out,
+                    shared_gate_var=lay.moe_shared_gate_var)
             if lay.glu_shift:
                 base["glu_shift"] = lay.glu_shift
             if lay.measured:
@@ -172,11 +217,13 @@ class BlockParams:
                     raise SpecError("layers.mixer_map", f"layer {layer or 1} is a measured "
                                     "mixer without its measured map (sigprop diagnose fills "
                                     "it from the measurement)")
-                base["mixer"] = lay.mixer_map
+                q_in, c_in, q_out, c_out = lay.mixer_map
+                base["mixer"] = MixerMap(q_in=q_in, cos_in=c_in, q_out=q_out, cos_out=c_out)
             if lay.cross_sigma_s is not None:
-                base["cross"] = (np.asarray(lay.cross_sigma_s, dtype=np.float64),
-                                 lay.cross_var_v, lay.cross_var_o, spec.memory_len,
-                                 spec.memory_q, spec.memory_rho)
+                base["cross"] = CrossParams(
+                    sigma_s=np.asarray(lay.cross_sigma_s, dtype=np.float64),
+                    var_v=lay.cross_var_v, var_o=lay.cross_var_o, memory_len=spec.memory_len,
+                    memory_q=spec.memory_q, memory_rho=spec.memory_rho)
         base.update(override)
         return cls(**base)
 
@@ -356,7 +403,9 @@ def cross_map(qa, pa, bp: BlockParams):
     ``rho = pa / qa`` of it (their queries' cosine), so ``Y2 = Y2(T_m, v)`` and ``Yx = Yx(T_m,
     v, rho)``; the values give ``s_v^2 [p_m + (q_m - p_m) Y]`` (docs/theory.md §2.4), times
     ``s_o^2``. Heads are averaged as in :func:`_head_stats`."""
-    sig, var_v, var_o, T_m, q_m, r_m = bp.cross
+    cr = bp.cross
+    sig, var_v, var_o = cr.sigma_s, cr.var_v, cr.var_o
+    T_m, q_m, r_m = cr.memory_len, cr.memory_q, cr.memory_rho
     rho = np.clip(cos_of(pa, qa), 0.0, 1.0)
     v = (np.asarray(qa, dtype=np.float64)[..., None] * sig**2) * q_m * (1.0 - r_m)
     if T_m < 2:
@@ -379,7 +428,8 @@ def measured_map(q, p, bp: BlockParams, *, branch_scale=1.0):
     ``q'``. post-LN: the block's output is normalised, so ``q' = 1`` and ``cos' = cos +
     (cos_out - cos_in)`` (clipped to [-1, 1]). Both return the measured output exactly when
     the theory's input is the measured one."""
-    q_in, c_in, q_out, c_out = bp.mixer
+    mx = bp.mixer
+    q_in, c_in, q_out, c_out = mx.q_in, mx.cos_in, mx.q_out, mx.cos_out
     q = np.asarray(q, dtype=np.float64)
     if bp.norm == "post":
         c = np.clip(cos_of(p, q) + (c_out - c_in), -1.0, 1.0)
