@@ -12,6 +12,7 @@ import pytest
 
 from sigprop.measurement.bounds import entropy_floor
 from sigprop.models.presets import PRESETS, shrink
+from sigprop.spec import SpecError
 
 from ..clirun import sigprop
 
@@ -307,9 +308,9 @@ def test_compare_reports_kept_and_it_separates_identity_from_scrambling_fixes():
     tokens' own directions (kept measured -0.02 to 0.01 at T 16, 32 and 64; bound 0.1), as
     in the baseline. docs/fixes.md, "Training the fixes": the eight fixes that learn there
     keep 0.52-1.00, the four that do not 0.00-0.02."""
-    from sigprop.analysis.compare import compare
+    from sigprop.analysis.ranking import rank_fixes
 
-    c = compare("bert-tiny-collapse", "rezero,centred", seq_len=16)
+    c = rank_fixes("bert-tiny-collapse", "rezero,centred", seq_len=16)
     got = {r.method: r.measured for r in c.rows}
     assert got["rezero"]["kept"] == pytest.approx(1.0, abs=1e-5)
     assert abs(got["centred"]["kept"]) < 0.1
@@ -326,7 +327,7 @@ def test_compare_reports_kept_and_it_separates_identity_from_scrambling_fixes():
 def test_input_lost_only_overrides_a_trainable_verdict_with_kept_within_noise_of_zero():
     import torch
 
-    from sigprop.analysis.compare import KEPT_Z, _with_kept, _worst, kept_floor
+    from sigprop.analysis.ranking import KEPT_Z, _with_kept, _worst, kept_floor
     from sigprop.measurement.observables import kept
 
     f = kept_floor(128, 128)
@@ -351,3 +352,17 @@ def test_input_lost_only_overrides_a_trainable_verdict_with_kept_within_noise_of
     assert float(vals.abs().max()) < kept_floor(128, 128)
     assert _worst(["trainable", "input_lost"]) == "input_lost"
     assert _worst(["input_lost", "rank_collapse"]) == "rank_collapse"
+
+
+def test_old_names_of_the_fix_ranking_still_import():
+    """``sigprop.analysis.compare.compare`` / ``FixComparison`` are the ranking's old names
+    (a release of overlap); the ranking takes the one parameter form, the CLI's strings with
+    a FutureWarning, before any work."""
+    from sigprop.analysis import compare as old
+    from sigprop.analysis import ranking
+
+    assert old.compare is ranking.rank_fixes and old.FixComparison is ranking.FixRanking
+    assert old.RANKING == ranking.RANKING
+    with pytest.warns(FutureWarning, match="pass a dict"), \
+            pytest.raises(SpecError, match="train_steps"):
+        ranking.rank_fixes("bert-tiny-collapse", "softcap", ["softcap.cap=30"], train_steps=-1)

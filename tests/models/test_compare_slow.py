@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from sigprop import models as hf
-from sigprop.analysis.compare import compare
+from sigprop.analysis.ranking import rank_fixes
 
 pytestmark = pytest.mark.slow
 
@@ -30,7 +30,7 @@ THEORY_GAP = 0.03
 @pytest.fixture(scope="module")
 def deep48():
     t0 = time.perf_counter()
-    c = compare("bert-deep-48", "all", seq_len=128)
+    c = rank_fixes("bert-deep-48", "all", seq_len=128)
     return c, time.perf_counter() - t0
 
 
@@ -46,7 +46,7 @@ def test_bert_deep_48_compare_acceptance(deep48):
 
 @pytest.mark.parametrize("model, T", [("bert-deep-48", 128), ("gpt2", 256)])
 def test_theory_tracks_every_method_it_reaches(model, T):
-    c = compare(model, "all", seq_len=T, seeds=2)
+    c = rank_fixes(model, "all", seq_len=T, seeds=2)
     assert c.seeds == 2
     gaps = {r.method: abs(r.predicted["cos_final"] - r.measured["cos_final"])
             for r in c.rows if r.error is None and r.predicted is not None}
@@ -64,7 +64,7 @@ def test_x10_qk_bert_leaves_entropy_collapse(tmp_path):
             lay.attention.self.key.weight.mul_(10.0)
     m.config.vocab_size = 4096
     m.save_pretrained(str(tmp_path / "x10"), safe_serialization=True)
-    c = compare(str(tmp_path / "x10"), "sigma-reparam,qk-norm,softcap", seq_len=128)
+    c = rank_fixes(str(tmp_path / "x10"), "sigma-reparam,qk-norm,softcap", seq_len=128)
     assert c.baseline["verdict"] == "entropy_collapse"
     for r in c.rows:
         assert r.verdict != "entropy_collapse", (r.method, r.measured)

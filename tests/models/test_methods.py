@@ -403,3 +403,73 @@ def test_norms_removed_from_a_pre_ln_stack_start_from_the_measured_embedding_nor
     meas = t[(t.source == "measured") & (t.observable == "cos") & (t.layer == 6)].value.mean()
     pred = float(depth.final_cos(rep.after, rho0=d0.rho0))
     assert abs(pred - float(meas)) < 0.005, (pred, meas)
+
+
+# ---- sigprop's own methods: the fix API of the old keywords -----------------------------------
+@pytest.mark.parametrize("kw, names, params", [
+    (dict(beta=0.5), ["beta"], {"beta": {"beta": 0.5}}),
+    (dict(alpha_attn="auto"), ["alpha"], {}),
+    (dict(alpha_attn=2), ["alpha"], {"alpha": {"alpha": 2.0}}),
+    (dict(centred=True), ["centred"], {}),
+    (dict(scaling="log-n"), ["length-scaling"],
+     {"length-scaling": {"kind": "log-n", "param": None}}),
+    (dict(scaling="tau", scaling_param=0.8), ["length-scaling"],
+     {"length-scaling": {"kind": "tau", "param": 0.8}}),
+    (dict(scaling="none"), [], {}),
+])
+def test_old_keywords_name_their_methods(kw, names, params):
+    assert M.from_keywords(**kw) == (names, params)
+
+
+@pytest.mark.parametrize("kw, field", [(dict(beta=-1), "beta"), (dict(alpha_attn=0), "alpha_attn"),
+                                       (dict(scaling="cubic"), "scaling")])
+def test_old_keywords_are_checked_under_their_names(kw, field):
+    with pytest.raises(SpecError) as err:
+        M.from_keywords(**kw)
+    assert err.value.field == field
+
+
+@pytest.mark.parametrize("family", ["bert-base-uncased", "gpt2"])
+def test_own_methods_act_together_as_one_apply_fix(family):
+    """beta, alpha auto, centred and a length scaling through the registry (in any order)
+    give the weights and the config record of one ``apply_fix`` call with the old keywords:
+    alpha's auto default sees the new beta and the scaling, no method's record overwrites
+    another's."""
+    kw = dict(beta=0.8, alpha_attn="auto", centred=True, scaling="log-n")
+    ref = _model(family, layers=6, initializer_range=0.05)
+    got = copy.deepcopy(ref)
+    spec, _ = hf.spec_and_info(ref.config, 16)
+    old = hf.apply_fix(ref, seq_len=16, rho0=spec.rho_init, **kw)
+    names, params = M.from_keywords(**kw)
+    rep = M.apply_methods(got, names[::-1], params, M.context_for(got, spec))
+    assert [a["name"] for a in rep.applied] == names[::-1]
+    for (n, a), b in zip(ref.state_dict().items(), got.state_dict().values(), strict=True):
+        assert torch.equal(a, b), n
+    rec = dict(got.config.sigprop_fix)
+    assert rec.pop("applied") == names[::-1] and rec.pop("methods") == []
+    assert rec == old.record
+    assert rep.changes == old.changes
+    assert rep.after.attention == "centred" and rep.after.scaling == "log-n"
+
+
+def test_method_params_are_one_dict_form():
+    assert M.method_params(None, ["softcap"]) == {}
+    assert M.method_params({"softcap": {"cap": 30}}, ["softcap"]) == {"softcap": {"cap": 30}}
+    with pytest.raises(SpecError, match="'admin' is not among the chosen methods"):
+        M.method_params({"admin": {"omega": 2}}, ["softcap"])
+    with pytest.raises(SpecError, match="must be a dict"):
+        M.method_params({"softcap": 30}, ["softcap"])
+    with pytest.warns(FutureWarning, match="pass a dict"):
+        got = M.method_params(["softcap.cap=30"], ["softcap"], caller="fix")
+    assert got == {"softcap": {"cap": "30"}}
+
+
+def test_fix_old_keywords_warn_and_name_the_method(tmp_path):
+    """The warning comes before any work (here: the request is refused at once)."""
+    import sigprop
+
+    with pytest.warns(FutureWarning, match="fix\\(beta=0.5\\) is deprecated.*'beta'"), \
+            pytest.raises(SpecError, match="named twice"):
+        sigprop.fix("bert-base-uncased", tmp_path / "o", beta=0.5, methods="beta")
+    with pytest.raises(SpecError, match="needs --method"):
+        sigprop.fix("bert-base-uncased", tmp_path / "o", params={"beta": {"beta": 1}})

@@ -47,7 +47,8 @@ def measure(spec: ArchSpec | None = None, *, seeds: int = 4, sequences: int = 2,
     ``seeds`` initialisations x ``sequences`` inputs (``input``: rho | isometric | text) and
     put the theory beside it, taken at ``rho0`` or else at the measured input cosine.
     ``methods``: registered fixes applied to the stack first (``sigprop fix --list``;
-    :func:`sigprop.models.methods.stack.fix_spec`), with ``method_params`` per method; the
+    :func:`sigprop.models.methods.stack.fix_spec`), with ``method_params`` as
+    ``{method: {name: value}}`` (the form ``fix`` takes); the
     result's ``spec`` is the fixed one and ``info["methods"]`` says what changed."""
     import pandas as pd
     import torch

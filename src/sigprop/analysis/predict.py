@@ -56,7 +56,9 @@ def predict(spec: ArchSpec | None = None, *, rho0: float | None = None,
     ``fields`` override the spec's (``predict(depth=48, beta=0.5)``). ``rho0``: the input
     cosine (default the spec's, else 0); ``asymptotic``: the T -> infinity limit instead of
     finite T. ``methods``: registered fixes applied to sigprop's stack of the spec first
-    (:func:`sigprop.models.methods.stack.fix_spec`; ``seed``: the draw sigma-reparam reads).
+    (:func:`sigprop.models.methods.stack.fix_spec`), ``method_params`` their parameters as
+    ``{method: {name: value}}`` (the form ``fix`` takes); ``seed``: the draw sigma-reparam
+    reads.
     Bad values raise :class:`~sigprop.spec.SpecError` naming the field."""
     from ..theory import depth, diagram
 

@@ -18,6 +18,7 @@ from .common import (
     emit_json,
     fail,
     progress,
+    stack_methods,
     write_report_file,
 )
 
@@ -113,7 +114,6 @@ def fix_cmd(model: str | None = typer.Argument(None, help="preset name or local 
     """Patch a model against rank / entropy collapse, write it to --out (config.json +
     safetensors, reloadable without remote code) and show the diagnosis before and after;
     or, with --compare, apply every fix to the model and rank them."""
-    from ..analysis import diagnose as dg
     from ..analysis import fix as fx
     from ..spec import SCALINGS
 
@@ -127,26 +127,26 @@ def fix_cmd(model: str | None = typer.Argument(None, help="preset name or local 
         if scaling is not None or scaling_param is not None:
             fail("--longctx: gives the scaling itself; drop --scaling / --scaling-param")
         scaling, scaling_param = _recommended(longctx)
-    legacy = beta is not None or a is not None or centred or scaling is not None
+    flags = beta is not None or a is not None or centred or scaling is not None
     if seq_len is not None and not 2 <= seq_len <= 2**20:
         fail(f"--seq-len: must be an integer in [2, 1048576] (got {seq_len})")
     if not 0 <= train_steps <= 100_000:
         fail(f"--train-steps: must be an integer in [0, 100000] (got {train_steps})")
     if compare is not None:
-        if legacy or method is not None or out is not None or report is not None:
+        if flags or method is not None or out is not None or report is not None:
             fail("--compare: measures every fix on the model as it is; drop --method, "
                  "--beta, --alpha-attn, --centred, --scaling, --out and --report (apply the "
                  "recommendation with --method)")
         check_output_file("--plot", plot, ("png", "svg", "pdf"))
-        _compare(model, compare, param, seq_len, 1 if seeds is None else seeds, sequences,
-                 device, seed, train_steps, fmt, no_timing, wide, plot)
+        _rank(model, compare, param, seq_len, 1 if seeds is None else seeds, sequences,
+              device, seed, train_steps, fmt, no_timing, wide, plot)
         return
     if plot is not None:
         fail("--plot: only with --compare (the fixed model's figures: sigprop diagnose OUT "
              "--report)")
     if train_steps:
         fail("--train-steps: only with --compare")
-    if not legacy and method is None:
+    if not flags and method is None:
         fail("fix: give at least one of --method, --compare, --beta, --alpha-attn, "
              "--centred, --scaling (sigprop fix --list names the methods)")
     if out is None:
@@ -155,12 +155,34 @@ def fix_cmd(model: str | None = typer.Argument(None, help="preset name or local 
         fail(f"--scaling: must be one of {', '.join(SCALINGS)} (got {scaling!r})")
     check_output_dir("--out", out)
     check_output_file("--report", report, ("html", "htm"))
-    kw = dict(beta=beta, alpha_attn=a, centred=centred, scaling=scaling,
-              scaling_param=scaling_param, methods=method, params=param, seq_len=seq_len,
-              seeds=2 if seeds is None else seeds, sequences=sequences, device=device,
-              seed=seed)
+    names, params = _fix_request(method, param, beta=beta, alpha_attn=a, centred=centred,
+                                 scaling=scaling, scaling_param=scaling_param)
     with progress(fmt, "fix", 4) as tick:
-        r = fx.fix(model, out, on_stage=tick and (lambda s: tick(description=s)), **kw)
+        r = fx.fix(model, out, methods=names, params=params, seq_len=seq_len,
+                   seeds=2 if seeds is None else seeds, sequences=sequences, device=device,
+                   seed=seed, on_stage=tick and (lambda s: tick(description=s)))
+    _print_fix(model, out, r, report, fmt, no_timing, wide)
+
+
+def _fix_request(method: str | None, param: list[str] | None, **flags
+                 ) -> tuple[list[str], dict]:
+    """The registry's request of ``sigprop fix``: the fix flags (``--beta``,
+    ``--alpha-attn``, ``--centred``, ``--scaling``, ``--scaling-param``) as the methods they
+    name (:func:`sigprop.models.methods.from_keywords`, the translation ``fix(beta=...)``
+    makes with a FutureWarning; none here), then ``--method`` with its ``--param``
+    strings."""
+    from ..models.methods import from_keywords
+
+    names, params = from_keywords(**flags)
+    chosen, given = stack_methods(method, param)
+    return names + (chosen or []), {**params, **(given or {})}
+
+
+def _print_fix(model: str, out: str, r, report: str | None, fmt, no_timing: bool,
+               wide: bool) -> None:
+    """The fix's result: the HTML report if asked, then JSON, CSV or the console table."""
+    from ..analysis import diagnose as dg
+
     before, rep, after = r.before, r.report, r.after
     if report is not None:
         write_report_file(report, after, fix=(before, rep))
@@ -196,18 +218,22 @@ def _stages(console, label: str):
         yield lambda s: console.print(f"{label}: {s}", markup=False, highlight=False)
 
 
-def _compare(model, which, param, seq_len, seeds, sequences, device, seed, train_steps, fmt,
+def _rank(model, which, param, seq_len, seeds, sequences, device, seed, train_steps, fmt,
              no_timing, wide, plot) -> None:
     from rich.console import Console
 
-    from ..analysis.compare import compare
+    from ..analysis.ranking import rank_fixes
+    from ..models.methods import parse_methods, parse_params
 
+    names = parse_methods(which)
+    params = parse_params(param, names)
     # table: a bar on stdout, before the table; JSON / CSV: stdout holds the result, so a bar
     # on stderr, or one line per stage where stderr is a log file or a pipe
     progress = None if fmt == Fmt.table else Console(stderr=True)
     with _stages(progress, "comparing fixes") as stage:
-        c = compare(model, which, param, seq_len=seq_len, seeds=seeds, sequences=sequences,
-                    device=device, seed=seed, train_steps=train_steps, on_method=stage)
+        c = rank_fixes(model, names, params, seq_len=seq_len, seeds=seeds,
+                       sequences=sequences, device=device, seed=seed, train_steps=train_steps,
+                       on_method=stage)
     if plot is not None:
         c.plot(plot)
     if fmt == Fmt.json:

@@ -46,12 +46,13 @@ from .base import (
     register,
     theory_spec,
 )
+from .own import apply_together, from_keywords, is_spec_field, resolve_together
 from .parts import block_parts, weight_of
 
 __all__ = ["REGISTRY", "Context", "Effect", "Method", "MethodsReport", "Param", "apply_methods",
-           "get", "names", "needs_attention", "parse_methods", "parse_params", "recorded",
-           "register", "restore_methods", "runtime_effect", "theory_spec"]
-
+           "from_keywords", "get", "is_spec_field", "method_params", "names", "needs_attention",
+           "parse_methods", "parse_params", "recorded", "register", "restore_methods",
+           "runtime_effect", "theory_spec"]
 
 
 #: the tables' order: score scale, residual, variances, attention matrix, structure;
@@ -104,6 +105,30 @@ def parse_params(items: list[str] | None, methods: list[str]) -> dict[str, dict[
     return out
 
 
+def method_params(params: dict[str, dict[str, Any]] | list[str] | tuple[str, ...] | None,
+                  methods: list[str], *, caller: str = "") -> dict[str, dict[str, Any]]:
+    """Method parameters in their one Python form, ``{method: {param: value}}`` (as
+    ``predict``, ``measure``, ``fix`` and ``rank_fixes`` take them), checked: every key is a
+    chosen method. The command line's ``METHOD.NAME=VALUE`` strings (:func:`parse_params`)
+    are still taken from Python for a release, with a FutureWarning naming ``caller``."""
+    if params is None:
+        return {}
+    if isinstance(params, list | tuple):
+        import warnings
+
+        warnings.warn(f"{caller or 'method'} params as METHOD.NAME=VALUE strings are "
+                      "deprecated: pass a dict {method: {name: value}}", FutureWarning,
+                      stacklevel=3)
+        return parse_params(list(params), methods)
+    if not isinstance(params, dict) or not all(isinstance(v, dict) for v in params.values()):
+        raise SpecError("param", "must be a dict {method: {name: value}}")
+    for meth in params:
+        if meth not in methods:
+            raise SpecError("param", f"{meth!r} is not among the chosen methods "
+                                     f"({', '.join(methods)})")
+    return {m: dict(v) for m, v in params.items()}
+
+
 @dataclass
 class MethodsReport:
     """What :func:`apply_methods` did: per method its resolved parameters, one line per
@@ -140,7 +165,9 @@ def context_for(model, spec: ArchSpec, rho0: float | None = None,
 def apply_methods(model, chosen: list[str], params: dict[str, dict[str, Any]] | None,
                   ctx: Context) -> MethodsReport:
     """Apply ``chosen`` methods (in order) to the HF ``model`` in place and record them in
-    ``model.config.sigprop_fix["methods"]`` (appended to what is there)."""
+    ``model.config.sigprop_fix["methods"]`` (appended to what is there). sigprop's own
+    methods (beta, alpha, centred, length-scaling) act together at the place of the first of
+    them, in the spec's order (:mod:`.own`)."""
     from ..fixes import FIX_VERSION, set_runtime_attention
 
     parts = block_parts(model)
@@ -150,8 +177,19 @@ def apply_methods(model, chosen: list[str], params: dict[str, dict[str, Any]] | 
     effect = Effect(depth=ctx.depth)
     applied, changes = [], []
     params = params or {}
+    together = [n for n in chosen if is_spec_field(n)]
+    base = ctx.spec  # sigprop's own methods change the spec itself, the others map it
     for name in chosen:
         m = get(name)
+        if name in together[1:]:
+            continue  # applied with the first of sigprop's own methods
+        if name in together:  # all of them at once, in the spec's order (own.py)
+            resolved = resolve_together(ctx, together, params)
+            rep = apply_together(model, [(get(n), resolved[n]) for n in together], ctx)
+            changes.extend(rep.changes)
+            base = rep.after
+            applied += [{"name": n, "params": resolved[n]} for n in together]
+            continue
         p = m.resolve(ctx, params.get(name))
         lines = m.apply(model, parts, p, ctx, effect)
         changes.extend(lines or [f"{m.title}: {m.describe(p)}"])
@@ -165,7 +203,7 @@ def apply_methods(model, chosen: list[str], params: dict[str, dict[str, Any]] | 
     model.config.sigprop_fix = rec
     if any(get(a["name"]).attention_ops for a in applied):
         set_runtime_attention(model)
-    after = None if effect.measured_only else theory_spec(ctx.spec, effect, ctx.embed_q)
+    after = None if effect.measured_only else theory_spec(base, effect, ctx.embed_q)
     return MethodsReport(applied, changes, effect, ctx.spec, after)
 
 

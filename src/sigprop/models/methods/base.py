@@ -26,7 +26,7 @@ from ...spec import ArchSpec, LayerSpec, SpecError
 class Param:
     """One parameter of a method: ``default`` a value or a function of the :class:`Context`
     (depth- and T-dependent defaults); numbers checked against ``[lo, hi]``, strings against
-    ``choices``."""
+    ``choices``; ``optional``: None is a value too (it means what ``help`` says)."""
 
     name: str
     help: str
@@ -34,6 +34,7 @@ class Param:
     lo: float | None = None
     hi: float | None = None
     choices: tuple[str, ...] | None = None
+    optional: bool = False
 
     def value(self, ctx: Context) -> Any:
         return self.default(ctx) if callable(self.default) else self.default
@@ -42,6 +43,8 @@ class Param:
         """``value`` parsed (strings from the command line) and range-checked, or a SpecError
         naming ``method.param`` and its allowed values."""
         where = f"{method}.{self.name}"
+        if value is None and self.optional:
+            return None
         if self.choices is not None:
             v = str(value)
             if v not in self.choices:
@@ -157,7 +160,9 @@ class Method:
         return {p.name: p.value(ctx) for p in self.params}
 
     def resolve(self, ctx: Context, given: dict[str, Any] | None = None) -> dict[str, Any]:
-        """Defaults for ``ctx`` overridden by ``given`` (checked; unknown names refused)."""
+        """Defaults for ``ctx`` overridden by ``given`` (checked; unknown names refused). A
+        given parameter's default is not computed (alpha's runs the theory, and may refuse a
+        model the given value suits)."""
         given = dict(given or {})
         known = {p.name: p for p in self.params}
         for k in given:
@@ -165,8 +170,7 @@ class Method:
                 allowed = ", ".join(known) or "none"
                 raise SpecError(f"{self.name}.{k}", f"unknown parameter; {self.name} takes: "
                                                     f"{allowed}")
-        out = self.defaults(ctx)
-        out.update({k: known[k].check(self.name, v) for k, v in given.items()})
+        out = {p.name: given[p.name] if p.name in given else p.value(ctx) for p in self.params}
         for k, v in list(out.items()):
             out[k] = known[k].check(self.name, v)
         self.validate(ctx, out)

@@ -149,7 +149,8 @@ def _on_stack(name: str, p: dict[str, Any], ctx: Context, effect: Effect, seed: 
         return ["attention A -> A - 11^T/n"]
     if name == "length-scaling":
         effect.scaling = (p["kind"], p["param"])
-        return [f"scores times the {p['kind']} scaling (param {p['param']:.4g})"]
+        what = "its default" if p["param"] is None else f"{p['param']:.4g}"
+        return [f"scores times the {p['kind']} scaling (param {what})"]
     # residual methods, T-Fixup, shaped attention: their own patch on no blocks records the
     # effect (the constants are functions of ctx alone)
     return get(name).apply(None, [], p, ctx, effect)
@@ -159,13 +160,15 @@ def fix_spec(spec: ArchSpec, methods, params: dict[str, dict[str, Any]] | None =
              seed: int = 0, rho0: float | None = None) -> StackFix:
     """Apply ``methods`` (names, or a comma list; in order) to sigprop's stack of ``spec``:
     the fixed per-layer spec and what changed (module docstring). ``params``: per method its
-    parameters (defaults by depth and T otherwise); ``seed``: the stack's draw that
-    sigma-reparam reads its spectral norms from; ``rho0``: the input cosine the defaults of
+    parameters, ``{method: {name: value}}`` (checked by
+    :func:`~sigprop.models.methods.method_params`; defaults by depth and T otherwise);
+    ``seed``: the stack's draw that sigma-reparam reads its spectral norms from; ``rho0``:
+    the input cosine the defaults of
     beta and alpha use (default: the spec's)."""
-    from . import parse_methods
+    from . import method_params, parse_methods
 
     chosen = parse_methods(methods if isinstance(methods, str) else ",".join(methods))
-    params = params or {}
+    params = method_params(params, chosen, caller="predict / measure")
     ctx = Context(spec=spec, rho0=spec.rho_init if rho0 is None else float(rho0))
     effect = Effect(depth=spec.depth)
     applied, changes, renorm = [], [], []
