@@ -1,5 +1,5 @@
 """mindthegap's training figures 8(a), 8(b) and 12 (sigprop.reproduce.mindthegap.training; the
-loop in sigprop.reproduce.mindthegap.fitting).
+loop: sigprop.reproduce.mindthegap.fitting.fit, in sigprop.training.steps.run with SliceAdam).
 
 Every item runs at its ``tiny`` size through ``sigprop.reproduce.core.run`` (cached) and must
 not fail; the batched training loop is checked against torch's own Adam and against training
@@ -115,7 +115,7 @@ def test_slices_are_independent(variant):
 
 
 def test_adam_matches_torch():
-    # the elementwise Adam equals torch.optim.Adam on the same parameters (one slice)
+    # fit (training.optim.SliceAdam in training.steps.run) equals torch.optim.Adam (one slice)
     X, Y = _toy(S=1)
     v = m.Variant("kq", False, 1.0, 1.0)
     steps, lr = 8, 0.02

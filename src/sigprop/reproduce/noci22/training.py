@@ -49,6 +49,7 @@ def qk_grad_norms(spec: ArchSpec, config, batches: int = 4) -> np.ndarray:
 
     from ...data.batches import Batches
     from ...measurement.threads import cpu_settings
+    from ...training.steps import backward
     from ...training.task import TaskModel, slice_losses
 
     # as in training: one thread, denormals flushed (a collapsed stack's backward is full of
@@ -60,8 +61,7 @@ def qk_grad_norms(spec: ArchSpec, config, batches: int = 4) -> np.ndarray:
         sq = np.zeros((config.seeds, spec.depth))
         for _ in range(batches):
             x, y = b.train_batch(gen, "cpu")
-            model.zero_grad(set_to_none=True)
-            slice_losses(model, config.task, x, y).sum().backward()
+            backward(slice_losses(model, config.task, x, y), model)
             sq += np.stack([blk.attn.w_q.grad.double().square().flatten(1).sum(1).numpy()
                             for blk in model.body.blocks], axis=1)
     return np.sqrt(sq / batches)
