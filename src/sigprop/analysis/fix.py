@@ -58,9 +58,9 @@ class FixResult(Result):
         return (f"FixResult: {self.before.verdict} -> {self.after.verdict} "
                 f"({', '.join(self.report.changes)}); written to {self.out}")
 
-    def plot(self, path: str | None = None):
-        """The fixed model's depth curves (see :meth:`Diagnosis.plot`)."""
-        return self.after.plot(path)
+    def plot(self, path: str | None = None, *, ax=None):
+        """The fixed model's depth curves (see :meth:`Diagnosis.plot`; ``ax`` as there)."""
+        return self.after.plot(path, ax=ax)
 
 
 #: the old keywords of :func:`fix` and the registered method each became

@@ -126,10 +126,12 @@ class FixRanking(Result):
                 "recommendation": self.recommendation, "notes": self.notes,
                 "ranking": RANKING}
 
-    def plot(self, path: str | None = None):
-        from ..plotting.fixes import plot_compare
+    def plot(self, path: str | None = None, *, ax=None):
+        """Final cos and lowest head entropy per method, ranked
+        (:func:`sigprop.plotting.fixes.plot_ranking`; ``ax`` as there)."""
+        from ..plotting.fixes import plot_ranking
 
-        return plot_compare(self, path)
+        return plot_ranking(self, path, ax=ax)
 
 
 RANKING = ("measured verdict trainable first; then the larger loss gain (with --train-steps); "
