@@ -9,7 +9,7 @@ and source), whose ``.plot()`` returns a matplotlib Figure and which a notebook 
 >>> p = sigprop.predict(depth=48, beta=0.5)          # theory only, milliseconds
 >>> c = sigprop.measure(depth=4, d_model=64, heads=4, seq_len=64, seeds=2)  # theory + torch
 >>> d = sigprop.diagnose("gpt2", seq_len=128)        # a HuggingFace model, or an nn.Module
->>> f = sigprop.fix("bert-deep-48", "out/", alpha_attn="auto")
+>>> f = sigprop.fix("bert-deep-48", "out/", methods="alpha")  # alpha at its auto default
 >>> lc = sigprop.longctx(lengths=[512, 4096, 65536])
 >>> lm = sigprop.longctx_model("gpt2", [1024, 8192])   # every attention layer of a model
 >>> r = sigprop.sweep("predict", "beta=0.1:3:16,depth=12,48", store="runs/")  # resumable
