@@ -154,34 +154,15 @@ def test_public_api():
 # ---- the house rules (issue 35): public interfaces, files and functions a reader can hold ----
 
 #: source files over MAX_FILE_LINES lines, each with why it is still one file
-LONG_FILES_ALLOWED: dict[str, str] = {
-    "analysis/diagnose.py": "diagnose + fix + verdict/recommendations: to split into a "
-                            "per-draw function, a recommendations module and its hooks moved "
-                            "to measurement/ (issue 35 item 2)",
-    "analysis/longctx_model.py": "the long-context model engine, to split into its five "
-                                 "documented steps (issue 35 item 2)",
-    "measurement/weights.py": "the weight reader: one reader per block part (attention, MLA, "
-                              "sinks/gates, MoE, mixers) still in one module",
-    "theory/blocks.py": "the block maps of every variant (608 lines): the sink, gate and MoE "
-                        "branches added this year, to be reviewed for repeats",
-    "theory/causal.py": "the causal per-position tables (663 lines), one vectorised engine",
-}
+LONG_FILES_ALLOWED: dict[str, str] = {}
 #: functions over MAX_FUNCTION_LINES lines (``path::qualified name``), each with why
 LONG_FUNCTIONS_ALLOWED: dict[str, str] = {
-    "analysis/compare.py::compare": "fix ranking in one body; moves with the analysis split",
-    "analysis/diagnose.py::diagnose": "its per-draw loop is written twice (module / config); "
-                                      "issue 35 item 2 makes it one function",
-    "analysis/longctx_model.py::sweep_model": "the five engine steps inline (issue 35 item 2)",
-    "cli/cmd_models.py::fix_cmd": "the fix command's options, checks and three outputs",
     "models/arch.py::_analyse": "the mapped families' config -> ArchSpec translation, one "
                                 "field group after another",
     "models/arch.py::structure_spec": "the block layout read from weights, one feature after "
                                       "another (sinks, gates, MoE, MLA, mixers)",
     "models/zoo.py::shrink_dict": "the breadth pass's config shrink, one config convention "
                                   "after another",
-    "plotting/longctx_model.py::plot_model_sweep": "a four-panel figure drawn in one body",
-    "training/loop.py::train_loop": "the training loop; issue 35 item 1 makes the five loops "
-                                    "one with per-slice learning rates",
 }
 MAX_FILE_LINES, MAX_FUNCTION_LINES = 600, 100
 
