@@ -3,7 +3,8 @@ registry entry :class:`Item` (docs/reproduce.md).
 
 An item is a function ``fn(*, seed=0, device="cpu", **sizes) -> Experiment`` registered with
 :func:`register` under ``"<paper>.<figure>"`` (e.g. ``"gg25.fig1f"``) together with the paper's
-claim, the figure or equation it comes from, whether it trains, and its sizes: ``tiny`` (the
+claim and the figure or equation it comes from (the paper's words, data in
+``<paper>/items.toml``), whether it trains, and its sizes: ``tiny`` (the
 default test suite: wiring and check logic, seconds), ``quick`` (the ``--quick`` gallery, whole
 gallery <= 15 min on 2 cores), ``default`` (the function's own defaults, CPU scale) and ``full``
 (the paper's sizes where a GPU makes them reachable). :func:`run` times the function, fills in
@@ -19,11 +20,14 @@ it is ``"fail"`` — a departure is never a free pass.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
+import tomllib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from importlib import resources
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +41,8 @@ if TYPE_CHECKING:
     from matplotlib.figure import Figure
 
 __all__ = ["PAPERS", "SIZES", "Check", "Experiment", "Item", "ITEMS", "register", "items",
-           "select", "run", "frame", "slope", "mean_se", "one_thread"]
+           "select", "run", "frame", "slope", "mean_se", "one_thread", "paper_text",
+           "text_table", "item_text"]
 
 #: The five seed papers, in the order the gallery shows them.
 PAPERS = ("gg25", "clpr25", "noci22", "deshpande26", "mindthegap")
@@ -284,8 +289,6 @@ def one_thread(fn: Callable) -> Callable:
     """Run ``fn`` with torch at one intra-op thread (restored after): next to NumPy's BLAS on
     the small shared CPU boxes torch's pool made the items' small batched matmuls several
     times slower (cf. :mod:`sigprop.measurement.threads`)."""
-    import functools
-
     @functools.wraps(fn)
     def wrapper(*args, **kwargs):
         from ..measurement.threads import cpu_settings
@@ -337,25 +340,86 @@ class Item:
 
 ITEMS: dict[str, Item] = {}
 
+#: The paper's words of an item, read from ``<paper>/items.toml``: required, then optional.
+TEXT = ("ref", "title", "claim")
+TEXT_OPTIONAL = ("differs",)
 
-def register(name: str, *, ref: str, title: str, claim: str, trains: bool = False,
-             tiny: Mapping | None = None, quick: Mapping | None = None,
-             full: Mapping | None = None, runtime: Mapping[str, float] | None = None,
-             differs: str = "") -> Callable:
+
+@functools.cache
+def paper_text(paper: str) -> dict[str, dict[str, str]]:
+    """The paper's words for every item of ``paper``, by item name: its ``items.toml`` read
+    once (with :mod:`importlib.resources`, so from a wheel as from the source tree)."""
+    try:
+        toml = (resources.files(__package__) / paper / "items.toml").read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ValueError(f"sigprop/reproduce/{paper}/items.toml is missing: it holds the "
+                         f"paper's words of every {paper} item") from None
+    return text_table(paper, toml)
+
+
+def text_table(paper: str, toml: str) -> dict[str, dict[str, str]]:
+    """``toml``, a paper's ``items.toml`` (one table per item, named by what follows
+    ``"<paper>."``), by item name, ``differs`` ``""`` where absent. A table without ``ref``,
+    ``title`` or ``claim``, with a key other than those and ``differs``, or with a value that
+    is not a string is a ``ValueError``."""
+    where = f"sigprop/reproduce/{paper}/items.toml"
+    out = {}
+    for fig, entry in tomllib.loads(toml).items():
+        keys = set(entry) if isinstance(entry, dict) else set()
+        missing, extra = set(TEXT) - keys, keys - set(TEXT) - set(TEXT_OPTIONAL)
+        if missing or extra or not all(isinstance(v, str) for v in entry.values()):
+            raise ValueError(f"{where} [{fig}]: needs {', '.join(TEXT)} and may have "
+                             f"{', '.join(TEXT_OPTIONAL)}, all strings (missing "
+                             f"{sorted(missing)}, unknown {sorted(extra)})")
+        out[f"{paper}.{fig}"] = {"differs": "", **entry}
+    return out
+
+
+def item_text(name: str, **given: str | None) -> dict[str, str]:
+    """The ``ref``, ``title``, ``claim`` and ``differs`` of the item ``name`` from its paper's
+    ``items.toml``. Text ``given`` as keywords must agree with the entry (the file is its one
+    home); it stands in for an entry only where the file has none (stand-in items)."""
+    paper = name.split(".", 1)[0]
+    given = {k: v for k, v in given.items() if v is not None}
+    entry = paper_text(paper).get(name)
+    where = f"sigprop/reproduce/{paper}/items.toml"
+    if entry is None:
+        missing = set(TEXT) - set(given)
+        if missing:
+            raise ValueError(f"item {name!r} has no table [{name.split('.', 1)[1]}] in {where} "
+                             f"(its {', '.join(TEXT)} and, if it departs from the paper, "
+                             "differs)")
+        return {"differs": "", **given}
+    for k, v in given.items():
+        if entry[k] != v:
+            raise ValueError(f"item {name!r}: the {k} given to register differs from {where}, "
+                             "its one home; drop the keyword")
+    return entry
+
+
+def register(name: str, *, trains: bool = False, tiny: Mapping | None = None,
+             quick: Mapping | None = None, full: Mapping | None = None,
+             runtime: Mapping[str, float] | None = None, ref: str | None = None,
+             title: str | None = None, claim: str | None = None,
+             differs: str | None = None) -> Callable:
     """Decorator registering ``fn(*, seed=0, device="cpu", **sizes) -> Experiment`` as the item
-    ``name`` (``"<paper>.<figure>"``, paper one of :data:`PAPERS`)."""
+    ``name`` (``"<paper>.<figure>"``, paper one of :data:`PAPERS`). The code says what code
+    must (sizes, runtime, whether it trains); the paper's words (``ref``, ``title``,
+    ``claim``, ``differs``) are data, read by :func:`item_text` from the paper's
+    ``items.toml`` (given here, they must agree with it)."""
     paper = name.split(".", 1)[0]
     if paper not in PAPERS or "." not in name:
         raise ValueError(f"item name must be '<paper>.<figure>' with paper in {PAPERS} "
                          f"(got {name!r})")
+    text = item_text(name, ref=ref, title=title, claim=claim, differs=differs)
 
     def deco(fn: Callable) -> Callable:
         if name in ITEMS and ITEMS[name].fn is not fn:
             raise ValueError(f"item {name!r} is registered twice")
         sizes = {k: dict(v) for k, v in (("tiny", tiny), ("quick", quick), ("full", full))
                  if v is not None}
-        ITEMS[name] = Item(name, paper, ref, title, claim, fn, trains, sizes,
-                           dict(runtime or {}), differs)
+        ITEMS[name] = Item(name, paper, text["ref"], text["title"], text["claim"], fn, trains,
+                           sizes, dict(runtime or {}), text["differs"])
         return fn
     return deco
 

@@ -141,12 +141,7 @@ def plot_fig1(r: dict, ax=None):
     return fig
 
 
-@register("clpr25.fig1", ref="Fig. 1", title="angle ratio θ'/θ against γ on almost-simplex "
-          "tokens, several n and d",
-          claim="With beta = gamma log n the layer contracts pairwise angles (theta'/theta -> 0) "
-                "for gamma below gamma_c = 1/(1 - rho) and leaves them unchanged (-> 1) above; "
-                "sharp at large d (Assumption 1 holds), smoothed at small d (Sec. 3, Fig. 1).",
-          tiny=dict(ns=(32, 128), ds=(16, 256), n_seeds=2, rows=32, n_gamma=20),
+@register("clpr25.fig1", tiny=dict(ns=(32, 128), ds=(16, 256), n_seeds=2, rows=32, n_gamma=20),
           quick=dict(ns=(64, 256, 1024), ds=(16, 128, 1024), n_seeds=2, rows=64, n_gamma=20),
           full=dict(ns=(256, 1024, 4096), ds=(16, 128, 1024, 4096), n_seeds=8, rows=128,
                     n_gamma=40),
@@ -262,13 +257,7 @@ def plot_fig2(r: dict, ax=None):
     return fig
 
 
-@register("clpr25.fig2", ref="Fig. 2 / Thm 2.4", title="normalised Jacobian norm against γ on "
-          "almost-simplex tokens",
-          claim="The mean squared singular value of the attention-only Jacobian (Eq. 2.16) is "
-                "~0 below gamma_c (gradients do not flow through attention) and tends to the "
-                "normalisation map's (1 - 1/d) above (Thm 2.4, Eq. 2.22); sharp at large d, "
-                "smoothed at small d (Fig. 2).",
-          tiny=dict(ns=(32, 64), ds=(16, 128), n_gamma=20),
+@register("clpr25.fig2", tiny=dict(ns=(32, 64), ds=(16, 128), n_gamma=20),
           quick=dict(ns=(64, 256), ds=(16, 128, 1024), n_gamma=20),
           full=dict(ns=(256, 1024), ds=(16, 128, 1024, 4096), n_gamma=40),
           runtime={"tiny": 0.3, "quick": 2.0, "default": 2.0})

@@ -184,13 +184,7 @@ def plot_table1(r: dict, ax=None):
     return fig
 
 
-@register("clpr25.table1", ref="Table 1", title="the practical length scalings in clpr25's "
-          "units and the regime each gives as n grows",
-          claim="YaRN, Qwen, SSMax and SWAN-GPT rescale the logits by a polylogarithmic factor; "
-                "the critical order is beta_n ~ log n (Qwen, SSMax, SWAN-GPT: critical), a fixed "
-                "beta (standard) or gg25's sqrt(log n) fall below it (collapse), YaRN's squared "
-                "log factor ends above it (Sec. 1, Table 1).",
-          tiny=dict(ns_sim=(128, 512), d=128, rows=32),
+@register("clpr25.table1", tiny=dict(ns_sim=(128, 512), d=128, rows=32),
           quick=dict(ns_sim=(256, 1024, 4096), d=512, rows=64),
           full=dict(ns_sim=(512, 2048, 8192, 32768), d=1024, rows=128),
           runtime={"tiny": 0.5, "quick": 2.5, "default": 2.5})
@@ -324,13 +318,7 @@ def plot_vs_gg25(r: dict, ax=None):
     return fig
 
 
-@register("clpr25.vs_gg25", ref="Sec. 1 (vs GG25)", title="critical score scale against n: "
-          "log n for a fixed geometry, sqrt(log n) for random scores",
-          claim="For tokens of fixed geometry the critical logit scale grows like log n "
-                "(beta_n = gamma_c log n), whereas gg25's random-score (REM) model puts the "
-                "transition at beta ~ sqrt(log n); the two differ because of the modelling "
-                "assumptions, not a contradiction (Sec. 1).",
-          tiny=dict(ns=(64, 256, 1024), d=256, trials=32),
+@register("clpr25.vs_gg25", tiny=dict(ns=(64, 256, 1024), d=256, trials=32),
           quick=dict(ns=(64, 256, 1024, 4096), d=512, trials=64),
           runtime={"tiny": 0.5, "quick": 2.0, "default": 2.0})
 def vs_gg25(*, seed: int = 0, device: str = "cpu", ns: Sequence[int] = (64, 256, 1024, 4096),

@@ -142,14 +142,7 @@ def plot_thm21(r: dict, ax=None):
     return fig
 
 
-@register("clpr25.thm21", ref="Thm 2.1, Eqs. 2.4-2.5", title="output cosine on simplex inputs "
-          "against n: three phases, with and without residual",
-          claim="On a simplex (Assumption 1) with beta = gamma log n the output cosine tends to 1 "
-                "(gamma < gamma_c = 1/(1 - rho)), 4 rho/(1 + 3 rho) (gamma = gamma_c) and rho "
-                "(gamma > gamma_c) without residual (Eq. 2.5); with a residual the sub- and "
-                "critical limits stay above rho, i.e. attention still contracts (Eq. 2.4).",
-          tiny=dict(ns_sim=(8, 32, 64)),
-          quick=dict(ns_sim=(16, 64, 256)),
+@register("clpr25.thm21", tiny=dict(ns_sim=(8, 32, 64)), quick=dict(ns_sim=(16, 64, 256)),
           runtime={"tiny": 0.3, "quick": 0.6, "default": 0.6})
 def thm21(*, seed: int = 0, device: str = "cpu", ns_sim: Sequence[int] = (16, 64, 256),
           rho: float = 0.5, alpha: float = 0.5) -> Experiment:
@@ -233,12 +226,7 @@ def plot_thm23(r: dict, ax=None):
     return fig
 
 
-@register("clpr25.thm23", ref="Thm 2.3", title="Jacobian norm on simplex inputs against n",
-          claim="On a simplex the attention-only Jacobian's mean squared singular value tends to "
-                "0 below gamma_c and to 1 above (gradients vanish in the subcritical phase); "
-                "sigprop's closed form gives 1/4 at gamma_c (Thm 2.3).",
-          tiny=dict(ns_sim=(8, 16, 32)),
-          quick=dict(ns_sim=(16, 64, 128)),
+@register("clpr25.thm23", tiny=dict(ns_sim=(8, 16, 32)), quick=dict(ns_sim=(16, 64, 128)),
           runtime={"tiny": 0.2, "quick": 0.5, "default": 0.5})
 def thm23(*, seed: int = 0, device: str = "cpu", ns_sim: Sequence[int] = (16, 64, 128),
           rho: float = 0.5) -> Experiment:

@@ -120,13 +120,7 @@ def plot_eq12(r: dict, ax=None):
     return fig
 
 
-@register("deshpande26.eq12", ref="Eq. 12", title="w_max with and without the 1/√d factor "
-          "against the head width d",
-          claim="With logits q.k/sqrt(d) the logit scale is sigma^2 = |q|^2/d ~ 1 and "
-                "beta_c ~ sqrt(2 log N) (Eq. 12): at beta = 1 attention stays diffuse at every "
-                "d; without the factor sigma^2 ~ d, beta_c ~ sqrt(2 log N / d) and attention "
-                "collapses trivially as d grows.",
-          tiny=dict(ds=(8, 64, 512), N=512, queries=64, key_sets=2),
+@register("deshpande26.eq12", tiny=dict(ds=(8, 64, 512), N=512, queries=64, key_sets=2),
           quick=dict(ds=(4, 16, 64, 256, 1024), N=1024, queries=128, key_sets=4),
           runtime={"tiny": 0.3, "quick": 2.0, "default": 2.0})
 def eq12(*, seed: int = 0, device: str = "cpu", ds: Sequence[int] = (4, 16, 64, 256, 1024),

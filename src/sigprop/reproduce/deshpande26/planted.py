@@ -169,12 +169,7 @@ def plot_retrieval(r: dict, ax=None):
     return fig
 
 
-@register("deshpande26.retrieval", ref="Eq. 13", title="retrieval of a planted key against "
-          "m / (σ √(2 log N))",
-          claim="One key with logit margin m among N - 1 noise logits N(0, sigma^2) is retrieved "
-                "(the softmax condenses on it) iff m > sigma sqrt(2 log N); otherwise attention "
-                "condenses on noise; a larger beta sharpens the separation (Eq. 13).",
-          **n_sweep_sizes(4_000_000),
+@register("deshpande26.retrieval", **n_sweep_sizes(4_000_000),
           runtime={"tiny": 0.3, "quick": 2.0, "default": 2.0})
 def retrieval(*, seed: int = 0, device: str = "cpu", Ns: Sequence[int] = (100, 1000, 10_000),
               sigma: float = 1.5, budget: int = 4_000_000) -> Experiment:

@@ -131,14 +131,7 @@ def plot_fig1ab(data: dict, ax=None):
     return fig
 
 
-@register("gg25.fig1ab", ref="Fig. 1(a, b)",
-          title="attention maps: nearly uniform rows below beta_c, a few random keys above",
-          claim="Below beta_c = sqrt 2 every query spreads its attention almost uniformly over "
-                "the sequence (rank collapse, Fig. 1(a)); well above it each query puts its "
-                "weight on a few keys picked by the random initialisation (entropy collapse, "
-                "Fig. 1(b)); the row's participation ratio is the REM order parameter Y2 "
-                "(Eqs. 12-13).",
-          tiny=dict(T=32, d_model=64, seeds=2, sequences=2),
+@register("gg25.fig1ab", tiny=dict(T=32, d_model=64, seeds=2, sequences=2),
           quick=dict(T=64, d_model=128, seeds=4, sequences=4),
           runtime={"tiny": 0.7, "quick": 1.8, "default": 1.8})
 @one_thread

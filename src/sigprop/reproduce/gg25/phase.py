@@ -166,20 +166,12 @@ def plot_fig3(data: dict, ax=None):
     return fig
 
 
-@register("gg25.fig3", ref="Fig. 3",
-          title="one-head phase diagram over (beta, rho_in): theory and measurement, "
-                "finite-size shift of the transition",
-          claim="After one softmax head the token cosine jumps to 1 (rank collapse) for beta "
-                "below beta_c(rho) = sqrt(2/(1 - rho)) and keeps rho / (rho + (1 - rho) Y2) "
-                "above it (Eqs. 13-14); at finite T the measured transition lies below the "
-                "predicted one, most strongly at small rho_in, and the shift shrinks as T "
-                "grows (Sec. 3.2.2, B.7).",
+@register("gg25.fig3",
           tiny=dict(Ts=(64,), betas=tuple(np.round(np.linspace(0.25, 4.0, 11), 3)),
                     rhos=(0.0, 0.3, 0.6), d_head=64, seeds=1, theory_Ts=(64, 2**10, 2**16)),
           quick=dict(Ts=(64, 512), betas=tuple(np.round(np.linspace(0.25, 4.0, 16), 3)),
                      rhos=(0.0, 0.15, 0.3, 0.45, 0.6, 0.75), d_head=256, seeds=2),
-          runtime={"tiny": 0.7, "quick": 6.8, "default": 6.8},
-          differs="")
+          runtime={"tiny": 0.7, "quick": 6.8, "default": 6.8})
 def fig3(*, seed: int = 0, device: str = "cpu", Ts=(64, 512), betas=BETAS16,
          rhos=(0.0, 0.15, 0.3, 0.45, 0.6, 0.75), d_head: int = 256, seeds: int = 2,
          level: float = 0.1, theory_Ts=(2**6, 2**8, 2**10, 2**12, 2**16, 2**20)) -> Experiment:

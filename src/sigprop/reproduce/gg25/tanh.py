@@ -161,13 +161,7 @@ def plot_fig5(data: dict, ax=None):
     return fig
 
 
-@register("gg25.fig5", ref="Fig. 5",
-          title="tanh MLP: order-to-chaos transition of the cosine at infinite depth",
-          claim="With tanh instead of ReLU a post-LN transformer in the low-beta regime has a "
-                "genuine phase transition at infinite depth (Cowsik et al.'s prediction): below "
-                "a critical MLP weight variance the tokens collapse (rho -> 1), above it the "
-                "cosine settles at a fixed point rho* < 1; the block map (left) and 200 "
-                "iterated layers (right) show it, simulation on the theory lines.",
+@register("gg25.fig5",
           tiny=dict(depth=40, T=16, d_model=32, seeds=2, sequences=1, sigma_w2s=(1.0, 6.0)),
           quick=dict(depth=200, T=32, d_model=64, seeds=3, sequences=1),
           full=dict(depth=200, T=128, d_model=512, seeds=25, sequences=10),

@@ -148,13 +148,7 @@ def plot_eqB1(data: dict, ax=None):
     return fig
 
 
-@register("gg25.eqB1", ref="Eq. 11, B.1",
-          title="effective beta of HuggingFace-style initialisations (BERT-base ~ 0.12)",
-          claim="A model whose query and key weights are N(0, sigma^2) has score std sigma^2 d "
-                "for LayerNorm'd inputs, i.e. an effective inverse temperature beta_eff = "
-                "sigma^2 d / sqrt(log T) for any number of heads: BERT-base (sigma = 0.02, "
-                "d = 768, T = 512) has beta_eff ~ 0.12, far below beta_c = sqrt 2.",
-          tiny=dict(use_transformers=False, T=256),
+@register("gg25.eqB1", tiny=dict(use_transformers=False, T=256),
           quick=dict(use_transformers=True, T=512),
           runtime={"tiny": 0.1, "quick": 3.5, "default": 3.5})
 def eqB1(*, seed: int = 0, device: str = "cpu", use_transformers: bool = True, T: int = 512,

@@ -169,14 +169,7 @@ def plot_fig1c(data: dict, ax=None):
     return fig
 
 
-@register("gg25.fig1c", ref="Fig. 1(c)",
-          title="trainability diagram (beta x alpha_attn) of a 60-layer post-LN transformer",
-          claim="For a 60-layer post-LN ReLU transformer the diagram has three regimes: "
-                "entropy collapse for beta > beta_c = sqrt 2 (orthogonal tokens), rank collapse "
-                "below beta_c when alpha_attn < alpha_crit(60), trainable otherwise; HF's "
-                "standard initialisation (small beta) with alpha = 1 collapses, a stronger "
-                "residual makes it trainable.",
-          tiny=dict(n_beta=24, n_alpha=24, depths=(12, 60)),
+@register("gg25.fig1c", tiny=dict(n_beta=24, n_alpha=24, depths=(12, 60)),
           quick=dict(n_beta=96, n_alpha=96, depths=(6, 12, 24, 60, 120)),
           runtime={"tiny": 0.8, "quick": 2.1, "default": 2.1})
 def fig1c(*, seed: int = 0, device: str = "cpu", depth: int = 60, T: int = 512,

@@ -211,15 +211,7 @@ def plot_fig1f(data: dict, ax=None):
 _TINY_RUN = dict(d_model=16, seq_len=16, steps=8, batch_size=8, eval_sequences=16)
 
 
-@register("gg25.fig1f", ref="Fig. 1(f)",
-          title="MLM test loss: deep model trainable vs rank-collapsed, shallow model in "
-                "entropy collapse",
-          claim="gg25 Fig. 1(f): BERT-style post-LN models trained by masked-LM learn only in "
-                "the trainable regime: a 60-layer model at small beta learns when alpha_attn "
-                "is above alpha_crit(60), not when it is below (rank collapse), and a 12-layer "
-                "model with beta > beta_c = sqrt 2 does not learn (entropy collapse).",
-          trains=True,
-          tiny=dict(_TINY_RUN, depth=4, shallow_depth=2),
+@register("gg25.fig1f", trains=True, tiny=dict(_TINY_RUN, depth=4, shallow_depth=2),
           quick=dict(depth=16, shallow_depth=12, steps=300),
           full=dict(depth=60, shallow_depth=12, d_model=384, heads=6, seq_len=128, beta=0.12,
                     alphas=(1.0, 2.0), shallow_beta=3.0, steps=20000, lr=1e-4),
@@ -405,16 +397,7 @@ def plot_fig4(data: dict, ax=None):
     return fig
 
 
-@register("gg25.fig4", ref="Fig. 4",
-          title="one-layer MLM below, near and above beta_c: loss and attention entropy over "
-                "training",
-          claim="gg25 Fig. 4 (A.3): a one-layer, one-head transformer trained by masked-LM "
-                "learns when its Q/K scale is below beta_c = sqrt 2 (rank-collapse side, "
-                "escaped through the residual) and is blocked above it, where the attention "
-                "entropy has collapsed and stays frozen.",
-          trains=True,
-          tiny=_TINY_RUN,
-          quick=dict(steps=600),
+@register("gg25.fig4", trains=True, tiny=_TINY_RUN, quick=dict(steps=600),
           full=dict(d_model=384, seq_len=128, steps=20000, lr=5e-4),
           runtime={"tiny": 0.7, "quick": 50.0, "default": 186.0})
 def fig4(*, seed: int = 0, device: str = "cpu", betas: Sequence[float] = (0.5, 1.4, 8.0),
@@ -481,15 +464,7 @@ def plot_figC2(data: dict, ax=None):
     return fig
 
 
-@register("gg25.figC2", ref="Fig. C.2",
-          title="Fig. 4 at a five times smaller learning rate: entropy collapse mitigated",
-          claim="gg25 Fig. C.2: with the learning rate of Fig. 4 lowered five-fold (5e-4 -> "
-                "1e-4) the model initialised in entropy collapse is no longer blocked "
-                "relative to the trainable one: a low learning rate mitigates entropy "
-                "collapse.",
-          trains=True,
-          tiny=_TINY_RUN,
-          quick=dict(steps=500),
+@register("gg25.figC2", trains=True, tiny=_TINY_RUN, quick=dict(steps=500),
           full=dict(d_model=384, seq_len=128, steps=20000, lrs=(5e-4, 1e-4)),
           runtime={"tiny": 0.8, "quick": 57.0, "default": 195.0})
 def figC2(*, seed: int = 0, device: str = "cpu", betas: Sequence[float] = (0.5, 8.0),

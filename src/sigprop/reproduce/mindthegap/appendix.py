@@ -132,14 +132,8 @@ def plot_fig7(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.fig7", ref="Fig. 7", title="Key-query attention at T = 100: more than one "
-    "eigenvalue with |lambda| > 0.5 beyond layer one, uniform attention in depth",
-    claim="mindthegap Fig. 7: beyond the first layer key-query attention matrices (T = 100) "
-          "show several outlier eigenvalues with |lambda| > 0.5; for large l the matrix tends "
-          "to uniform attention.",
-    tiny=dict(n_seeds=12), quick=dict(n_seeds=24), full=dict(n_seeds=64),
-    runtime={"tiny": 1.0, "quick": 2.0, "default": 2.0})
+@register("mindthegap.fig7", tiny=dict(n_seeds=12), quick=dict(n_seeds=24), full=dict(n_seeds=64),
+          runtime={"tiny": 1.0, "quick": 2.0, "default": 2.0})
 def fig7(*, seed: int = 0, device: str = "cpu", T: int = 100, d: int = 100, depth: int = 8,
          sigma_qk: float = 1.0, sigma_V: float = 1.0, threshold: float = 0.5,
          layernorm: bool = True, n_seeds: int = 24) -> Experiment:
@@ -188,13 +182,7 @@ def plot_fig9(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.fig9", ref="Fig. 9", title="Sigmoid and ReLU attention also have an outlier "
-    "eigenvalue (T times the mean entry) over a disc of radius sqrt(T) times the entry std",
-    claim="mindthegap Fig. 9: attention with sigmoid or ReLU on the key-query products (no "
-          "row normalisation) also shows an outlier in its spectrum, like softmax attention.",
-    **SPECTRUM_SIZES,
-    runtime={"tiny": 0.2, "quick": 3.1, "default": 3.1})
+@register("mindthegap.fig9", **SPECTRUM_SIZES, runtime={"tiny": 0.2, "quick": 3.1, "default": 3.1})
 def fig9(*, seed: int = 0, device: str = "cpu", T: int = 512, sigma_qk: float = 1.0,
          n_seeds: int = 3) -> Experiment:
     T = args.integer("T", T, 16)

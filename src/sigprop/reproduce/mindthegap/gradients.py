@@ -269,19 +269,9 @@ def _grad_item(name: str, centre: bool):
     return item
 
 
-prop4 = register(
-    "mindthegap.prop4", ref="Prop. 4", title="Exploding value gradients with the gap: "
-    "||dX_L/dW_l^V||^2 >= C T^(L-1) (measured: ~ T^L)",
-    claim="mindthegap Prop. 4: for L >= 2 and every l, ||dX_L/dW_l^V||_F^2 / T^(L-1) is bounded "
-          "below (Eq. 6); for L = l = 1, ||dX_1/dW_1^V||_F^2 / T is (Eq. 7).",
-    **_GRAD_SIZES)(_grad_item("prop4", centre=False))
+prop4 = register("mindthegap.prop4", **_GRAD_SIZES)(_grad_item("prop4", centre=False))
 
-prop6 = register(
-    "mindthegap.prop6", ref="Prop. 6", title="Gap removed: E||dX_L^perp/dW_l^V||^2 grows "
-    "linearly in d",
-    claim="mindthegap Prop. 6: with A_perp, (1/d) E||dX_L^perp/dW_l^V||_F^2 -> C (linear growth "
-          "in d at fixed gamma = T/d).",
-    **_GRAD_SIZES)(_grad_item("prop6", centre=True))
+prop6 = register("mindthegap.prop6", **_GRAD_SIZES)(_grad_item("prop6", centre=True))
 
 
 def _grad_curves(variants, Ts, L, sigma_A, n_seeds, n_probes, seed, device):
@@ -337,15 +327,10 @@ def plot_fig5(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.fig5", ref="Fig. 5", title="At layer one the value-gradient norm grows linearly "
-    "with width, with or without the gap, LayerNorm or skip",
-    claim="mindthegap Fig. 5: ||dX_1/dW_1^V||_F^2 scales linearly with the width (Eq. 7 is "
-          "order-optimal), also with LayerNorm or skip connections; removing the gap only "
-          "changes the slope's constant.",
-    tiny=dict(Ts=(64, 128, 256), n_seeds=2), quick=dict(Ts=(64, 128, 256, 512), n_seeds=3),
-    full=dict(Ts=(128, 256, 512, 1024), n_seeds=4),
-    runtime={"tiny": 0.8, "quick": 3.0, "default": 3.0})
+@register("mindthegap.fig5", tiny=dict(Ts=(64, 128, 256), n_seeds=2),
+          quick=dict(Ts=(64, 128, 256, 512), n_seeds=3),
+          full=dict(Ts=(128, 256, 512, 1024), n_seeds=4),
+          runtime={"tiny": 0.8, "quick": 3.0, "default": 3.0})
 @one_thread
 def fig5(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 256, 512),
          sigma_A: float = 1.0, n_seeds: int = 3, n_probes: int = 4) -> Experiment:
@@ -398,16 +383,10 @@ def plot_fig6(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.fig6", ref="Fig. 6", title="Deeper stacks: removing the gap or LayerNorm tames "
-    "the gradient with Random Markov attention, not with key-query attention",
-    claim="mindthegap Fig. 6: with Random Markov attention the value-gradient norm grows like "
-          "T^(L-1) or faster, and removing the gap or adding LayerNorm controls it; with "
-          "key-query attention A(X) the bound still holds but removing the gap is no longer "
-          "enough (several outliers).",
-    tiny=dict(Ts=(64, 128, 256), L=2, n_seeds=2), quick=dict(Ts=(64, 128, 256), L=3, n_seeds=3),
-    full=dict(Ts=(128, 256, 512, 1024), L=3, n_seeds=4),
-    runtime={"tiny": 1.2, "quick": 3.0, "default": 3.0})
+@register("mindthegap.fig6", tiny=dict(Ts=(64, 128, 256), L=2, n_seeds=2),
+          quick=dict(Ts=(64, 128, 256), L=3, n_seeds=3),
+          full=dict(Ts=(128, 256, 512, 1024), L=3, n_seeds=4),
+          runtime={"tiny": 1.2, "quick": 3.0, "default": 3.0})
 @one_thread
 def fig6(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 256), L: int = 3,
          sigma_A: float = 1.0, n_seeds: int = 3, n_probes: int = 4) -> Experiment:
@@ -480,15 +459,10 @@ def plot_fig10(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.fig10", ref="Fig. 10", title="Key-query attention: the gradient explodes in "
-    "width faster than T^(L-1), increasingly with depth",
-    claim="mindthegap Fig. 10: with key-query attention the value-gradient norm explodes in "
-          "width at a rate that worsens with depth L, exceeding the T^(L-1) of Prop. 4.",
-    tiny=dict(Ts=(64, 128, 256), depths=(1, 2, 3), n_seeds=2),
-    quick=dict(Ts=(64, 128, 256), depths=(1, 2, 3), n_seeds=3),
-    full=dict(Ts=(128, 256, 512, 1024), depths=(1, 2, 3, 4), n_seeds=4),
-    runtime={"tiny": 0.7, "quick": 2.0, "default": 2.0})
+@register("mindthegap.fig10", tiny=dict(Ts=(64, 128, 256), depths=(1, 2, 3), n_seeds=2),
+          quick=dict(Ts=(64, 128, 256), depths=(1, 2, 3), n_seeds=3),
+          full=dict(Ts=(128, 256, 512, 1024), depths=(1, 2, 3, 4), n_seeds=4),
+          runtime={"tiny": 0.7, "quick": 2.0, "default": 2.0})
 @one_thread
 def fig10(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 256),
           depths: Sequence[int] = (1, 2, 3), n_seeds: int = 3, n_probes: int = 4) -> Experiment:

@@ -55,16 +55,10 @@ def plot_lemma1(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.lemma1", ref="Lemma 1, proof of Prop. 4",
-    title="E s1^2(uu^T W_1...W_q) = d^q, and the edge s1^2(W_1...W_q) ~ d^q (q+1)^(q+1) / q^q",
-    claim="mindthegap Lemma 1: for Gaussian W_i (N(0, 1)) and a unit vector u, "
-          "E s1^2(uu^T W_1...W_q) = d^q and s1 / d^(q/2) concentrates at 1; proof of Prop. 4: "
-          "s1^2(W_1...W_q) = d^q (q+1)^(q+1) / q^q (1 + o(1)).",
-    tiny=dict(ds=(32, 64, 128), qs=(1, 2, 3), n_samples=100),
-    quick=dict(ds=(64, 128, 256), qs=(1, 2, 3), n_samples=300),
-    full=dict(ds=(128, 256, 512, 1024), qs=(1, 2, 3, 4), n_samples=1000),
-    runtime={"tiny": 0.2, "quick": 1.2, "default": 1.2})
+@register("mindthegap.lemma1", tiny=dict(ds=(32, 64, 128), qs=(1, 2, 3), n_samples=100),
+          quick=dict(ds=(64, 128, 256), qs=(1, 2, 3), n_samples=300),
+          full=dict(ds=(128, 256, 512, 1024), qs=(1, 2, 3, 4), n_samples=1000),
+          runtime={"tiny": 0.2, "quick": 1.2, "default": 1.2})
 def lemma1(*, seed: int = 0, device: str = "cpu", ds: Sequence[int] = (64, 128, 256),
            qs: Sequence[int] = (1, 2, 3), n_samples: int = 300) -> Experiment:
     ds = sizes("ds", ds, low=4)
@@ -301,19 +295,10 @@ def plot_lemma2_thm9_10(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.lemma2_thm9_10", ref="Lemma 2, Thm 9, Thm 10",
-    title="Products of Random Markov and Gaussian matrices: s1(A_p...A_1 - 11^T/T), "
-          "s1(A W) ~ d^(q/2), s2(A W) = O(d^((q-p)/2))",
-    claim="mindthegap Lemma 2: s1(A_p...A_1 - 11^T/T) = O(T^(-p/2)); Thm 9: "
-          "s1(A_p...A_1 W_1...W_q) / d^(q/2) -> 1; Thm 10: s2(A_p...A_1 W_1...W_q) = "
-          "O(d^((q-p)/2)) (gamma = T/d fixed).",
-    tiny=dict(Ts=(64, 128, 256), n_seeds=2), quick=dict(Ts=(64, 128, 256, 512), n_seeds=3),
-    full=dict(Ts=(128, 256, 512, 1024, 2048), n_seeds=4),
-    runtime={"tiny": 0.4, "quick": 1.8, "default": 1.8},
-    differs="Lemma 2 fails for p >= 2: s1(A_p...A_1 - 11^T/T) ~ sigma_A / sqrt(T) (slope -0.5 "
-            "for p = 2, 3), not T^(-p/2): the term 11^T A_1^perp / T (column sums of A_1^perp) "
-            "survives. Its s2(A_p...A_1) = O(T^(-p/2)) part, which Thm 10 needs, holds.")
+@register("mindthegap.lemma2_thm9_10", tiny=dict(Ts=(64, 128, 256), n_seeds=2),
+          quick=dict(Ts=(64, 128, 256, 512), n_seeds=3),
+          full=dict(Ts=(128, 256, 512, 1024, 2048), n_seeds=4),
+          runtime={"tiny": 0.4, "quick": 1.8, "default": 1.8})
 def lemma2_thm9_10(*, seed: int = 0, device: str = "cpu",
                    Ts: Sequence[int] = (64, 128, 256, 512), sigma_A: float = 0.5,
                    pq: Sequence[tuple] = ((1, 1), (2, 1), (2, 2), (3, 1)),

@@ -76,16 +76,7 @@ def plot_prop7(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.prop7", ref="Prop. 7 (Eqs. 12-13), Lemma 4",
-    title="Eigenvalues of Sigma_l^perp: mean (sigma_A sigma_V / sqrt(gamma))^(2l), variance "
-          "l (1 + gamma) mean^2",
-    claim="mindthegap Prop. 7: the limiting eigenvalue law of Sigma_l^perp = X_l^perp "
-          "X_l^perp^T has mean (sigma_A sigma_V / sqrt(gamma))^(2l) (Eq. 12) and variance "
-          "l (1 + gamma) (sigma_A sigma_V / sqrt(gamma))^(4l) (Eq. 13), gamma = T/d <= 1 "
-          "(from Lemma 4's moments of a free product of Marchenko-Pastur laws).",
-    **_MOMENT_SIZES,
-    runtime={"tiny": 0.2, "quick": 0.5, "default": 0.5})
+@register("mindthegap.prop7", **_MOMENT_SIZES, runtime={"tiny": 0.2, "quick": 0.5, "default": 0.5})
 def prop7(*, seed: int = 0, device: str = "cpu", T: int = 256,
           gammas: Sequence[float] = (1.0, 0.5), depth: int = 3, sigma_A: float = 0.5,
           sigma_V: float = 2.0, n_seeds: int = 3) -> Experiment:
@@ -273,19 +264,7 @@ def plot_prop8(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.prop8", ref="Prop. 8 (Eqs. 16-18)",
-    title="Squared singular values of the input-output Jacobian: mean (sigma_A sigma_V)^(2l), "
-          "variance l (l + 2) mean^2",
-    claim="mindthegap Prop. 8: J_l = (A_l^perp...A_1^perp) (x) (W_1^V...W_l^V) (Eq. 16); its "
-          "squared singular values have mean (sigma_A sigma_V)^(2l) (Eq. 17) and variance "
-          "l (l + 2) (sigma_A sigma_V)^(4l) (Eq. 18): no (sigma_A, sigma_V) gives dynamical "
-          "isometry.",
-    **_MOMENT_SIZES,
-    runtime={"tiny": 0.3, "quick": 0.7, "default": 0.7},
-    differs="Eq. 17 holds for the unscaled Jacobian only at gamma = T/d = 1: its mean is "
-            "(sigma_A sigma_V)^(2l) / gamma^l (x2, x4, x8 at gamma = 1/2); Eq. 18's Var / mean^2 "
-            "= l (l + 2) holds at every gamma.")
+@register("mindthegap.prop8", **_MOMENT_SIZES, runtime={"tiny": 0.3, "quick": 0.7, "default": 0.7})
 def prop8(*, seed: int = 0, device: str = "cpu", T: int = 256,
           gammas: Sequence[float] = (1.0, 0.5), depth: int = 3, sigma_A: float = 0.5,
           sigma_V: float = 2.0, n_seeds: int = 3) -> Experiment:

@@ -122,15 +122,7 @@ def plot_prop3(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.prop3", ref="Prop. 3", title="Rank collapse in width: sr(Sigma_l) -> 1 as T "
-    "grows, at the rate T^(1-2l) (paper: T^(1-4l))",
-    claim="mindthegap Prop. 3: with the spectral gap, sr(Sigma_l) -> 1 as T -> infinity for "
-          "every layer l, with |sr(Sigma_l) - 1| = O(T^(1-4l)).",
-    **_SR_SIZES,
-    runtime={"tiny": 1.0, "quick": 3.2, "default": 3.2},
-    differs="The excess sr(Sigma_l) - 1 decays like T^(1-2l) (slopes -1.05, -2.82, -4.73 for "
-            "l = 1, 2, 3), not the printed T^(1-4l) (-3, -7, -11).")
+@register("mindthegap.prop3", **_SR_SIZES, runtime={"tiny": 1.0, "quick": 3.2, "default": 3.2})
 @_sr_item
 def prop3(sw: _SrSweep) -> Experiment:
     layers = np.arange(1, sw.depth + 1)
@@ -205,13 +197,7 @@ def plot_prop5(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.prop5", ref="Prop. 5", title="No rank collapse in width without the gap: "
-    "sr(Sigma_l^perp) / T -> C_l",
-    claim="mindthegap Prop. 5: with A_perp at every layer, sr(Sigma_l^perp) / T tends to a "
-          "constant C_l > 0 (the stable rank grows in proportion to T).",
-    **_SR_SIZES,
-    runtime={"tiny": 0.1, "quick": 3.2, "default": 3.2})
+@register("mindthegap.prop5", **_SR_SIZES, runtime={"tiny": 0.1, "quick": 3.2, "default": 3.2})
 @_sr_item
 def prop5(sw: _SrSweep) -> Experiment:
     layers = np.arange(1, sw.depth + 1)
@@ -401,16 +387,9 @@ def plot_fig2(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.fig2", ref="Fig. 2", title="Rank collapse in width and depth across modules: "
-    "removing the gap keeps sr(Sigma_1) ~ T and slows the collapse in depth",
-    claim="mindthegap Fig. 2 and Sec. 3: rank collapses in width and in depth; removing the gap "
-          "prevents the collapse in width at layer one and slows the collapse in depth with "
-          "and without LayerNorm / skip connections; the collapse in depth persists even with "
-          "identity attention, and orthogonal value matrices slow it.",
-    tiny=dict(T=128, depth=4, n_seeds=2), quick=dict(T=128, depth=6, n_seeds=4),
-    full=dict(T=512, depth=8, n_seeds=4),
-    runtime={"tiny": 0.5, "quick": 0.6, "default": 0.6})
+@register("mindthegap.fig2", tiny=dict(T=128, depth=4, n_seeds=2),
+          quick=dict(T=128, depth=6, n_seeds=4), full=dict(T=512, depth=8, n_seeds=4),
+          runtime={"tiny": 0.5, "quick": 0.6, "default": 0.6})
 def fig2(*, seed: int = 0, device: str = "cpu", T: int = 128, depth: int = 6,
          sigma_A: float = 0.5, n_seeds: int = 4) -> Experiment:
     T = args.integer("T", T, 16)
@@ -448,15 +427,10 @@ def plot_fig4(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.fig4", ref="Fig. 4", title="Rank collapse in width at layer one across modules: "
-    "sr(Sigma_1) stays O(1) with the gap, grows like T without",
-    claim="mindthegap Fig. 4: the rank collapses in width in the first layer across "
-          "architectures (attention-only, + LN, + skip, + skip + LN); removing the gap "
-          "restores sr(Sigma_1) proportional to T.",
-    tiny=dict(Ts=(64, 128, 256), n_seeds=2), quick=dict(Ts=(32, 64, 128, 256, 512), n_seeds=3),
-    full=dict(Ts=(64, 128, 256, 512, 1024, 2048), n_seeds=4),
-    runtime={"tiny": 0.3, "quick": 1.6, "default": 1.6})
+@register("mindthegap.fig4", tiny=dict(Ts=(64, 128, 256), n_seeds=2),
+          quick=dict(Ts=(32, 64, 128, 256, 512), n_seeds=3),
+          full=dict(Ts=(64, 128, 256, 512, 1024, 2048), n_seeds=4),
+          runtime={"tiny": 0.3, "quick": 1.6, "default": 1.6})
 def fig4(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (32, 64, 128, 256, 512),
          sigma_A: float = 0.5, n_seeds: int = 3) -> Experiment:
     Ts = sizes("Ts", Ts)

@@ -129,16 +129,7 @@ def plot_fig1(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.fig1", ref="Fig. 1", title="Eigenvalues: Random Markov and softmax key-query "
-    "attention have the outlier 1 over a disc of radius sigma_A / sqrt(T); linear attention none",
-    claim="mindthegap Fig. 1: the eigenvalues of a T x T Random Markov matrix fill a disc of "
-          "radius O(T^-1/2) (sigma_A / sqrt(T)) except the Perron root 1 (a); first-layer softmax "
-          "key-query attention on orthonormal tokens looks the same (b, Prop. 1); linear "
-          "key-query attention has no outlier (c); Thm 2: limsup |lambda_2(sqrt(T) A)| <= "
-          "2 sigma_A.",
-    **SPECTRUM_SIZES,
-    runtime={"tiny": 0.9, "quick": 4.0, "default": 4.0})
+@register("mindthegap.fig1", **SPECTRUM_SIZES, runtime={"tiny": 0.9, "quick": 4.0, "default": 4.0})
 def fig1(*, seed: int = 0, device: str = "cpu", T: int = 512, sigma_A: float = 1.0,
          n_seeds: int = 3) -> Experiment:
     T = args.integer("T", T, 16)
@@ -353,20 +344,10 @@ def plot_thm2_prop1(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.thm2_prop1", ref="Thm 2, Lemma 3, Prop. 1",
-    title="Spectral gap s2(sqrt(T) A) -> 2 sigma_A and the quarter-circle bulk of sqrt(T) A_perp, "
-          "Random Markov and first-layer key-query attention",
-    claim="mindthegap Thm 2: a Random Markov matrix has s1(A) -> 1 and s2(sqrt(T) A) -> "
-          "2 sigma_A; Lemma 3: the singular values of sqrt(T) A_perp follow the quarter-circle "
-          "law on [0, 2 sigma_A] and A_perp has no gap; Prop. 1: first-layer softmax key-query "
-          "attention on orthonormal tokens is a Random Markov matrix (large d_qk).",
-    tiny=dict(Ts=(128, 256, 512), n_seeds=3), quick=dict(Ts=(256, 512, 1024), n_seeds=3),
-    full=dict(Ts=(512, 1024, 2048, 4096), n_seeds=4),
-    runtime={"tiny": 1.7, "quick": 8.0, "default": 8.0},
-    differs="First-layer key-query attention at d_qk = 4T is not quite Random Markov: the bulk's "
-            "4th moment is kq_bulk_m4 = 2.20 sigma_A^4 (quarter circle: 2) and s2(sqrt(T) A) "
-            "sits ~7 % above 2 sigma_A (sigma_A = 0.5).")
+@register("mindthegap.thm2_prop1", tiny=dict(Ts=(128, 256, 512), n_seeds=3),
+          quick=dict(Ts=(256, 512, 1024), n_seeds=3),
+          full=dict(Ts=(512, 1024, 2048, 4096), n_seeds=4),
+          runtime={"tiny": 1.7, "quick": 8.0, "default": 8.0})
 @one_thread
 def thm2_prop1(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (256, 512, 1024),
                sigma_A: float = 0.5, qk_ratio: float = 4.0, rho: float = 0.0, n_seeds: int = 3,
@@ -453,15 +434,9 @@ def plot_prop1_xavier(r: dict, ax=None):
     return fig
 
 
-@register(
-    "mindthegap.prop1_xavier", ref="Prop. 1 (degenerate case)",
-    title="Xavier or He scaled Q/K make first-layer attention degenerate (uniform) as d_qk grows",
-    claim="mindthegap Prop. 1: under Xavier or He scaling of W^Q, W^K (or any sigma_qk^2 -> 0 as "
-          "d_qk grows) first-layer attention tends to the uniform 11^T / T; with N(0, 1) Q/K it "
-          "stays a Random Markov matrix of sigma_A = sqrt(e - 1).",
-    tiny=dict(T=64, d_qks=(16, 64, 256), n_seeds=2),
-    quick=dict(T=128, d_qks=(16, 64, 256, 1024), n_seeds=3),
-    runtime={"tiny": 0.1, "quick": 0.2, "default": 0.2})
+@register("mindthegap.prop1_xavier", tiny=dict(T=64, d_qks=(16, 64, 256), n_seeds=2),
+          quick=dict(T=128, d_qks=(16, 64, 256, 1024), n_seeds=3),
+          runtime={"tiny": 0.1, "quick": 0.2, "default": 0.2})
 def prop1_xavier(*, seed: int = 0, device: str = "cpu", T: int = 128,
                  d_qks: Sequence[int] = (16, 64, 256, 1024), n_seeds: int = 3) -> Experiment:
     T = args.integer("T", T, 8)

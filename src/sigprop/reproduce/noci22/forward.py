@@ -187,11 +187,7 @@ def _moment_item(which: str, *, seed, device, n, d, rho0, depth, seeds, depths, 
     return Experiment(data["frame"], table, checks, plot_moments, data, notes)
 
 
-@register("noci22.lemma3_2", ref="Lemma 3.2 (Eqs. 10-11)",
-          title="E C(X^L) under uniform attention: (1+α₂²)^L (1+α₁²)^L C(X)",
-          claim="Under uniform attention and linear activation the summed token inner product "
-                "C(X) = Σ_kk' <X_k, X_k'> grows by (1+α₁²)(1+α₂²) per layer (Eq. 10); with "
-                "α_i² = α̃_i/L it tends to e^(α̃₁+α̃₂) C(X) (Eq. 11).",
+@register("noci22.lemma3_2",
           tiny=dict(n=8, d=16, depth=4, seeds=48, depths=(4, 16), sweep_seeds=32, nn_seeds=32),
           quick=dict(seeds=400, sweep_seeds=200, nn_seeds=128),
           runtime={"tiny": 0.1, "quick": 1.2, "default": 0.5})
@@ -206,11 +202,7 @@ def lemma3_2(*, seed: int = 0, device: str = "cpu", n: int = 16, d: int = 32,
                         nn_seeds=args.integer("nn_seeds", nn_seeds, 4, 100_000))
 
 
-@register("noci22.lemma3_3", ref="Lemma 3.3 (Eqs. 12-13)",
-          title="E ||X^L||_F^2 under uniform attention, and its depth-scaled limit",
-          claim="Under uniform attention and linear activation E||X^L||² = (1+α₂²)^L "
-                "[α₁² Σ_k (1+α₁²)^k n|x̄|² + ||X||²] (Eq. 12); with α_i² = α̃_i/L it tends to "
-                "n e^α̃₂ (e^α̃₁ - 1)|x̄|² + e^α̃₂ ||X||² (Eq. 13).",
+@register("noci22.lemma3_3",
           tiny=dict(n=8, d=16, depth=4, seeds=48, depths=(4, 16), sweep_seeds=32),
           quick=dict(seeds=400, sweep_seeds=200),
           runtime={"tiny": 0.05, "quick": 0.1, "default": 0.1})
@@ -361,11 +353,7 @@ def _thm3_3_table(data: dict) -> pd.DataFrame:
                               theory=thc, limit=1.0)])
 
 
-@register("noci22.thm3_3", ref="Thm 3.3 (Eqs. 15-16)",
-          title="Token correlation under depth-scaled residuals: a finite limit; constant α: 1",
-          claim="With α_i² = α̃_i/L the correlation ρ^L = E C / ((n-1) E||X||²) - 1/(n-1) "
-                "tends to n e^α̃₁ C(X) / ((n-1)[(e^α̃₁ - 1) C(X) + n||X||²]) - 1/(n-1), "
-                "independent of α̃₂ (Eq. 15); with constant α it tends to 1 (Eq. 16).",
+@register("noci22.thm3_3",
           tiny=dict(n=8, d=16, depth=4, seeds=48, depths=(4, 16), sweep_seeds=32,
                     const_depths=(2, 4, 8)),
           quick=dict(seeds=400, sweep_seeds=200),
@@ -477,14 +465,8 @@ def plot_fig8(data: dict, ax=None):
     return fig
 
 
-@register("noci22.fig8", ref="Fig. 8",
-          title="Norm and correlation over depth, no LayerNorm: α = 1 vs α² = 1/L",
-          claim="Without LayerNorm (linear activation) the norm grows exponentially and the "
-                "token correlation goes to 1 with α = 1, while the depth-dependent scaling "
-                "α² = α̃/L keeps both bounded even for deep networks (Fig. 8).",
-          tiny=dict(n=8, d=32, depth=8, seeds=64, check_layers=4),
-          quick=dict(seeds=300),
-          runtime={"tiny": 0.1, "quick": 0.7, "default": 0.3})
+@register("noci22.fig8", tiny=dict(n=8, d=32, depth=8, seeds=64, check_layers=4),
+          quick=dict(seeds=300), runtime={"tiny": 0.1, "quick": 0.7, "default": 0.3})
 @one_thread
 def fig8(*, seed: int = 0, device: str = "cpu", n: int = 16, d: int = 32, rho0: float = 0.2,
          depth: int = 32, seeds: int = 150, alpha_tilde: float = 1.0,

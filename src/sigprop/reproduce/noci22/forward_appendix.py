@@ -166,21 +166,8 @@ def _fig10_table(data: dict) -> pd.DataFrame:
                           for k, r in res.items()])
 
 
-@register("noci22.fig10", ref="Fig. 10",
-          title="Correlation over depth, linear vs ReLU: why the linear theory misses a network",
-          claim="Replacing the linear activation by ReLU makes the token correlation grow even "
-                "faster with depth (Fig. 10, as in Fig. 4).",
-          tiny=dict(depth=6, seeds=64),
-          quick=dict(seeds=400),
-          runtime={"tiny": 0.3, "quick": 1.8, "default": 0.7},
-          differs="noci22's linear, uniform-attention theory misses a simulated network by "
-                  "0.16 at L = 10 (d = 32, n = 16, mean per-draw correlation) for two "
-                  "reasons, neither a formula slip: with α = 1 and "
-                  "no LayerNorm the norm grows like 4^ℓ (Lemma 3.3) and the logits with it, so "
-                  "attention stops being uniform after a few layers (entropy -> 0; Assumption "
-                  "3.1 broken) and the correlation grows more slowly; and ReLU, which the "
-                  "linear theory does not cover, raises it (sigprop's ReLU recursion closes "
-                  "that gap).")
+@register("noci22.fig10", tiny=dict(depth=6, seeds=64), quick=dict(seeds=400),
+          runtime={"tiny": 0.3, "quick": 1.8, "default": 0.7})
 @one_thread
 def fig10(*, seed: int = 0, device: str = "cpu", n: int = 16, d: int = 32, rho0: float = 0.2,
           depth: int = 10, seeds: int = 100, alpha_tilde: float = 1.0) -> Experiment:
@@ -330,18 +317,8 @@ def _fig11_table(data: dict) -> pd.DataFrame:
                           for p, q in zip(panels, (1.0, ps[L], p1[L]), strict=True)])
 
 
-@register("noci22.fig11", ref="Fig. 11",
-          title="Densities of ||X^L||_F^2 over depth vs Lemma 3.3's mean",
-          claim="With input std 1/√d uniform attention is an excellent approximation to the "
-                "real network's ||X^L||² (Lemma 3.3's mean); with std 1 it deviates; the "
-                "densities become more heavy-tailed with depth (Fig. 11, d = 30, L = 1..10, "
-                "1000 weight samples).",
-          tiny=dict(seeds=300),
-          quick=dict(seeds=2000),
-          runtime={"tiny": 0.3, "quick": 2.7, "default": 0.9},
-          differs="at α = 1 the std-1/√d network leaves Lemma 3.3's mean after ~5 layers (the "
-                  "norm, hence the logits, grow like 4^ℓ without LayerNorm); its mean at L = 10 "
-                  "is ~1.4x the uniform-attention value, not an excellent approximation.")
+@register("noci22.fig11", tiny=dict(seeds=300), quick=dict(seeds=2000),
+          runtime={"tiny": 0.3, "quick": 2.7, "default": 0.9})
 @one_thread
 def fig11(*, seed: int = 0, device: str = "cpu", n: int = 10, d: int = 30, depth: int = 10,
           seeds: int = 600, alpha: float = 1.0, bins: int = 40,

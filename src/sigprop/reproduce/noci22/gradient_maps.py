@@ -139,16 +139,10 @@ def _fig12_table(data: dict):
                                key_over_eq18=q["k"][0] / q["tq"]) for q in pts])
 
 
-@register("noci22.fig12", ref="Fig. 12",
-          title="Query/key gradient norms vs autograd with softmax attention: agreement "
-                "tightens as σ_x shrinks",
-          claim="Autograd query and key gradients of softmax attention at Xavier init agree "
-                "with Eq. 18 over the width, length, correlation and variance of the input, the "
-                "better the smaller the input standard deviation (Fig. 12, 20 runs).",
+@register("noci22.fig12",
           tiny=dict(draws=64, ns=(4, 16, 64), ds=(4, 16, 64), rhos=(0.0, 0.4, 0.8),
                     sweep_stds=(0.125, 0.5, 1.0)),
-          quick=dict(draws=600),
-          runtime={"tiny": 0.15, "quick": 1.5, "default": 0.4})
+          quick=dict(draws=600), runtime={"tiny": 0.15, "quick": 1.5, "default": 0.4})
 @one_thread
 def fig12(*, seed: int = 0, device: str = "cpu", n: int = 16, d: int = 16, rho: float = 0.2,
           stds: Sequence[float] = (0.25, 1.0), draws: int = 200,
@@ -276,16 +270,9 @@ def _fig13_14_table(data: dict):
                                median_sigma_slope=med_slope, median_abs_err_small_std=med_err)])
 
 
-@register("noci22.fig13_14", ref="Figs. 13-14",
-          title="Heat maps of log(||∇W_Q|| / ||∇W_V||): autograd (Fig. 13) vs Eqs. 17-18 "
-                "(Fig. 14)",
-          claim="The log ratio of query to value gradient norms falls quickly as the token "
-                "correlation grows, grows with the input variance (cubic vs linear in σ_x²), "
-                "and depends on n and d in a ρ-dependent way; the measured map (Fig. 13) "
-                "follows the theory's (Fig. 14, Eqs. 17-18).",
+@register("noci22.fig13_14",
           tiny=dict(draws=40, ns=(4, 16), ds=(4, 16), rhos=(0.0, 0.6), stds=(0.25, 0.5)),
-          quick=dict(draws=100),
-          runtime={"tiny": 0.1, "quick": 0.8, "default": 0.2})
+          quick=dict(draws=100), runtime={"tiny": 0.1, "quick": 0.8, "default": 0.2})
 @one_thread
 def fig13_14(*, seed: int = 0, device: str = "cpu", rhos: Sequence[float] = (0.0, 0.3, 0.6,
                                                                               0.9),

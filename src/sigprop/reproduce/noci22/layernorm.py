@@ -147,15 +147,7 @@ def _fig3_9_table(data: dict):
                           for k, r in res.items()])
 
 
-@register("noci22.fig3_9", ref="Figs. 3, 9 (Table 2)",
-          title="Post-LN vs pre-LN at init: token cosine and Q/V gradient norms over depth",
-          claim="In a post-LN Transformer the token correlation rises with depth toward 1 and "
-                "the query/key gradients vanish while the value gradients do not (Fig. 3); "
-                "pre-LN raises the correlation much less, stabilising the query gradients, and "
-                "its value gradients show the opposite trend over depth (Fig. 9; d = 32, "
-                "d_ff = 128, 4 heads, n = 50, ReLU, 50 runs).",
-          tiny=dict(depth=8, seeds=12),
-          quick=dict(seeds=50),
+@register("noci22.fig3_9", tiny=dict(depth=8, seeds=12), quick=dict(seeds=50),
           runtime={"tiny": 0.3, "quick": 1.2, "default": 0.6})
 @one_thread
 def fig3_9(*, seed: int = 0, device: str = "cpu", depth: int = 12, d: int = 32, heads: int = 4,

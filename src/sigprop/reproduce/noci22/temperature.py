@@ -219,21 +219,11 @@ def _eq47_table(data: dict):
                                        tau_softmax=tau_soft, tau_paper=paper_tau)])
 
 
-@register("noci22.eq47", ref="Eqs. 45-47, App. C.2-C.3",
-          title="The temperature τ* of Eq. 47 equalises query and value gradients; IWSLT'14",
-          claim="Multiplying the logits by τ (Eq. 45) scales the query gradient by τ² (Eq. 46) "
-                "and leaves the value gradient unchanged, so τ*² = dn(1+ρ(n-1)) / "
-                "(σ_x⁴(1-ρ)²(n+d)(n-1)) equalises them (Eq. 47); for IWSLT'14 the paper used "
-                "τ = 8.5.",
+@register("noci22.eq47",
           tiny=dict(ns=(8,), ds=(16,), rhos=(0.1, 0.7), draws=100, iwslt_draws=12,
                     taus=(1.0, 3.0, 8.5)),
           quick=dict(draws=800, iwslt_draws=24),
-          runtime={"tiny": 0.3, "quick": 2.1, "default": 1.0},
-          differs="Eq. 47 at the IWSLT'14 model (d = 512, n = 25 tokens, ρ = 0.2, LayerNorm-ed "
-                  "σ_x² = 1) gives τ* = 3.00, and autograd (uniform attention) equalises the "
-                  "gradients at 3.00; with softmax attention they cross near 2.5. The paper's "
-                  "τ = 8.5 makes the query gradient ~8x (uniform) / ~4x (softmax) the value "
-                  "gradient; 8.5 would need ρ ≈ 0.56 or σ_x² ≈ 0.35.")
+          runtime={"tiny": 0.3, "quick": 2.1, "default": 1.0})
 @one_thread
 def eq47(*, seed: int = 0, device: str = "cpu", ns: Sequence[int] = (8, 32),
          ds: Sequence[int] = (16, 64), rhos: Sequence[float] = (0.1, 0.4, 0.7),
