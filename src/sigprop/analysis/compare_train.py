@@ -10,15 +10,15 @@ trained alike: 0.31-0.40 nats against the baseline's 0.36 after 200 steps.) The 
 built from that config with its own init under the seed, the fix applied exactly as on the
 full model, and a linear readout added with the unigram log frequencies as its bias (as
 ``sigprop train --bias-init unigram``). Task: masked-token prediction for an encoder,
-next-token prediction for a causal stack. Training: AdamW, lr 5e-4, batch 32, gradient norm
-clipped at 1, torch's threads. The learning rate, measured on bert-tiny-collapse (24 post-LN
-blocks, 200 steps): at 2e-3 Admin, which keeps the post-LN blocks and only rescales the
-branches, stayed at the unigram level, its first block's gradient falling to ~1e-4 of the
-last block's within 150 steps; at 5e-4 Admin, Depth-muP and DeepScaleLM learn 0.19-0.20
-nats (at 1e-3: 0.07-0.24) and ReZero, SkipInit and DeepNorm 0.14-0.19 (at 1e-3: 0.26-0.34,
-at 2e-3: 0.24-0.48); the baseline stays at -0.002 at all three. The gain is the unigram
-baseline's loss minus the fixed evaluation set's loss after K steps (nats; positive: learned
-something beyond token frequencies).
+next-token prediction for a causal stack. Training (:func:`sigprop.training.steps.run`): AdamW,
+lr 5e-4, batch 32, gradient norm clipped at 1, torch's threads. The learning rate, measured on
+bert-tiny-collapse (24 post-LN blocks, 200 steps): at 2e-3 Admin, which keeps the post-LN
+blocks and only rescales the branches, stayed at the unigram level, its first block's gradient
+falling to ~1e-4 of the last block's within 150 steps; at 5e-4 Admin, Depth-muP and DeepScaleLM
+learn 0.19-0.20 nats (at 1e-3: 0.07-0.24) and ReZero, SkipInit and DeepNorm 0.14-0.19 (at 1e-3:
+0.26-0.34, at 2e-3: 0.24-0.48); the baseline stays at -0.002 at all three. The gain is the
+unigram baseline's loss minus the fixed evaluation set's loss after K steps (nats; positive:
+learned something beyond token frequencies).
 """
 
 from __future__ import annotations
@@ -30,6 +30,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from ..training.steps import run
 
 WIDTH, HEADS, MAX_T, BATCH, LR = 64, 4, 64, 32, 5e-4
 
@@ -133,18 +135,20 @@ def _train(body: nn.Module, batches, d: int, steps: int, seed: int, device: str,
     model = _Readout(body.train(), d, batches.vocab, batches.unigram_logp, seed).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     gen = torch.Generator().manual_seed(seed)
-    for step in range(1, steps + 1):
+
+    def loss_at(_step: int) -> torch.Tensor:
         x, y = batches.train_batch(gen, device)
-        loss = F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100)
-        opt.zero_grad(set_to_none=True)
-        if not torch.isfinite(loss):
-            return None
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
+        return F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100)
+
+    def after(step: int, _loss: torch.Tensor) -> None:
         if every and on_gain is not None and step % every == 0 and step < steps:
             on_gain(step, _gain(model, batches, device))
             model.train()
+
+    done = run(loss_at, opt, steps, after=after, finite=True,
+               on_grads=lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+    if done < steps:
+        return None
     gain = _gain(model, batches, device)
     if every and on_gain is not None and steps % every == 0:
         on_gain(steps, gain)
