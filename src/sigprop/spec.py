@@ -132,6 +132,20 @@ def check_float(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = 
         raise SpecError(name, f"must be a finite number in {lo_b}{lo:g}, {hi:g}] (got {value!r})")
 
 
+def _float_tuple(name: str, values: Any, lo: float, hi: float, *, array: bool = False,
+                 size: int | None = None, need: str = "") -> tuple[float, ...]:
+    """``values`` as a tuple of floats, each checked by :func:`check_float`; ``array``: a
+    scalar is one value (``np.atleast_1d``); ``size``: the length it must have, else
+    ``SpecError(name, "needs " + need)`` with ``{got}`` the length found."""
+    vals = np.atleast_1d(np.asarray(values, dtype=float)) if array else values
+    out = tuple(float(x) for x in vals)
+    if size is not None and len(out) != size:
+        raise SpecError(name, "needs " + need.format(got=len(out)))
+    for x in out:
+        check_float(name, x, lo, hi)
+    return out
+
+
 def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
     if value not in choices:
         raise SpecError(name, f"must be one of {', '.join(choices)} (got {value!r})")
@@ -209,49 +223,32 @@ class LayerSpec:
         check_float("layers.glu_shift", self.glu_shift, 0.0, 1e12)
         object.__setattr__(self, "glu_shift", float(self.glu_shift))
         if self.branch_gain2 is not None:
-            g = tuple(float(x) for x in self.branch_gain2)
-            if len(g) != 2:
-                raise SpecError("layers.branch_gain2", "needs (attention, MLP) mean squared "
-                                                       f"gains (got {len(g)} values)")
-            for x in g:
-                check_float("layers.branch_gain2", x, 0.0, 1e12)
+            g = _float_tuple("layers.branch_gain2", self.branch_gain2, 0.0, 1e12, size=2,
+                             need="(attention, MLP) mean squared gains (got {got} values)")
             object.__setattr__(self, "branch_gain2", g)
         if self.cross_sigma_s is not None:
-            cs = tuple(float(x) for x in np.atleast_1d(np.asarray(self.cross_sigma_s,
-                                                                   dtype=float)))
-            for x in cs:
-                check_float("layers.cross_sigma_s", x, 0.0, 1e6)
+            cs = _float_tuple("layers.cross_sigma_s", self.cross_sigma_s, 0.0, 1e6, array=True)
             object.__setattr__(self, "cross_sigma_s", cs)
             for name in ("cross_var_v", "cross_var_o"):
                 if getattr(self, name) is None:
                     raise SpecError(f"layers.{name}", "needed with cross_sigma_s")
                 check_float(f"layers.{name}", getattr(self, name), 0.0, 1e12)
-        sig = tuple(float(x) for x in np.atleast_1d(np.asarray(self.sigma_s, dtype=float)))
-        object.__setattr__(self, "sigma_s", sig)
+        sig = _float_tuple("layers.sigma_s", self.sigma_s, 0.0, 1e6, array=True)
         if not sig:
             raise SpecError("layers.sigma_s", "needs one score std per head (got none)")
-        for x in sig:
-            check_float("layers.sigma_s", x, 0.0, 1e6)
+        object.__setattr__(self, "sigma_s", sig)
         for name in ("var_v", "var_w_in", "var_w_out", "var_b"):
             check_float(f"layers.{name}", getattr(self, name), 0.0, 1e12)
         if self.var_o is not None:
             check_float("layers.var_o", self.var_o, 0.0, 1e12)
+        per_head = f"{len(sig)} entries, one per head (got {{got}})"
         if self.head_weights is not None:
-            w = tuple(float(x) for x in self.head_weights)
-            if len(w) != len(sig):
-                raise SpecError("layers.head_weights", f"needs {len(sig)} entries, one per head "
-                                                       f"(got {len(w)})")
-            for x in w:
-                check_float("layers.head_weights", x, 0.0, 1e6)
+            w = _float_tuple("layers.head_weights", self.head_weights, 0.0, 1e6,
+                             size=len(sig), need=per_head)
             object.__setattr__(self, "head_weights", w)
         if self.sink_logit is not None:
-            sk = tuple(float(x) for x in np.atleast_1d(np.asarray(self.sink_logit,
-                                                                   dtype=float)))
-            if len(sk) != len(sig):
-                raise SpecError("layers.sink_logit", f"needs {len(sig)} entries, one per "
-                                                     f"head (got {len(sk)})")
-            for x in sk:
-                check_float("layers.sink_logit", x, -SINK_MAX, SINK_MAX)
+            sk = _float_tuple("layers.sink_logit", self.sink_logit, -SINK_MAX, SINK_MAX,
+                              array=True, size=len(sig), need=per_head)
             object.__setattr__(self, "sink_logit", sk)
         if self.gate_var is not None:
             check_float("layers.gate_var", self.gate_var, 0.0, 1e6)
