@@ -1,5 +1,5 @@
 """The comparison tables of docs/fixes.md, generated: ``sigprop fix MODEL --compare all`` on the
-presets (through :func:`sigprop.analysis.compare.compare`), the JSON kept in
+presets (through :func:`sigprop.analysis.ranking.rank_fixes`), the JSON kept in
 benchmarks/results/fixes_<model>.json and a Markdown table written between the page's
 ``<!-- fixes-table:start -->`` / ``end`` markers.
 
@@ -22,7 +22,7 @@ import re
 import time
 from pathlib import Path
 
-from sigprop.analysis.compare import RANKING, compare
+from sigprop.analysis.ranking import RANKING, rank_fixes
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "fixes.md"
@@ -105,7 +105,7 @@ def main() -> None:
         path = RESULTS / f"fixes_{TRAIN[0]}_train.json"
         if args.train:
             t0 = time.perf_counter()
-            c = compare(TRAIN[0], "all", seq_len=TRAIN[1], train_steps=TRAIN[2])
+            c = rank_fixes(TRAIN[0], "all", seq_len=TRAIN[1], train_steps=TRAIN[2])
             d = {**c.to_dict(), "seconds": round(time.perf_counter() - t0, 1),
                  "train_steps": TRAIN[2]}
             path.write_text(json.dumps(d, indent=1, default=str) + "\n")
@@ -127,7 +127,7 @@ def main() -> None:
     parts = []
     for model, T in cases:
         t0 = time.perf_counter()
-        c = compare(model, "all", seq_len=T)
+        c = rank_fixes(model, "all", seq_len=T)
         d = {**c.to_dict(), "seconds": round(time.perf_counter() - t0, 1)}
         print(f"{c.model}: {d['seconds']:.0f} s")
         if not args.quick:

@@ -59,7 +59,7 @@ def test_head_heatmap_has_a_fixed_scale_and_bounded_height():
     structure), and a 48-layer model stays under 5.5 inches tall."""
     import pandas as pd
 
-    from sigprop.report.html import plot_head_heatmap
+    from sigprop.plotting.heads import plot_head_heatmap
 
     rows = [{"layer": la, "head": h, "observable": "entropy", "value": 0.995 + 0.002 * (h % 2)}
             for la in range(1, 49) for h in range(12)]
@@ -170,7 +170,7 @@ def test_trainability_plot_is_the_grid():
     per point (filled: learned, cross: stuck), a red frame where training disagreed."""
     import pandas as pd
 
-    from sigprop.report.training import plot_trainability
+    from sigprop.plotting.training import plot_trainability
 
     rows = [dict(beta=b, alpha=a, theory="trainable" if a > 1 else "rank_collapse",
                  outcome="learned" if a > 1 else "stuck", gain=0.7 if a > 1 else 0.0,

@@ -129,16 +129,10 @@ def test_a_path_still_writes_the_figure_drawn_into(tmp_path):
     assert fig is ax.figure and (tmp_path / "h.svg").read_text().lstrip().startswith("<?xml")
 
 
-def test_old_names_and_homes_still_work():
-    from sigprop.report import html
-    from sigprop.report import training as report_training
-
+def test_old_names_still_work():
     assert fixes.plot_compare is fixes.plot_ranking
     assert longctx.plot_sweep is longctx.plot_longctx
     assert longctx_model.plot_model_sweep is longctx_model.plot_model_longctx
-    assert report_training.plot_training is training.plot_training
-    assert report_training.plot_trainability is training.plot_trainability
-    assert html.plot_head_heatmap is heads.plot_head_heatmap
 
 
 def test_result_plot_takes_ax():

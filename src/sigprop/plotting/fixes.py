@@ -1,5 +1,5 @@
 """The fix ranking's figure (``sigprop fix --compare``,
-:meth:`sigprop.analysis.compare.FixComparison.plot`): one horizontal bar per method, measured
+:meth:`sigprop.analysis.ranking.FixRanking.plot`): one horizontal bar per method, measured
 final cosine with the theory's as a marker, and the lowest head entropy beside it; bars
 coloured by the measured verdict."""
 

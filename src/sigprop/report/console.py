@@ -168,7 +168,7 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
     """Per-layer measurement with theory beside it, the range of head entropies, verdict,
     recommendations. ``wide`` adds ± on every measured column and the extreme heads."""
     from .. import trajectory
-    from ..analysis.diagnose import head_extremes
+    from ..analysis.diagnosis import head_extremes
 
     console = console or tables.console(wide)
     traj = d.trajectory
@@ -287,7 +287,7 @@ def print_compare(c, console: Console | None = None, wide: bool = False) -> None
     """``sigprop fix --compare``: one row per fix, ranked (measured final cos and head
     entropies, the theory's final cos, the measured verdict, the loss gain with training);
     the baseline first; the recommendation and the ranking rule below."""
-    from ..analysis.compare import RANKING
+    from ..analysis.ranking import RANKING
 
     console = console or tables.console(wide)
     b = c.baseline

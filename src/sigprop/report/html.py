@@ -6,9 +6,9 @@ attached to a paper's supplement. The header records the command line, the sigpr
 the seeds and the sequences measured.
 Every string that comes from the user or the model (names, paths, notes) goes through
 :func:`html.escape`. Figures: depth curves (theory lines, measured dots with standard errors),
-a per-head heat map of attention entropy (:func:`sigprop.plotting.heads.plot_head_heatmap`,
-importable from here too, its first home), and the (beta, alpha_attn) trainability diagram
-with the model's own point (docs/theory.md §2.7).
+a per-head heat map of attention entropy (:func:`sigprop.plotting.heads.plot_head_heatmap`),
+and the (beta, alpha_attn) trainability diagram with the model's own point (docs/theory.md
+§2.7).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import math
 from typing import Any
 
 from ..plotting.figures import plot_depth, plot_diagram
-from ..plotting.heads import HEATMAP_RANGE as HEATMAP_RANGE
 from ..plotting.heads import plot_head_heatmap
 
 PAGE_CSS = """
@@ -101,7 +100,7 @@ def _layer_rows(traj) -> tuple[list[dict], list[str]]:
 
 
 def _diagnosis_body(d, *, diagram_grid: int = 64) -> str:
-    from ..analysis.diagnose import head_extremes
+    from ..analysis.diagnosis import head_extremes
     from ..theory import diagram as dg
 
     spec = d.spec

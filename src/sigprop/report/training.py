@@ -1,6 +1,5 @@
 """Tables for ``sigprop train`` / ``sigprop trainability``. Consumes Trajectory rows and the
-trainability table only. Their figures are in :mod:`sigprop.plotting.training` (importable
-from here too, their first home)."""
+trainability table only. Their figures are in :mod:`sigprop.plotting.training`."""
 
 from __future__ import annotations
 
@@ -9,8 +8,6 @@ import math
 from rich.console import Console
 
 from ..plotting.training import curve
-from ..plotting.training import plot_trainability as plot_trainability
-from ..plotting.training import plot_training as plot_training
 
 _REGIME_STYLE = {"trainable": "green", "rank_collapse": "yellow", "entropy_collapse": "red"}
 
