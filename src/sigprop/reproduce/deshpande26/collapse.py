@@ -9,21 +9,19 @@ plot function composed by the registered item."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 
 from ...theory import rem
 from ...theory import scaling as sc
-from ..core import Check, Experiment, frame, register
+from ..core import Check, Experiment, frame
 from ..plots import axes_row, decorate
 from .common import (
     COLOURS,
     exponent_pred,
     gumbel_bulk,
-    n_sweep_args,
-    n_sweep_sizes,
+    n_sweep_item,
     trials,
     wmax_tables,
 )
@@ -157,11 +155,9 @@ def plot_wmax(r: dict, ax=None):
     return fig
 
 
-@register("deshpande26.wmax", **n_sweep_sizes(2_000_000),
-          runtime={"tiny": 0.5, "quick": 4.0, "default": 4.0})
-def wmax(*, seed: int = 0, device: str = "cpu", Ns: Sequence[int] = (100, 1000, 10_000),
-         sigma: float = 1.0, budget: int = 2_000_000) -> Experiment:
-    Ns, sigma, budget = n_sweep_args(Ns, sigma, budget)
+@n_sweep_item("deshpande26.wmax", sigma=1.0, budget=2_000_000,
+              runtime={"tiny": 0.5, "quick": 4.0, "default": 4.0})
+def wmax(Ns: list[int], sigma: float, budget: int, seed: int) -> Experiment:
     r = wmax_data(Ns, sigma, budget, seed)
     notes = (f"sigma = {sigma}; MC rows per N = max(64, {budget} / N), common draws across beta; "
              "lines: exact finite-N quadrature; dashed: N -> infinity (Poisson-Dirichlet, via "
@@ -274,11 +270,9 @@ def plot_bulk(r: dict, ax=None):
     return fig
 
 
-@register("deshpande26.bulk", **n_sweep_sizes(4_000_000, full=False),
-          runtime={"tiny": 0.5, "quick": 3.0, "default": 3.0})
-def bulk(*, seed: int = 0, device: str = "cpu", Ns: Sequence[int] = (100, 1000, 10_000),
-         sigma: float = 1.0, budget: int = 4_000_000) -> Experiment:
-    Ns, sigma, budget = n_sweep_args(Ns, sigma, budget)
+@n_sweep_item("deshpande26.bulk", sigma=1.0, budget=4_000_000, full=False,
+              runtime={"tiny": 0.5, "quick": 3.0, "default": 3.0})
+def bulk(Ns: list[int], sigma: float, budget: int, seed: int) -> Experiment:
     r = bulk_data(Ns, sigma, budget, seed)
     notes = (f"sigma = {sigma}; MC rows per N = max(64, {budget} / N); lines: exact finite-N "
              "quadrature (solid), Eq. 10 (dashed), Eq. 10 with sigprop's extreme-value "

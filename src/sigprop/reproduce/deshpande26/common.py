@@ -10,6 +10,7 @@ The model is one softmax row over ``N`` i.i.d. ``N(0, sigma^2)`` logits at inver
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping, Sequence
 
 import numpy as np
 from scipy.special import gamma as gamma_fn
@@ -17,9 +18,10 @@ from scipy.special import gamma as gamma_fn
 from ...theory import rem
 from ...theory import scaling as sc
 from .. import args
+from ..core import Experiment, register
 
 __all__ = ["COLOURS", "MAX_SIZE", "lengths", "positive", "budget_arg", "n_sweep_args",
-           "n_sweep_sizes", "rng_of", "trials",
+           "n_sweep_sizes", "n_sweep_item", "rng_of", "trials",
            "sample_wmax", "gumbel_bulk", "exponent_pred", "wmax_tables"]
 
 COLOURS = ("#4c72b0", "#dd8452", "#55a868", "#c44e52", "#8172b3")
@@ -60,6 +62,22 @@ def n_sweep_sizes(budget: int, full: bool = True) -> dict:
     if full:
         sizes["full"] = dict(Ns=(100, 1000, 10_000, 100_000), budget=10 * budget)
     return sizes
+
+
+def n_sweep_item(name: str, *, sigma: float, budget: int, runtime: Mapping[str, float],
+                 full: bool = True) -> Callable:
+    """Register ``body(Ns, sigma, budget, seed) -> Experiment`` as the item ``name`` that
+    samples rows over the lengths ``Ns``: wmax, bulk and retrieval take the same keywords
+    (``Ns``, the logit std ``sigma``, the ``budget`` of sampled logits per N), checked the
+    same way (:func:`n_sweep_args`), with the sizes of :func:`n_sweep_sizes`."""
+    def deco(body: Callable[..., Experiment]) -> Callable[..., Experiment]:
+        def item(*, seed: int = 0, device: str = "cpu", Ns: Sequence[int] = (100, 1000, 10_000),
+                 sigma: float = sigma, budget: int = budget) -> Experiment:
+            return body(*n_sweep_args(Ns, sigma, budget), seed)
+        item.__name__ = item.__qualname__ = body.__name__
+        item.__module__, item.__doc__ = body.__module__, body.__doc__
+        return register(name, **n_sweep_sizes(budget, full), runtime=runtime)(item)
+    return deco
 
 
 # --------------------------------------------------------------------------------------------

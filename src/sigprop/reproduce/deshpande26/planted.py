@@ -8,16 +8,15 @@ item."""
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 from scipy.special import log_ndtr
 
 from ...theory import scaling as sc
-from ..core import Check, Experiment, frame, register
+from ..core import Check, Experiment, frame
 from ..plots import axes_row, decorate
-from .common import COLOURS, n_sweep_args, n_sweep_sizes, rng_of, trials
+from .common import COLOURS, n_sweep_item, rng_of, trials
 
 __all__ = ["BETA_FACTORS", "kappa_half_gumbel", "retrieval", "retrieval_data",
            "retrieval_checks", "plot_retrieval"]
@@ -169,11 +168,9 @@ def plot_retrieval(r: dict, ax=None):
     return fig
 
 
-@register("deshpande26.retrieval", **n_sweep_sizes(4_000_000),
-          runtime={"tiny": 0.3, "quick": 2.0, "default": 2.0})
-def retrieval(*, seed: int = 0, device: str = "cpu", Ns: Sequence[int] = (100, 1000, 10_000),
-              sigma: float = 1.5, budget: int = 4_000_000) -> Experiment:
-    Ns, sigma, budget = n_sweep_args(Ns, sigma, budget)
+@n_sweep_item("deshpande26.retrieval", sigma=1.5, budget=4_000_000,
+              runtime={"tiny": 0.3, "quick": 2.0, "default": 2.0})
+def retrieval(Ns: list[int], sigma: float, budget: int, seed: int) -> Experiment:
     r = retrieval_data(Ns, sigma, budget, seed)
     notes = (f"sigma = {sigma}; rows per N = max(200, {budget} / N); success = the target's "
              "logit exceeds every noise logit; the target weight is sampled at beta = 1, 2, 4 "
