@@ -31,19 +31,20 @@ if kind == "measure":
 elif kind == "diagnose":
     from sigprop import models as hf
     from sigprop.analysis import diagnose as dg
+    from sigprop.analysis.forward import VOCAB_AT_INIT
     config = hf.load_config(kw["model"])
     sp, info = hf.spec_and_info(config, kw["seq_len"])
     kv = getattr(config, "num_key_value_heads", None) or sp.heads
     est = memory.estimate("diagnose", spec=sp, sequences=kw["sequences"],
-                          vocab=min(info.vocab_size, dg.VOCAB_AT_INIT), kv_heads=kv)
+                          vocab=min(info.vocab_size, VOCAB_AT_INIT), kv_heads=kv)
     dg.diagnose(kw["model"], seq_len=kw["seq_len"], seeds=1, sequences=kw["sequences"])
 elif kind == "longctx":
     from sigprop.measurement import longctx as lc
     est = memory.estimate("longctx", spec=spec, lengths=kw["lengths"], queries=kw["queries"],
                           chunk=kw["chunk"], workers=torch.get_num_threads(),
                           n_scalings=len(lc.scaling_kinds(spec, kw["compare"])))
-    lc.sweep(spec, kw["lengths"], queries=kw["queries"], chunk=kw["chunk"],
-             compare=kw["compare"])
+    lc.stream_lengths(spec, kw["lengths"], queries=kw["queries"], chunk=kw["chunk"],
+                      compare=kw["compare"])
 elif kind == "train":
     from sigprop.training.config import TrainConfig
     from sigprop.training.loop import train

@@ -186,7 +186,7 @@ def vs_real(name: str, cfg: dict, gain: float, T: int = 512) -> dict:
     causality), which measured-vs-theory cannot see: both use the same fitted layer."""
     import torch
 
-    from sigprop.analysis import diagnose as dg
+    from sigprop.analysis import forward as fw
     from sigprop.analysis.longctx_model import build_model, sweep_model
     from sigprop.measurement.probe_sites import find_attention, find_blocks
     from sigprop.models.arch import input_kind
@@ -210,10 +210,10 @@ def vs_real(name: str, cfg: dict, gain: float, T: int = 512) -> dict:
                             and bool((o >= 0).all()) and bool((o.sum(-1) <= 1 + 1e-3).all()):
                         probs[i] = o.detach().double()
             hooks.append(x.module.register_forward_hook(grab))
-        vocab = dg.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
-        inputs = dg.text_inputs(2, T, vocab, 0, "cpu")
+        vocab = fw.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
+        inputs = fw.text_inputs(2, T, vocab, 0, "cpu")
         with torch.no_grad():
-            dg.forward_once(m, inputs, bool(getattr(config, "is_encoder_decoder", False)),
+            fw.forward_once(m, inputs, bool(getattr(config, "is_encoder_decoder", False)),
                         returned=True)
         for h in hooks:
             h.remove()

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 import torch
 
-from sigprop.analysis import diagnose as dg
 from sigprop.analysis import fix as fx
+from sigprop.analysis import forward as fw
 from sigprop.analysis import longctx_model as lm
 from sigprop.measurement import stream_model as sm
 from sigprop.measurement.probe_sites import find_attention, find_blocks
@@ -37,8 +37,8 @@ def _sites(model):
 
 
 def _text(config, T, seed=0):
-    vocab = dg.vocab_at_init(config, config.vocab_size)
-    return dg.text_inputs(1, T, vocab, seed, "cpu")
+    vocab = fw.vocab_at_init(config, config.vocab_size)
+    return fw.text_inputs(1, T, vocab, seed, "cpu")
 
 
 # ---------------------------------------------------------------------------------- RoPE
@@ -52,7 +52,7 @@ def test_rope_at_positions_up_to_2_20_is_the_models_own(rope_scaling):
                max_position_embeddings=131072)
     model, config, *_ = lm.build_model(cfg)
     fits = lm.fit_layers(model, _sites(model), _text(config, 64),
-                         lambda m, x: dg.forward_once(m, x, False), long_T=2**20)
+                         lambda m, x: fw.forward_once(m, x, False), long_T=2**20)
     pos = torch.tensor([0, 1, 4095, 8191, 8192, 131071, 2**19 + 7, 2**20 - 1])
     x = torch.zeros(1, dtype=torch.float32)
     ref_c, ref_s = model.rotary_emb(x, pos[None])
@@ -68,7 +68,7 @@ def test_dynamic_rope_is_recognised_as_length_dependent():
                max_position_embeddings=1024)
     model, config, *_ = lm.build_model(cfg)
     fits = lm.fit_layers(model, _sites(model), _text(config, 64),
-                         lambda m, x: dg.forward_once(m, x, False), long_T=8192)
+                         lambda m, x: fw.forward_once(m, x, False), long_T=8192)
     assert all(f.length_dependent_rope for f in fits)
     # the table for an 8192-token context: what the model computes over 8192 positions
     n = 8192

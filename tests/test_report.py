@@ -12,6 +12,7 @@ import subprocess
 import pytest
 
 from sigprop.analysis import diagnose as dg
+from sigprop.analysis.forward import vocab_at_init
 from sigprop.models.presets import PRESETS, shrink
 from sigprop.report.html import render
 
@@ -141,7 +142,7 @@ def test_memory_refusal_is_one_clear_line(monkeypatch):
 
     config = hf.load_config("bert-base-uncased")
     spec, info = hf.spec_and_info(config, sizes["seq_len"])
-    dg.check_memory(config, spec, sizes["sequences"], dg.vocab_at_init(config, info.vocab_size))
+    dg.check_memory(config, spec, sizes["sequences"], vocab_at_init(config, info.vocab_size))
 
 
 def test_figures_leave_matplotlib_state_alone(tmp_path):

@@ -12,7 +12,7 @@ from common import (
     no_rope,
 )
 
-from sigprop.analysis.diagnose import _text_ids
+from sigprop.analysis.forward import text_token_ids
 from sigprop.theory import gram
 from sigprop.theory.blocks import BlockParams
 
@@ -21,7 +21,7 @@ d = dict(hf.PRESETS["llama-3.2-1b"])
 d["num_hidden_layers"] = 3
 cfg = hf.load_config(d)
 spec = hf.spec_from_config(cfg, T)
-ids = _text_ids(2, T, 4096, 0)
+ids = text_token_ids(2, T, 4096, 0)
 C0 = gram.input_gram(ids.numpy())
 res = {}
 for zm in (True, False):

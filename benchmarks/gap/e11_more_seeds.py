@@ -11,13 +11,13 @@ from common import (
     hf,
 )
 
-from sigprop.analysis.diagnose import _text_ids, vocab_at_init
+from sigprop.analysis.forward import text_token_ids, vocab_at_init
 
 preset, N = sys.argv[1], int(sys.argv[2])
 T = 256
 cfg = hf.load_config(preset)
 vocab = vocab_at_init(cfg, cfg.vocab_size)
-ids = _text_ids(2, T, vocab, 0)
+ids = text_token_ids(2, T, vocab, 0)
 out, t0 = [], time.time()
 for s in range(N):
     m = hf.model_at_init(cfg, seed=s, attn_implementation="sdpa", vocab_size=vocab)

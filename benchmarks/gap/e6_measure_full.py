@@ -15,7 +15,7 @@ from common import (
     no_rope,
 )
 
-from sigprop.analysis.diagnose import _text_ids, vocab_at_init
+from sigprop.analysis.forward import text_token_ids, vocab_at_init
 
 preset = sys.argv[1]
 T = 256
@@ -23,7 +23,7 @@ cfg = hf.load_config(preset)
 vocab = min(VOCAB, cfg.vocab_size)
 
 vocab = vocab_at_init(cfg, cfg.vocab_size)
-txt = _text_ids(2, T, vocab, 0)
+txt = text_token_ids(2, T, vocab, 0)
 g = np.random.default_rng(1000)
 uni = torch.from_numpy(np.stack([g.permutation(np.arange(1, vocab))[:T] for _ in range(2)]))
 res = {"preset": preset, "T": T, "ids_text": txt.tolist(), "ids_unique": uni.tolist()}

@@ -22,7 +22,8 @@ The package layout and where a new piece goes: ``docs/architecture.md``.
 from importlib.metadata import PackageNotFoundError as _NotFound
 from importlib.metadata import version as _version
 
-from .analysis.diagnose import Diagnosis, diagnose
+from .analysis.diagnose import diagnose
+from .analysis.diagnosis import Diagnosis
 from .analysis.fix import FixResult, fix
 from .analysis.longctx import LongContext, longctx, longctx_model
 from .analysis.longctx_model import ModelLongContext

@@ -33,9 +33,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-# the names marked ``noqa: F401`` moved out of this module and are still imported from here
-# (sigprop/__init__.py, analysis/, report/, cli/, benchmarks/, tests/) until those import them
-# from their new modules
 from ..measurement.hooks import (
     EncoderMemory,
     InputGram,
@@ -48,38 +45,28 @@ from ..measurement.hooks import (
     rope_frequencies,
 )
 from ..spec import ArchSpec, SpecError
-from .diagnosis import Diagnosis, head_extremes, per_head, to_json  # noqa: F401
+from .diagnosis import Diagnosis
 from .forward import (
-    VOCAB_AT_INIT,  # noqa: F401
     find_sub_model,
-    forward_once,  # noqa: F401
     model_folder,
     model_inputs,
     module_config,
     repeats_of,
     run_forward,
-    sub_models,  # noqa: F401
-    text_inputs,  # noqa: F401
     text_token_ids,
     vocab_at_init,
 )
 from .model_theory import (
-    GRAM_MAX_LEN,  # noqa: F401
     decoder_spec,
     measured_beta,
-    measured_q0,  # noqa: F401
     position_resolved,
     theory_spec,
     with_weight_heads,
 )
-from .recommend import ENTROPY_MIN, recommend, verdict_of  # noqa: F401
+from .recommend import recommend, verdict_of
 
 if TYPE_CHECKING:
     from ..models.arch import HFInfo
-
-#: the old private name of :func:`~sigprop.analysis.forward.text_token_ids`, which
-#: benchmarks/gap/*.py import from here
-_text_ids = text_token_ids
 
 #: precision of the probe's statistics: the model runs in float32, so float64 statistics of its
 #: float32 activations change nothing but the cost (tests/measurement/test_probe_precision.py:

@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..spec import ArchSpec, SpecError
-from .diagnose import Diagnosis, diagnose, model_folder
+from .diagnose import diagnose
+from .diagnosis import Diagnosis
+from .forward import model_folder
 from .result import Result
 
 if TYPE_CHECKING:

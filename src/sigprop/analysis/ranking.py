@@ -39,7 +39,7 @@ from .result import Result
 if TYPE_CHECKING:
     import pandas as pd
 
-    from .diagnose import Diagnosis
+    from .diagnosis import Diagnosis
 
 
 @dataclass
@@ -358,7 +358,7 @@ def _measure_seed(runs: _Runs, model, config, base: Diagnosis, given, *, sequenc
     from .. import models as hf
     from ..models import methods as M
     from ..models.arch import input_kind
-    from .diagnose import forward_once, model_folder, model_inputs
+    from .forward import forward_once, model_folder, model_inputs
 
     spec = base.spec
     built = hf.model_at_init(config, seed=seed, attn_implementation="sdpa",
@@ -389,7 +389,8 @@ def _measure_method(runs: _Runs, name: str, built, ctx, given, stack: str, floor
     """One method on a copy of ``built``: applied, measured, its verdict (with ``kept``);
     the first seed also sets its row (parameters, prediction, changes), or its error."""
     from ..models import methods as M
-    from .diagnose import diagnose, verdict_of
+    from .diagnose import diagnose
+    from .recommend import verdict_of
 
     t1 = time.perf_counter()
     meth, spec = M.get(name), base.spec
@@ -419,7 +420,7 @@ def _measure_method(runs: _Runs, name: str, built, ctx, given, stack: str, floor
 
 
 def _vocab(config, base) -> int:
-    from .diagnose import vocab_at_init
+    from .forward import vocab_at_init
 
     return vocab_at_init(config, base.info.vocab_size)
 

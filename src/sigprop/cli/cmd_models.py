@@ -38,6 +38,7 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
     """A real HuggingFace architecture at init: measured per layer, theory beside it, verdict
     and recommendations."""
     from ..analysis import diagnose as dg
+    from ..analysis.diagnosis import to_json
 
     if seq_len is not None and not 2 <= seq_len <= 2**20:
         fail(f"--seq-len: must be an integer in [2, 1048576] (got {seq_len})")
@@ -49,7 +50,7 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
     if report is not None:
         write_report_file(report, d)
     if fmt == Fmt.json:
-        emit_json(dg.to_json(d, timing=not no_timing))
+        emit_json(to_json(d, timing=not no_timing))
     elif fmt == Fmt.csv:
         d.trajectory.drop(columns=[c for c in d.trajectory.columns
                                    if c.startswith("spec.")]).to_csv(sys.stdout, index=False)
@@ -181,15 +182,15 @@ def _fix_request(method: str | None, param: list[str] | None, **flags
 def _print_fix(model: str, out: str, r, report: str | None, fmt, no_timing: bool,
                wide: bool) -> None:
     """The fix's result: the HTML report if asked, then JSON, CSV or the console table."""
-    from ..analysis import diagnose as dg
+    from ..analysis.diagnosis import to_json
 
     before, rep, after = r.before, r.report, r.after
     if report is not None:
         write_report_file(report, after, fix=(before, rep))
     if fmt == Fmt.json:
         emit_json({"model": model, "out": out, "fix": rep.to_dict(),
-                    "before": dg.to_json(before, timing=not no_timing),
-                    "after": dg.to_json(after, timing=not no_timing),
+                    "before": to_json(before, timing=not no_timing),
+                    "after": to_json(after, timing=not no_timing),
                     "verdict_before": before.verdict, "verdict": after.verdict})
     elif fmt == Fmt.csv:
         import pandas as pd

@@ -32,7 +32,7 @@ float32
   ``(L + 1) B T d 8``; the float64 recomputation of the attention maps, formed for
   ``h = min(H, max(1, 2^24 / (B T^2)))`` heads at a time, ``7 x 8 B h T^2`` (scores, scaled,
   masked, log-softmax, probabilities and the statistics' temporaries).
-* ``longctx`` (:func:`sigprop.measurement.longctx.sweep`, streaming, c = min(chunk, T), R =
+* ``longctx`` (:func:`sigprop.measurement.longctx.stream_lengths`, streaming, c = min(chunk, T), R =
   min(queries, T), n scalings): per worker the token chunk and its K/V projection ``9 c d``,
   the score tiles ``12 R 512``, the chunk's per-tile statistics (float32, their float64 copies
   and the merge's temporaries) ``20 n H (ceil(c / 512) + 1) R (d_H + 4)``, REM draws

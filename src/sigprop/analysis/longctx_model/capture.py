@@ -21,6 +21,7 @@ import numpy as np
 import torch
 
 from ...measurement import stream_model as sm
+from ...measurement.handles import HookHandles
 from ...spec import SpecError
 from .model import Float32Blocks
 from .rotary import match_rope, rotary_modules
@@ -144,7 +145,7 @@ def _stream_view(q, k, pos, s, causal: bool, window: int | None,
     return torch.softmax(sc.masked_fill(hide, float("-inf")), dim=-1)
 
 
-class Capture:
+class Capture(HookHandles):
     """Hooks on every attention site: q/k/v outputs (pre-RoPE; the first output of each
     projection per call of the module: DeBERTa runs them again on relative embeddings), the
     input's token cosine, the (cos, sin) the module receives, causality and the check that the
@@ -153,7 +154,7 @@ class Capture:
 
     def __init__(self, sites, check: bool = True, mult: Callable | None = None):
         self.sites, self.check, self.mult = sites, check, mult
-        self.handles: list = []
+        self._handles: list = []
         self.data = [{"q": [], "k": [], "v": [], "q_pre": [], "k_pre": [], "cos": [],
                       "pos": None, "causal": None,
                       "bias": False, "check": None, "got": None, "call_pos": None}
@@ -231,7 +232,7 @@ class Capture:
                 for key, part in zip("qkv", parts, strict=True):
                     keep(key, part)
 
-            reg = self.handles.append
+            reg = self._handles.append
             reg(s.module.register_forward_pre_hook(pre, with_kwargs=True))
             reg(s.module.register_forward_hook(post))
             reg(s.q.register_forward_pre_hook(x_in))
@@ -246,12 +247,6 @@ class Capture:
                 if s.v is not None:
                     reg(s.v.register_forward_hook(grab("v")))
         return self
-
-    def __exit__(self, *exc):
-        for h in self.handles:
-            h.remove()
-        self.handles = []
-        return False
 
 
 def _norm_fn(module, heads: int, dh: int) -> Callable:
@@ -389,7 +384,7 @@ def reference_pass(module, config, *, bf16: bool, layers, seq_len: int, sequence
     own)."""
     from ...measurement.probe_sites import find_attention, find_blocks
     from ...models.arch import input_kind
-    from .. import diagnose as dg
+    from .. import forward as fw
 
     blocks = find_blocks(module)
     sites = [s for s in (find_attention(b, None, n) for n, b in blocks) if s is not None]
@@ -400,15 +395,15 @@ def reference_pass(module, config, *, bf16: bool, layers, seq_len: int, sequence
     if kind != "text":
         raise SpecError("model", f"long context needs a text model ({config.model_type} "
                                  f"takes {kind} input)")
-    vocab = dg.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
-    inputs = dg.text_inputs(sequences, seq_len, vocab, seed, "cpu")
+    vocab = fw.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
+    inputs = fw.text_inputs(sequences, seq_len, vocab, seed, "cpu")
     enc_dec = bool(getattr(config, "is_encoder_decoder", False))
     notes = []
     if enc_dec:
         notes.append("encoder-decoder: the encoder's self-attention layers are streamed")
-    if dg.repeats_of(config) > 1:
+    if fw.repeats_of(config) > 1:
         notes.append(f"shared layers ({config.model_type}): each shared attention module is "
-                     f"applied {dg.repeats_of(config)} times per pass; its applications are "
+                     f"applied {fw.repeats_of(config)} times per pass; its applications are "
                      "pooled into one fit (one row per shared module)")
     was_training = module.training
     module.eval()
@@ -417,7 +412,7 @@ def reference_pass(module, config, *, bf16: bool, layers, seq_len: int, sequence
             if bf16:
                 stack.enter_context(Float32Blocks(blocks))
             fits = fit_layers(module, [sites[i] for i in chosen], inputs,
-                              lambda m, x: dg.forward_once(m, x, enc_dec), long_T=long_T,
+                              lambda m, x: fw.forward_once(m, x, enc_dec), long_T=long_T,
                               mult=mult)
     finally:
         module.train(was_training)

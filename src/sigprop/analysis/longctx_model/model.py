@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import torch
 
+from ...measurement.handles import HookHandles
+
 #: float32 bytes above which the blocks are stored in bfloat16 during the reference pass
 BF16_ABOVE = 1.5 * 2**30
 
@@ -43,12 +45,12 @@ def _param_bytes(config, vocab: int) -> float:
     return 4.0 * sum(p.numel() for p in m.parameters())
 
 
-class Float32Blocks:
+class Float32Blocks(HookHandles):
     """Blocks stored in bfloat16 run in float32: each block's parameters are upcast before its
     forward and the bfloat16 copies put back after it; floating inputs are cast to float32."""
 
     def __init__(self, blocks):
-        self.blocks, self.handles, self.saved = blocks, [], {}
+        self.blocks, self._handles, self.saved = blocks, [], {}
 
     def __enter__(self):
         def cast(x):
@@ -66,14 +68,9 @@ class Float32Blocks:
                 for p, data in self.saved.pop(id(m), []):
                     p.data = data
 
-            self.handles.append(b.register_forward_pre_hook(pre, with_kwargs=True))
-            self.handles.append(b.register_forward_hook(post))
+            self._handles.append(b.register_forward_pre_hook(pre, with_kwargs=True))
+            self._handles.append(b.register_forward_hook(post))
         return self
-
-    def __exit__(self, *exc):
-        for h in self.handles:
-            h.remove()
-        return False
 
 
 def build_model(model, seed: int = 0, device: str = "cpu"):
@@ -82,19 +79,19 @@ def build_model(model, seed: int = 0, device: str = "cpu"):
     from torch import nn
 
     from ... import models as hf
-    from .. import diagnose as dg
+    from .. import forward as fw
 
     notes: list[str] = []
     if isinstance(model, nn.Module):
-        return model, dg.module_config(model), type(model).__name__, notes, False
+        return model, fw.module_config(model), type(model).__name__, notes, False
     config = hf.load_config(model)
     name = str(model) if isinstance(model, str) else getattr(config, "model_type", "config")
-    vocab = dg.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
+    vocab = fw.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
     big = _param_bytes(config, vocab) > BF16_ABOVE
     dtype = torch.bfloat16 if big else torch.float32
     m = hf.model_at_init(config, seed=seed, attn_implementation="eager", vocab_size=vocab,
                          dtype=dtype)
-    folder = dg.model_folder(model)
+    folder = fw.model_folder(model)
     if folder is not None:
         if hf.load_local_weights(m, folder).trained:
             notes.append(f"weights: {folder} (trained)")
