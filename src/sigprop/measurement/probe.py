@@ -34,6 +34,7 @@ from torch import nn
 
 from .. import trajectory as _traj
 from . import observables as obs
+from .handles import HookHandles
 from .probe_recompute import RecomputeMixin
 from .probe_sites import (
     AttentionSite,
@@ -98,7 +99,7 @@ def _heads_third_last(A: torch.Tensor, H: int) -> torch.Tensor:
     return A.reshape(-1, *A.shape[-3:])
 
 
-class Probe(RecomputeMixin):
+class Probe(RecomputeMixin, HookHandles):
     """Context manager recording per-layer hidden states and attention statistics.
 
     Parameters: ``layers`` — None (:func:`find_blocks`), a regex matched (``re.fullmatch``)
@@ -202,12 +203,6 @@ class Probe(RecomputeMixin):
             if site is not None:
                 self._hook_site(i, site)
         return self
-
-    def __exit__(self, *exc):
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        return False
 
     def _layer(self, i):
         """Layer index (0-based) of block ``i``'s current application: ``i * repeats`` plus

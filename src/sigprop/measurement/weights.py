@@ -65,13 +65,11 @@ import torch
 from torch import nn
 
 from ..spec import LayerSpec
+from .handles import HookHandles
 from .probe_sites import AttentionSite, describe_attention, find_attention, find_blocks
-from .weight_maps import (  # noqa: F401 (GAIN_ROWS, GAIN_FIT_TOL, ACT_EXACT: their old path)
+from .weight_maps import (
     ACT_APPROX,
-    ACT_EXACT,
     ACT_REFERENCE,
-    GAIN_FIT_TOL,
-    GAIN_ROWS,
     classify_activation,
     col_sq,
     fingerprint,
@@ -84,7 +82,7 @@ from .weight_table import WeightTable
 from .weights_mla import MLASite, find_mla, mla_scores
 from .weights_moe import detach_output, find_moe, moe_variances, router_weight
 
-__all__ = ["WeightReader", "WeightTable", "matrix", "norm_gains"]
+__all__ = ["MEASURED_MIXER", "WeightReader"]
 
 #: the LayerSpec of a block without attention (a hybrid stack's other mixer): the whole block
 #: is a measured residual map (docs/theory.md §2.8.1), filled in by ``sigprop diagnose``
@@ -128,7 +126,7 @@ class _Parts(NamedTuple):
 
 
 
-class WeightReader:
+class WeightReader(HookHandles):
     """Context manager: record the call order of a model's norms and linear maps during one
     forward pass, then :meth:`read` the per-layer theory parameters (module docstring).
 
@@ -178,12 +176,6 @@ class WeightReader:
                     s is not None and m is s.module for s in self.sites):
                 self._handles.append(m.register_forward_pre_hook(hook, with_kwargs=True))
         return self
-
-    def __exit__(self, *exc):
-        for h in self._handles:
-            h.remove()
-        self._handles = []
-        return False
 
     # ---------------------------------------------------------------- reading
     def _pos(self, m) -> int:

@@ -276,7 +276,7 @@ def _flat(chunks: list[torch.Tensor], width: int) -> torch.Tensor:
 def output_projection(site, width: int):
     """The output projection of an attention module: its linear child (not Q/K/V) reading
     the ``width = H * d_V`` concatenated heads; ``(W (in, out), bias)`` or None."""
-    from ...measurement.weights import matrix
+    from ...measurement.weight_maps import matrix
 
     skip = {id(site.q), id(site.k), id(site.v)}
     for _, m in site.module.named_children():
