@@ -11,7 +11,17 @@ import pandas as pd
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, register
 from ..plots import axes_grid, decorate
-from .common import C_GAP, C_PERP, SPECTRUM_SIZES, kq_logits, positive, softmax_rows, sub, tokens
+from .common import (
+    C_GAP,
+    C_PERP,
+    SPECTRUM_SIZES,
+    kq_logits,
+    positive,
+    softmax_rows,
+    spectrum_args,
+    sub,
+    tokens,
+)
 
 __all__ = ["fig7", "fig7_data", "fig7_checks", "plot_fig7", "fig9"]
 
@@ -185,9 +195,7 @@ def plot_fig9(r: dict, ax=None):
 @register("mindthegap.fig9", **SPECTRUM_SIZES, runtime={"tiny": 0.2, "quick": 3.1, "default": 3.1})
 def fig9(*, seed: int = 0, device: str = "cpu", T: int = 512, sigma_qk: float = 1.0,
          n_seeds: int = 3) -> Experiment:
-    T = args.integer("T", T, 16)
-    sigma_qk = positive("sigma_qk", sigma_qk)
-    n_seeds = args.integer("n_seeds", n_seeds, 1)
+    T, sigma_qk, n_seeds = spectrum_args(T, "sigma_qk", sigma_qk, n_seeds)
     s = sigma_qk**2  # logit std for orthonormal tokens, d_qk = T
     kinds = {"sigmoid": lambda S: 1.0 / (1.0 + np.exp(-S)), "relu": lambda S: np.maximum(S, 0)}
     lam1 = {k: [] for k in kinds}

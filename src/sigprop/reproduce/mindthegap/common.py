@@ -17,7 +17,7 @@ from .. import args
 from ..plots import axes_grid
 
 __all__ = ["C_GAP", "C_PERP", "C_ID", "C_KQ", "MODULES", "MOD_LABEL", "MAX_SIZE", "rng_of",
-           "sub", "positive", "sizes", "SPECTRUM_SIZES", "tokens", "loglog_slope",
+           "sub", "positive", "spectrum_args", "sizes", "SPECTRUM_SIZES", "tokens", "loglog_slope",
            "softmax_rows", "layernorm", "sr_excess", "new_axes", "bars", "plt_colours", "tol_T",
            "kq_logits"]
 
@@ -45,6 +45,14 @@ def sub(*parts) -> int:
 def positive(name: str, v) -> float:
     """A finite number > 0 (a std, a ratio, a threshold)."""
     return args.real(name, v, 0.0, math.inf, lo_open=True)
+
+
+def spectrum_args(T, scale_name: str, scale, n_seeds) -> tuple[int, float, int]:
+    """The checked keywords of the items on :data:`SPECTRUM_SIZES` (Figs. 1 and 9): the
+    length ``T`` >= 16, their scale (``scale_name``: sigma_A, sigma_qk) > 0 and ``n_seeds``
+    >= 1."""
+    return (args.integer("T", T, 16), positive(scale_name, scale),
+            args.integer("n_seeds", n_seeds, 1))
 
 
 def sizes(name: str, values, low: int = 8) -> tuple[int, ...]:

@@ -40,6 +40,21 @@ def _moment_args(T, gammas, depth, n_seeds) -> tuple[int, int, int]:
     return T, args.integer("depth", depth, 1), args.integer("n_seeds", n_seeds, 1)
 
 
+def _moment_item(name: str, runtime: dict):
+    """Register ``body(T, gammas, depth, sigma_A, sigma_V, n_seeds, seed) -> Experiment`` as
+    the item ``name``: Props. 7 and 8 take the same keywords and sizes, checked the same way
+    (:func:`_moment_args`)."""
+    def deco(body):
+        def item(*, seed: int = 0, device: str = "cpu", T: int = 256,
+                 gammas: Sequence[float] = (1.0, 0.5), depth: int = 3, sigma_A: float = 0.5,
+                 sigma_V: float = 2.0, n_seeds: int = 3) -> Experiment:
+            T, depth, n_seeds = _moment_args(T, gammas, depth, n_seeds)
+            return body(T, gammas, depth, sigma_A, sigma_V, n_seeds, seed)
+        item.__name__ = item.__qualname__ = body.__name__
+        return register(name, **_MOMENT_SIZES, runtime=runtime)(item)
+    return deco
+
+
 def perp_stack(T: int, d: int, depth: int, sigma_A: float, sigma_V: float, seed) -> tuple:
     """``(A_perp products, W products, X_l)`` for l = 1..depth of Eq. 9 (X_0 orthonormal)."""
     rng = rng_of(seed)
@@ -76,11 +91,9 @@ def plot_prop7(r: dict, ax=None):
     return fig
 
 
-@register("mindthegap.prop7", **_MOMENT_SIZES, runtime={"tiny": 0.2, "quick": 0.5, "default": 0.5})
-def prop7(*, seed: int = 0, device: str = "cpu", T: int = 256,
-          gammas: Sequence[float] = (1.0, 0.5), depth: int = 3, sigma_A: float = 0.5,
-          sigma_V: float = 2.0, n_seeds: int = 3) -> Experiment:
-    T, depth, n_seeds = _moment_args(T, gammas, depth, n_seeds)
+@_moment_item("mindthegap.prop7", runtime={"tiny": 0.2, "quick": 0.5, "default": 0.5})
+def prop7(T: int, gammas, depth: int, sigma_A: float, sigma_V: float, n_seeds: int,
+          seed) -> Experiment:
     layers = np.arange(1, depth + 1)
     rows, table, checks = [], [], []
     hist = {}
@@ -264,11 +277,9 @@ def plot_prop8(r: dict, ax=None):
     return fig
 
 
-@register("mindthegap.prop8", **_MOMENT_SIZES, runtime={"tiny": 0.3, "quick": 0.7, "default": 0.7})
-def prop8(*, seed: int = 0, device: str = "cpu", T: int = 256,
-          gammas: Sequence[float] = (1.0, 0.5), depth: int = 3, sigma_A: float = 0.5,
-          sigma_V: float = 2.0, n_seeds: int = 3) -> Experiment:
-    T, depth, n_seeds = _moment_args(T, gammas, depth, n_seeds)
+@_moment_item("mindthegap.prop8", runtime={"tiny": 0.3, "quick": 0.7, "default": 0.7})
+def prop8(T: int, gammas, depth: int, sigma_A: float, sigma_V: float, n_seeds: int,
+          seed) -> Experiment:
     r = prop8_data(T, gammas, depth, sigma_A, sigma_V, n_seeds, seed)
     return Experiment(frame(r["rows"]), r["table"], prop8_checks(r), plot_prop8, r,
                       notes=f"T = {T}, d = T / gamma, {n_seeds} seeds; the Td x Td Jacobian is "

@@ -28,6 +28,7 @@ from .common import (
     rng_of,
     sizes,
     softmax_rows,
+    spectrum_args,
     sub,
     tokens,
     tol_T,
@@ -132,9 +133,7 @@ def plot_fig1(r: dict, ax=None):
 @register("mindthegap.fig1", **SPECTRUM_SIZES, runtime={"tiny": 0.9, "quick": 4.0, "default": 4.0})
 def fig1(*, seed: int = 0, device: str = "cpu", T: int = 512, sigma_A: float = 1.0,
          n_seeds: int = 3) -> Experiment:
-    T = args.integer("T", T, 16)
-    sigma_A = positive("sigma_A", sigma_A)
-    n_seeds = args.integer("n_seeds", n_seeds, 1)
+    T, sigma_A, n_seeds = spectrum_args(T, "sigma_A", sigma_A, n_seeds)
     r = fig1_data(T, sigma_A, n_seeds, seed)
     return Experiment(frame(r["rows"]), r["table"].reset_index(), fig1_checks(r), plot_fig1, r,
                       notes=f"T = {T} (paper's figure size not stated), {n_seeds} seed(s); "
