@@ -11,7 +11,9 @@ import torch
 
 from sigprop import models as hf
 from sigprop.measurement.probe import Probe, to_trajectory
-from sigprop.measurement.weights import WeightReader, WeightTable, norm_gains
+from sigprop.measurement.weight_maps import norm_gains
+from sigprop.measurement.weight_table import WeightTable
+from sigprop.measurement.weights import WeightReader
 from sigprop.spec import ArchSpec, LayerSpec, SpecError
 from sigprop.theory import depth
 

@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sigprop.measurement.weights import MEASURED_MIXER, WeightReader, WeightTable
+from sigprop.measurement.weight_table import WeightTable
+from sigprop.measurement.weights import MEASURED_MIXER, WeightReader
 from sigprop.models.arch import structure_spec
 from sigprop.spec import ArchSpec
 

@@ -32,7 +32,7 @@ def theory_spec(spec: ArchSpec, config, tables: list, meas, notes: list[str], *,
     encoder output as measured (``memory``, :func:`sigprop.measurement.hooks.merge_memory`);
     the ``runtime`` parts of recorded ``sigprop fix`` methods. The config's spec where the
     weights could not be read (table None). Each departure is a note."""
-    from ..measurement.weights import WeightTable
+    from ..measurement.weight_table import WeightTable
     from ..models.arch import structure_spec
 
     table = WeightTable.average(tables) if tables and all(tables) else None

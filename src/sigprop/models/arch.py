@@ -438,7 +438,7 @@ def structure_spec(spec: ArchSpec, config, table, causal_seen: bool | None = Non
                    rope: bool = False, position_bias: bool = False
                    ) -> tuple[ArchSpec | None, list[str]]:
     """A theory spec for a model type outside :data:`FAMILIES`, from what the weights and the
-    call order say (:class:`sigprop.measurement.weights.WeightTable` ``structure``): norm
+    call order say (:class:`sigprop.measurement.weight_table.WeightTable` ``structure``): norm
     placement, parallel blocks, gated MLP, the activation (read functionally), causality (the
     attention module's, or a mask seen to hide every later key), the logit scale. Returns
     ``(spec, notes)``, or ``(None, notes)`` with the reason when the blocks are not all of one
