@@ -19,7 +19,8 @@ import pytest
 import torch
 
 from sigprop.measurement.probe_sites import find_attention, find_blocks
-from sigprop.measurement.weights import MLASite, WeightReader, find_mla
+from sigprop.measurement.weights import WeightReader
+from sigprop.measurement.weights_mla import MLASite, find_mla
 
 transformers = pytest.importorskip("transformers")
 
