@@ -37,7 +37,7 @@ from torch import Tensor
 
 from .stream_inputs import BLOCK, GeneratedTokens, block_seed
 from .streaming import NEG
-from .threads import run_workers
+from .threads import run_workers, take_each
 
 RopeFn = Callable[[Tensor], tuple[Tensor, Tensor]]
 
@@ -353,18 +353,15 @@ def stream_layer(q: Tensor, pos: Tensor, lo: Tensor, hi: Tensor, source: KVSourc
         cap = max(max(1, min(tile, source.n)) * R, min(BUF, max(1, min(tile, source.n)) * R
                                                       * q.shape[1]))
         bufs = {k: torch.empty(cap, dtype=source.dtype, device=dev) for k in "stp"}
-        try:
-            while not errors:
+
+        def step(start):
+            nonlocal state
+            state = job.run_chunk(start, state, bufs)
+            if on_chunk is not None:
                 with lock:
-                    start = next(starts, None)
-                if start is None:
-                    break
-                state = job.run_chunk(start, state, bufs)
-                if on_chunk is not None:
-                    with lock:
-                        on_chunk(min(start + chunk, last) - start)
-        except BaseException as err:  # re-raised in the caller's thread
-            errors.append(err)
+                    on_chunk(min(start + chunk, last) - start)
+
+        take_each(starts, lock, errors, step)
         if state is not None:
             with lock:
                 results.append(state)

@@ -41,7 +41,7 @@ from .stream_inputs import (
     TokenSource,
     rem_scores,
 )
-from .threads import run_workers
+from .threads import run_workers, take_each
 
 NEG = -1e30  # masked logits: exp underflows to exactly 0 and 0 * NEG = 0 (no NaN)
 VARIANTS = ("softmax", "centred", "uniform")
@@ -236,21 +236,17 @@ def stream_attention(source: TokenSource, weights: LayerWeights, rows, *,
         state = job.new_state()
         cap = max(1, min(tile, T)) * R
         bufs = {k: torch.empty(cap, dtype=source.dtype) for k in "stp"}
-        try:
-            while not errors:
-                with lock:
-                    start = next(starts, None)
-                if start is None:
-                    break
-                stop, vsum, partial = job.run_chunk(start, state, bufs)
-                with lock:
-                    vsums[start] = vsum
-                    if partial is not None:
-                        partials.append(partial)
-                    if on_chunk is not None:
-                        on_chunk(stop)
-        except BaseException as err:  # re-raised in the caller's thread
-            errors.append(err)
+
+        def step(start):
+            stop, vsum, partial = job.run_chunk(start, state, bufs)
+            with lock:
+                vsums[start] = vsum
+                if partial is not None:
+                    partials.append(partial)
+                if on_chunk is not None:
+                    on_chunk(stop)
+
+        take_each(starts, lock, errors, step)
         with lock:
             results.append(state)
 

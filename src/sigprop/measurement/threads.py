@@ -69,6 +69,22 @@ def run_workers(work: Callable[[], None], n: int, flush_denormal: bool = False) 
             th.join()
 
 
+def take_each(items, lock, errors: list, fn: Callable) -> None:
+    """One worker's share of a queue: ``fn(item)`` for each item it takes (under ``lock``) from
+    the shared iterator ``items``, until the iterator runs out or some worker has failed (a
+    non-empty ``errors``); an exception is appended to ``errors``, for the caller's thread to
+    re-raise once :func:`run_workers` is done."""
+    try:
+        while not errors:
+            with lock:
+                item = next(items, None)
+            if item is None:
+                return
+            fn(item)
+    except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
+        errors.append(err)
+
+
 def map_tasks(fn: Callable, tasks: Sequence[tuple], n: int) -> list:
     """``[fn(*t) for t in tasks]`` shared among ``n`` workers (:func:`run_workers`; each takes
     the next task when done), results in task order whoever ran them; the first error in any
@@ -79,16 +95,11 @@ def map_tasks(fn: Callable, tasks: Sequence[tuple], n: int) -> list:
     out: list = [None] * len(tasks)
     nxt, lock, errors = iter(range(len(tasks))), threading.Lock(), []
 
+    def run(j):
+        out[j] = fn(*tasks[j])
+
     def work():
-        try:
-            while not errors:
-                with lock:
-                    j = next(nxt, None)
-                if j is None:
-                    return
-                out[j] = fn(*tasks[j])
-        except BaseException as err:  # noqa: BLE001 - re-raised in the caller's thread
-            errors.append(err)
+        take_each(nxt, lock, errors, run)
 
     run_workers(work, n)
     if errors:
