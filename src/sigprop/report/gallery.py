@@ -15,7 +15,7 @@ import math
 from collections.abc import Sequence
 from pathlib import Path
 
-from .html import PAGE_CSS, esc, num, provenance
+from .html import PAGE_CSS, document, esc, num, provenance
 
 _GALLERY_CSS = """
 .pass{background:#2e7d32}.differs{background:#b26a00}.fail{background:#c62828}
@@ -154,10 +154,7 @@ def render_gallery(results: Sequence, out: str | Path, *, command: str | None = 
         if mine:
             body.append(f'<h2 id="{p}">{esc(PAPER_TITLES.get(p, p))}</h2>')
             body += [_card(r, items.get(r.name), out) for r in mine]
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            "<title>sigprop reproduce</title>"
-            f"<style>{PAGE_CSS}{_GALLERY_CSS}</style></head><body>" + "".join(body)
-            + "</body></html>\n")
+    return document("sigprop reproduce", body, PAGE_CSS + _GALLERY_CSS)
 
 
 def write_gallery(results: Sequence, out: str | Path, **kwargs) -> Path:

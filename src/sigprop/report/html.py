@@ -66,6 +66,25 @@ def svg_of(draw, *args, **kwargs) -> str:
     return "data:image/svg+xml;base64," + base64.b64encode(buf.getvalue()).decode("ascii")
 
 
+#: the closing line of sigprop's own reports
+FOOTER = ('<p class="muted">sigprop: predict, measure and prevent rank and entropy collapse at '
+          'initialisation.</p>')
+
+
+def document(title: str, body: list[str], css: str = PAGE_CSS) -> str:
+    """A self-contained HTML page: ``title`` (escaped), the style sheet ``css`` and the
+    ``body`` parts joined."""
+    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<title>{esc(title)}</title><style>{css}</style></head><body>"
+            + "".join(body) + "</body></html>\n")
+
+
+def write_text(path, text: str) -> None:
+    """Write a rendered page to ``path`` (UTF-8)."""
+    with open(path, "w", encoding="utf-8") as fh:
+        fh.write(text)
+
+
 def html_table(rows: list[dict], cols: list[str], left: tuple[str, ...] = ()) -> str:
     head = "".join(f'<th class="{"l" if c in left else ""}">{esc(c)}</th>' for c in cols)
     body = "".join(
@@ -197,15 +216,10 @@ def render(d, *, fix: tuple[Any, Any] | None = None, diagram_grid: int = 64,
             ["", "model", "verdict", "predicted final cos"], left=("", "model", "verdict")))
         body.append("<h3>Per layer, before and after</h3>" + _fix_layers(before, d))
     body.append(_diagnosis_body(d, diagram_grid=diagram_grid))
-    body.append('<p class="muted">sigprop: predict, measure and prevent rank and entropy '
-                'collapse at initialisation.</p>')
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{esc(title)}</title><style>{PAGE_CSS}</style></head><body>"
-            + "".join(body) + "</body></html>\n")
+    body.append(FOOTER)
+    return document(title, body)
 
 
 def write_report(d, path, **kwargs) -> None:
     """Write :func:`render`'s HTML to ``path`` (UTF-8)."""
-    text = render(d, **kwargs)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    write_text(path, render(d, **kwargs))

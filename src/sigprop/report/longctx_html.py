@@ -18,7 +18,17 @@ import math
 from typing import Any
 
 from ..plotting.longctx_model import band_of, plot_model_longctx
-from .html import PAGE_CSS, esc, html_table, num, provenance, svg_of
+from .html import (
+    FOOTER,
+    PAGE_CSS,
+    document,
+    esc,
+    html_table,
+    num,
+    provenance,
+    svg_of,
+    write_text,
+)
 
 MISSING = "—"
 
@@ -174,15 +184,10 @@ def render_longctx_report(result, *, command: str | None = None) -> str:
     if notes:
         body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes)
                     + "</ul>")
-    body.append('<p class="muted">sigprop: predict, measure and prevent rank and entropy '
-                'collapse at initialisation.</p>')
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>{esc(title)}</title><style>{PAGE_CSS}{_EXTRA_CSS}</style></head><body>"
-            + "".join(body) + "</body></html>\n")
+    body.append(FOOTER)
+    return document(title, body, PAGE_CSS + _EXTRA_CSS)
 
 
 def write_longctx_report(path, result, **kwargs) -> None:
     """Write :func:`render_longctx_report`'s HTML to ``path`` (UTF-8)."""
-    text = render_longctx_report(result, **kwargs)
-    with open(path, "w", encoding="utf-8") as fh:
-        fh.write(text)
+    write_text(path, render_longctx_report(result, **kwargs))
