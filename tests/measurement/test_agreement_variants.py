@@ -21,7 +21,8 @@ import pytest
 
 from sigprop.measurement.engine import measure
 from sigprop.spec import ArchSpec
-from sigprop.theory import blocks, depth, rem
+from sigprop.theory import attention as attn
+from sigprop.theory import depth, rem
 
 
 def _at(df, obs, layer):
@@ -254,8 +255,8 @@ def test_causal_one_layer_position_average(beta):
                     sigma_w2=1.0)
     m = measure(spec, seeds=4, sequences=4, input="rho", rho0=0.2, stable_rank=False)
     r0 = max(m.rho0, 0.0)
-    st = blocks.attention_stats(spec.sigma_s, r0, T, d_head=spec.d_head, causal=True, full=True)
-    enc = blocks.attention_stats(spec.sigma_s, r0, T, d_head=spec.d_head, full=True)
+    st = attn.attention_stats(spec.sigma_s, r0, T, d_head=spec.d_head, causal=True, full=True)
+    enc = attn.attention_stats(spec.sigma_s, r0, T, d_head=spec.d_head, full=True)
     meas = {k: _at(m.trajectory, k, 1) for k in ("ipr", "entropy", "wmax")}
     th = {"ipr": float(st.y2), "entropy": float(st.entropy), "wmax": float(st.wmax)}
     print(f"causal beta={beta}: measured {meas}, theory {th}, encoder ipr {float(enc.y2):.4f}")

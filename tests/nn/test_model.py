@@ -11,6 +11,7 @@ import torch
 
 from sigprop.nn import SigpropTransformer, build, init_foreign, rem_qk_std
 from sigprop.spec import ArchSpec
+from sigprop.theory import attention as ta
 from sigprop.theory import blocks, depth, kernels
 
 
@@ -416,7 +417,7 @@ def test_one_post_ln_layer_agrees_with_finite_t_theory(beta):
     with torch.no_grad():
         att = m.blocks[0].attn(x, return_stats=True)
         out = m(x, return_stats=False)
-    st = blocks.attention_stats(spec.sigma_s, rho, T, d_head=spec.d_head, full=True)
+    st = ta.attention_stats(spec.sigma_s, rho, T, d_head=spec.d_head, full=True)
     q_att, p_att = blocks.attention_map(1.0, rho, st, variant="softmax", var_v=1.0, var_b=0.0)
     meas = {k: v.double().mean().item() for k, v in att.stats.items()}
     assert meas["ipr"] == pytest.approx(float(st.y2), abs=0.03)

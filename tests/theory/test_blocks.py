@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from sigprop.spec import ArchSpec
+from sigprop.theory import attention as ta
 from sigprop.theory import blocks, depth, kernels, rem
 
 
@@ -105,7 +106,7 @@ def test_uniform_is_beta_zero_limit():
 
 def test_centred_removes_bias_and_mean():
     # docs/theory.md §2.4: centred attention cancels the value bias and the common component
-    st = blocks.AttentionStats(np.array(0.3), np.array(0.05), None, None, np.array(1 / 64),
+    st = ta.AttentionStats(np.array(0.3), np.array(0.05), None, None, np.array(1 / 64),
                                np.array(1 / 64))
     qa, pa = blocks.attention_map(1.0, 0.4, st, variant="centred", var_v=2.0, var_b=5.0)
     assert qa == pytest.approx(2.0 * 0.6 * (0.3 - 1 / 64))
@@ -177,7 +178,7 @@ def test_causal_cross_term_vs_monte_carlo(beta, rho):
     (measured: <= 3%, e.g. uniform yx 0.01532 vs exact 0.01508)."""
     T = 128
     sigma_s = beta * np.sqrt(np.log(T))
-    st = blocks.attention_stats(sigma_s, rho, T, causal=True)
+    st = ta.attention_stats(sigma_s, rho, T, causal=True)
     v = sigma_s**2 * (1 - rho)
     mc, se, mc_diag = _causal_mc(v * rho, v * (1 - rho), T, 60)
     assert abs(float(st.yx) - mc) < 3 * se + 0.05 * mc

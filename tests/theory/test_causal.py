@@ -22,6 +22,7 @@ import numpy as np
 import pytest
 
 from sigprop.spec import ArchSpec
+from sigprop.theory import attention as ta
 from sigprop.theory import blocks, causal, depth, diagram, fluct, rem, rem_tables
 from sigprop.theory import causal_positions as positions
 
@@ -30,7 +31,7 @@ def _old_ln_fluct_cos_causal(q_z, p_z, qa, pa, bp, st):
     """The per-position LayerNorm average as it was before the vectorised path (reference)."""
     b, rho, v = blocks._ln_fluct_inputs(qa, pa, bp)
     a0, c0 = q_z - b * st.y2, p_z - b * st.yx
-    nodes, _ = blocks.causal_position_nodes(bp.seq_len)
+    nodes, _ = ta.causal_position_nodes(bp.seq_len)
     m, yx = [], []
     for t in nodes:
         fixed = t == 1 or bp.attention == "uniform"
@@ -63,7 +64,7 @@ def per_position(monkeypatch):
 def reference(monkeypatch, per_position):
     """Switch blocks to the per-position path: attention statistics through the ``full``
     branch (each position's tables in turn) and the old LayerNorm average."""
-    new_stats = blocks.attention_stats
+    new_stats = ta.attention_stats
 
     def old_stats(*args, full=False, **kw):
         st = new_stats(*args, full=True, **kw)
@@ -126,7 +127,7 @@ def test_node_tables_equal_single_tables():
     v = np.concatenate([[0.0, 1e-5, 5e-4], np.geomspace(1e-3, 1e4, 40), [3e4, 1e6]])
     rho = np.linspace(0.0, 1.0, v.size)
     for T, d, h in ((128, 1024, 1), (512, 64, 12)):  # tables the other tests build too
-        nodes, _ = blocks.causal_position_nodes(T)
+        nodes, _ = ta.causal_position_nodes(T)
         y2, yx = positions.node_tables(v, rho, nodes, d)
         for i, t in enumerate(nodes):
             ref2 = rem.y2_table(int(t), d)(v) if t > 1 else 1.0
@@ -145,7 +146,7 @@ def test_pair_means_virtual_bins_match_bin_sums(T):
     """Random node values with adjacent log-ratios up to and past :data:`positions.EXP_BOUND`
     (the larger take the exact bin sums), NaN and zero entries (exact path as well)."""
     rng = np.random.default_rng(T)
-    nodes, _ = blocks.causal_position_nodes(T)
+    nodes, _ = ta.causal_position_nodes(T)
     e = 400
     m = np.sqrt(nodes)[:, None] ** rng.uniform(-1.0, 2.5, e) * np.exp(
         rng.normal(0.0, 0.3, (nodes.size, e)))
@@ -163,7 +164,7 @@ def test_chunks_do_not_change_the_result(monkeypatch):
     (to BLAS summation order, 1e-14 relative) in one pass and in chunks of 7."""
     T, d, h = 512, 64, 12
     rng = np.random.default_rng(5)
-    nodes, _ = blocks.causal_position_nodes(T)
+    nodes, _ = ta.causal_position_nodes(T)
     e = 50
     v = np.geomspace(1e-4, 3e4, e)
     rho = rng.uniform(0.0, 1.0, e)
@@ -186,7 +187,7 @@ def test_pair_plan_covers_every_bin_once(T):
     """The lone bins of the leading short segments and the groups of the later ones hold
     every position bin once: their count weights sum to T and to the bins' own in-bin pair
     counts; smooth node values give the bin sums to 1e-12."""
-    nodes, _ = blocks.causal_position_nodes(T)
+    nodes, _ = ta.causal_position_nodes(T)
     pl = positions._plan(T, tuple(nodes.tolist()), positions.VIRTUAL)
     g, n = fluct.position_bins(T)
     assert pl["bwa"].sum() + pl["wa"].sum() == pytest.approx(T, rel=1e-13)
@@ -209,7 +210,7 @@ def test_node_tables_hostile_inputs(T, per_position):
     d, h = 64, 12
     v = np.concatenate([[0.0, 1e-300, 1e-8], np.geomspace(1e-4, 1e3, 12), [2e4, 1e7]])
     rho = np.resize([0.0, 1e-12, 0.5, 1.0 - 1e-12, 1.0], v.size)
-    nodes, _ = blocks.causal_position_nodes(T)
+    nodes, _ = ta.causal_position_nodes(T)
     y2, yx = positions.node_tables(v, rho, nodes, d)
     for i, t in enumerate(nodes):
         if t > 1:
@@ -221,7 +222,7 @@ def test_node_tables_hostile_inputs(T, per_position):
     qa, pa = np.ones_like(v), rho.copy()
     for alpha2 in (1e-6, 1.0, 1e4):
         q_z, p_z = alpha2 + 0.3 * (1 + rho), alpha2 * rho + 0.3 * (2 * rho)
-        st = blocks.attention_stats(bp.sigma_s0, rho, T, d_head=d, causal=True)
+        st = ta.attention_stats(bp.sigma_s0, rho, T, d_head=d, causal=True)
         new = blocks._ln_fluct_cos_causal(q_z, p_z, qa, pa, bp, st)
         old = _old_ln_fluct_cos_causal(q_z, p_z, qa, pa, bp, st._replace(nodes=None))
         assert np.isfinite(new).all()
@@ -324,7 +325,7 @@ def test_entries_off_the_tables_take_the_per_position_path(monkeypatch):
     p_z = 0.5 * q_z
 
     def run():
-        st = blocks.attention_stats(bp.sigma_s0, rho, T, d_head=d, causal=True)
+        st = ta.attention_stats(bp.sigma_s0, rho, T, d_head=d, causal=True)
         return st.y2, st.yx, blocks._ln_fluct_cos_causal(q_z, p_z, qa, pa, bp, st)
 
     new, old = _both(monkeypatch, run)
@@ -351,7 +352,7 @@ def test_tables_hostile_inputs(T, monkeypatch):
         q_z, p_z = alpha2 + 0.3 * (1 + rho), alpha2 * rho + 0.3 * (2 * rho)
 
         def run(q_z=q_z, p_z=p_z):
-            st = blocks.attention_stats(bp.sigma_s0, rho, T, d_head=d, causal=True)
+            st = ta.attention_stats(bp.sigma_s0, rho, T, d_head=d, causal=True)
             return blocks._ln_fluct_cos_causal(q_z, p_z, qa, pa, bp, st)
 
         new, old = _both(monkeypatch, run)

@@ -9,7 +9,8 @@ import pytest
 from scipy.special import logsumexp
 
 from sigprop.spec import ArchSpec
-from sigprop.theory import blocks, depth, fluct, rem
+from sigprop.theory import attention as ta
+from sigprop.theory import causal_positions, depth, fluct, rem
 
 
 @pytest.mark.parametrize("T", [64, 512, 4096, 1 << 20])
@@ -95,14 +96,14 @@ def test_ln_average_matches_two_row_rem(beta, rho):
 # --------------------------------------------------------------------------------------------
 def test_causal_pair_means_uniform_limits():
     # constant m and the uniform rows' Yx(N = a) = 1/a: P0 = m^2 and P1 = m^2 E_pairs[1/c],
-    # the exact pair average of blocks.causal_pair_weights. Exact (to rounding) for
+    # the exact pair average of causal_positions.causal_pair_weights. Exact (to rounding) for
     # T <= CAUSAL_BINS, where every position is its own bin, and from the 12 log-spaced nodes
     # too (the log-log interpolation is exact for 1/t); 2e-4 from T = 4096's log-spaced bins.
     for T, tol in ((200, 1e-12), (4096, 5e-4)):
-        for nodes in (np.arange(1.0, T + 1), blocks.causal_position_nodes(T)[0]):
+        for nodes in (np.arange(1.0, T + 1), ta.causal_position_nodes(T)[0]):
             m = np.full((nodes.size, 3), 2.0)
             p0, p1 = fluct.causal_pair_means(nodes, m, 1.0 / nodes[:, None] * np.ones(3), T)
-            exact = blocks.causal_pair_weights(T, nodes)[1]
+            exact = causal_positions.causal_pair_weights(T, nodes)[1]
             assert p0 == pytest.approx(np.full(3, 4.0), rel=1e-12)
             assert p1 == pytest.approx(np.full(3, 4.0 * exact), rel=tol)
 

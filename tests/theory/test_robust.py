@@ -12,6 +12,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from sigprop.spec import ArchSpec, SpecError
+from sigprop.theory import attention as ta
 from sigprop.theory import blocks, depth, diagram, kernels
 
 
@@ -25,13 +26,13 @@ def test_centred_causal_small_beta_keeps_p_below_q():
     leaving p_att > q_att = 0 and a ValueError in the MLP kernel."""
     spec = ArchSpec(beta=1e-6, seq_len=16, depth=100, attention="centred", alpha_attn=0.5,
                     activation="linear", causal=True, d_model=64, heads=4)
-    st_ = blocks.attention_stats(spec.sigma_s, 0.3, 16, d_head=spec.d_head, causal=True)
+    st_ = ta.attention_stats(spec.sigma_s, 0.3, 16, d_head=spec.d_head, causal=True)
     assert float(st_.yx - st_.inv_t_cross) == pytest.approx(0.0, abs=1e-9)
     assert float(st_.y2 - st_.inv_t) == pytest.approx(0.0, abs=1e-9)
     cos = _cos_rows(depth.propagate(spec))
     assert np.all(np.isfinite(cos)) and np.all(np.abs(cos) <= 1.0)
     for beta in (0.5, 1.0, 2.0):  # the cross term never exceeds the diagonal one
-        st_ = blocks.attention_stats(beta * math.sqrt(math.log(16)), np.linspace(0, 1, 5), 16,
+        st_ = ta.attention_stats(beta * math.sqrt(math.log(16)), np.linspace(0, 1, 5), 16,
                                      d_head=16, causal=True)
         assert np.all(st_.yx - st_.inv_t_cross <= st_.y2 - st_.inv_t + 1e-12)
 

@@ -84,26 +84,28 @@ def scaling_kinds(spec: ArchSpec, compare: bool) -> list[tuple[str, str]]:
 # ------------------------------------------------------------------------------------ theory
 def theory_rows(spec: ArchSpec, T: int, kind: str, *, rho: float, rem: bool,
                 asymptotic: bool) -> dict[str, float]:
-    """ipr, entropy, wmax and the output cosine of the layer at length T (docs/theory.md §2.3-2.4),
-    through :func:`sigprop.theory.blocks.attention_stats` / ``attention_map`` with score std
-    ``sigma_s(T)``. Key-query rows: a REM at variance ``sigma_s^2 (1 - rho)`` averaged over the
-    chi2(d_head) query norms; ``rem``: i.i.d. scores of std ``sigma_s`` (row variance exactly
-    ``sigma_s^2``, rows independent), values still from tokens at cosine ``rho``. Causal with an
-    n-dependent scaling: the causal position average of ``attention_stats`` with each node's
-    own ``sigma_s(t)`` (the same nodes and pair weights)."""
+    """ipr, entropy, wmax and the output cosine of the layer at length T (docs/theory.md
+    §2.3-2.4), through :func:`sigprop.theory.attention.attention_stats` and
+    :func:`sigprop.theory.blocks.attention_map` with score std ``sigma_s(T)``. Key-query rows: a
+    REM at variance ``sigma_s^2 (1 - rho)`` averaged over the chi2(d_head) query norms; ``rem``:
+    i.i.d. scores of std ``sigma_s`` (row variance exactly ``sigma_s^2``, rows independent),
+    values still from tokens at cosine ``rho``. Causal with an n-dependent scaling: the causal
+    position average of ``attention_stats`` with each node's own ``sigma_s(t)`` (the same nodes
+    and pair weights)."""
+    from ..theory import attention as att
     from ..theory import blocks
 
     sigma0 = spec.sigma_s / spec.multiplier
     r_scores = 0.0 if rem else rho
     d_head = None if rem else spec.d_head
     if spec.attention == "uniform":
-        st = blocks.uniform_stats((), T, causal=spec.causal, asymptotic=asymptotic)
+        st = att.uniform_stats((), T, causal=spec.causal, asymptotic=asymptotic)
     elif spec.causal and _per_row(kind, spec) and not asymptotic:
         st = _causal_per_node(spec, T, kind, sigma0, r_scores, d_head)
     else:
         sig = sigma0 * float(relative_multiplier(kind, spec, T))
-        st = blocks.attention_stats(sig, r_scores, T, d_head=d_head, causal=spec.causal,
-                                    asymptotic=asymptotic, full=True)
+        st = att.attention_stats(sig, r_scores, T, d_head=d_head, causal=spec.causal,
+                                 asymptotic=asymptotic, full=True)
     qa, pa = blocks.attention_map(1.0, rho, st, variant=spec.attention, var_v=spec.var_v,
                                   var_b=spec.sigma_b2, var_o=spec.var_o)
     cos = float(pa / qa) if qa > 0 else 1.0
@@ -113,21 +115,22 @@ def theory_rows(spec: ArchSpec, T: int, kind: str, *, rho: float, rem: bool,
 
 def _causal_per_node(spec, T, kind, sigma0, rho, d_head):
     """Causal average of docs/theory.md §2.4 with the score std of the node's own length."""
-    from ..theory import blocks
+    from ..theory import attention as att
+    from ..theory import causal_positions
 
-    nodes, weights = blocks.causal_position_nodes(T)
-    pair, inv_cross = blocks.causal_pair_weights(T, nodes)
+    nodes, weights = att.causal_position_nodes(T)
+    pair, inv_cross = causal_positions.causal_pair_weights(T, nodes)
     acc = np.zeros(4)
     for t, w, pw in zip(nodes, weights, pair, strict=True):
         if t == 1:
             vals = (1.0, 1.0, 1.0, 1.0)
         else:
             sig = sigma0 * float(relative_multiplier(kind, spec, t))
-            st = blocks.attention_stats(sig, rho, int(t), d_head=d_head, full=True)
+            st = att.attention_stats(sig, rho, int(t), d_head=d_head, full=True)
             vals = (st.y2, st.yx, st.entropy, st.wmax)
         acc += np.array([w, w * pw, w, w]) * np.array(vals, dtype=np.float64)
-    return blocks.AttentionStats(acc[0], acc[1], acc[2], acc[3],
-                                 np.float64(np.sum(weights / nodes)), np.float64(inv_cross))
+    return att.AttentionStats(acc[0], acc[1], acc[2], acc[3],
+                              np.float64(np.sum(weights / nodes)), np.float64(inv_cross))
 
 
 @dataclass

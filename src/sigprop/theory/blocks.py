@@ -18,15 +18,8 @@ from ..spec import ArchSpec, SpecError
 from . import causal as causal_nodes
 from . import causal_positions, fluct, kernels, rem, sink
 from . import moe as _moe
-from .attention import (  # noqa: F401 (causal_position_nodes, finite_stats: their old path)
-    AttentionStats,
-    attention_stats,
-    causal_position_nodes,
-    finite_stats,
-    identity_stats,
-    uniform_stats,
-)
-from .causal_positions import CAUSAL_POSITIONS, causal_grid, causal_pair_weights  # noqa: F401
+from .attention import AttentionStats, attention_stats, identity_stats, uniform_stats
+from .causal_positions import causal_grid
 
 
 def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o=None,

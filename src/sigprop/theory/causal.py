@@ -68,18 +68,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import rem_tables
-
-# CAUSAL_POSITIONS, CausalGrid and causal_pair_weights: only their old path (this module held
-# the per-position work before :mod:`.causal_positions`)
-from .causal_positions import (  # noqa: F401
-    CAUSAL_POSITIONS,
-    CausalGrid,
-    causal_grid,
-    causal_pair_weights,
-    ln_nodes,
-    node_tables,
-    pair_means,
-)
+from .causal_positions import causal_grid, ln_nodes, node_tables, pair_means
 
 #: use the position-averaged tables (module docstring, fourth step); False restores the
 #: per-position path everywhere (the reference the tables are tested against)
@@ -182,7 +171,7 @@ class TabulatedNodes(_Entries):
 
 
 def att_exact(v, rho, T, d_head) -> NodeTables:
-    """The attention's node tables and position averages of :func:`.blocks.attention_stats`
+    """The attention's node tables and position averages of :func:`.attention.attention_stats`
     (causal, per position) for flat entries."""
 
     grid = causal_grid(int(T))

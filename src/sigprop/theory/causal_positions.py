@@ -1,7 +1,7 @@
 """The causal block's per-position work, vectorised over the query positions (docs/theory.md
 §2.4 causal, :mod:`.fluct` causal rows).
 
-A causal layer averages REM statistics over the :func:`.blocks.causal_position_nodes`
+A causal layer averages REM statistics over the :func:`.attention.causal_position_nodes`
 positions (12 at T = 512), each a row of t keys with its own tables (Y2, Yx, the LayerNorm
 factor r). Calling each position's table in turn cost 12 Python-level spline calls per
 statistic and layer, and
@@ -143,7 +143,7 @@ class CausalGrid:
 
 @functools.lru_cache(maxsize=64)
 def causal_grid(T: int, k: int = CAUSAL_POSITIONS) -> CausalGrid:
-    """The positions of :func:`.blocks.causal_position_nodes` with the pair weights of
+    """The positions of :func:`.attention.causal_position_nodes` with the pair weights of
     :func:`causal_pair_weights`, read-only and cached per (T, k): a causal block asked for
     them three times per call (geomspace, unique, a cumsum over T): 0.19 s of the causal
     diagram's 4.2 s under cProfile (~4%)."""

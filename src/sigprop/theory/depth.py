@@ -44,7 +44,8 @@ import numpy as np
 
 from ..spec import ArchSpec, SpecError
 from . import rem
-from .blocks import AttentionStats, BlockParams, block_step, cos_of
+from .attention import AttentionStats
+from .blocks import BlockParams, block_step, cos_of
 
 #: largest signal norm q carried unscaled (beyond it the next layer may overflow float64)
 Q_MAX = 1e300

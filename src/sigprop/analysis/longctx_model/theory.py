@@ -100,12 +100,12 @@ def moments(f: LayerFit, n_queries: int = THEORY_QUERIES, seed: int = 0) -> Laye
 
 
 def _nodes(T: int, causal: bool):
-    from ...theory import blocks
+    from ...theory import attention, causal_positions
 
     if not causal:
         return np.array([float(T)]), np.array([1.0]), np.array([1.0]), 1.0 / T, 1.0 / T
-    nodes, w = blocks.causal_position_nodes(T)
-    pair, inv_cross = blocks.causal_pair_weights(T, nodes)
+    nodes, w = attention.causal_position_nodes(T)
+    pair, inv_cross = causal_positions.causal_pair_weights(T, nodes)
     return nodes, w, pair, float(np.sum(w / nodes)), float(inv_cross)
 
 
@@ -139,7 +139,7 @@ def layer_theory(mom: LayerMoments, T: int, mult: Callable[[np.ndarray], np.ndar
     over log-spaced positions, §2.4; a sliding window caps a row's keys). ``extra``: an array
     of constant multipliers broadcast in front (the recommendation search): every output then
     has that leading shape. Also ``asym_*``: the T -> infinity limit (beta = sigma/sqrt(log n))."""
-    from ...theory import blocks, rem
+    from ...theory import attention, rem
 
     nodes, w, pair, inv_t, inv_cross = _nodes(T, causal)
     c = np.ones(1) if extra is None else np.asarray(extra, dtype=np.float64)
@@ -151,7 +151,7 @@ def layer_theory(mom: LayerMoments, T: int, mult: Callable[[np.ndarray], np.ndar
         else:
             var = mom.variance(n) * (float(mult(np.array(n))) * c[:, None, None]) ** 2
             rho = np.broadcast_to(mom.rho, var.shape)
-            stats = blocks.finite_stats(var, rho, int(n), None, True)
+            stats = attention.finite_stats(var, rho, int(n), None, True)
             vals = dict(zip(("ipr", "yx", "entropy", "wmax"),
                             (np.mean(x, axis=-2) for x in stats), strict=True))
         for k in per:
