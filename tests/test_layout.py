@@ -233,3 +233,67 @@ def test_functions_stay_short():
 def test_allow_lists_say_why():
     for k, why in {**LONG_FILES_ALLOWED, **LONG_FUNCTIONS_ALLOWED}.items():
         assert isinstance(why, str) and len(why) > 10, k
+
+
+#: modules that import names they do not use themselves, so that an old path keeps working:
+#: only documented deprecation shims of public API (``path``: why)
+REEXPORTS_ALLOWED: dict[str, str] = {
+    "analysis/compare.py": "the old path of analysis.ranking (compare = rank_fixes, "
+                           "FixComparison = FixRanking), documented in docs/api.md, kept for "
+                           "a release",
+    "theory/rem.py": "lists the finite-T (rem_finite) and tabulated (rem_tables) statistics "
+                     "in __all__ beside its own: ~70 callers still use rem.y2_finite etc.; "
+                     "switch them, then drop the entry",
+    "reproduce/core.py": "axes_row's first home (its home is reproduce/plots.py); nothing "
+                         "imports it from here: drop the import and this entry",
+}
+
+
+def _module_level(body):
+    for node in body:
+        if isinstance(node, ast.If | ast.Try):
+            yield from _module_level(node.body + node.orelse)
+        else:
+            yield node
+
+
+def _reexports(p: Path) -> list[str]:
+    """The sigprop names a module imports at module level but never uses itself (a
+    ``# noqa: F401`` import, ``import x as x``, or a name only listed in ``__all__``)."""
+    text = p.read_text()
+    tree = ast.parse(text, str(p))
+    listed = {id(e) for n in tree.body  # __all__ entries are not a use
+              if isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__"
+                                                   for t in n.targets)
+              for e in ast.walk(n.value)}
+    used = {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}
+    used |= {n.value for n in ast.walk(tree)  # string annotations
+             if isinstance(n, ast.Constant) and isinstance(n.value, str)
+             and n.value.isidentifier() and id(n) not in listed}
+    lines = text.splitlines()
+    out = []
+    for node in _module_level(tree.body):
+        if not (isinstance(node, ast.ImportFrom) and (
+                node.level or (node.module or "").split(".")[0] == "sigprop")):
+            continue
+        noqa = any("noqa: F401" in ln for ln in lines[node.lineno - 1:node.end_lineno])
+        out += [f"{_rel(p)}: {a.asname or a.name} (from {'.' * node.level}{node.module or ''})"
+                for a in node.names
+                if noqa or a.asname == a.name or (a.asname or a.name) not in used]
+    return out
+
+
+def test_no_module_reexports_another_modules_names():
+    """One home per name (docs/architecture.md, Package layout): a package face
+    (``__init__.py``) exports its public names; any other module imports only what it uses,
+    and callers import a name from the module that defines it."""
+    found = {}
+    for p in sorted(SRC.rglob("*.py")):
+        if p.name != "__init__.py" and (r := _reexports(p)):
+            found[_rel(p)] = r
+    new = sorted(set(found) - set(REEXPORTS_ALLOWED))
+    assert not new, "re-exports:\n" + "\n".join(x for k in new for x in found[k])
+    stale = sorted(set(REEXPORTS_ALLOWED) - set(found))
+    assert not stale, f"allowed but no longer re-exporting (remove from REEXPORTS_ALLOWED): {stale}"
+    for k, why in REEXPORTS_ALLOWED.items():
+        assert isinstance(why, str) and len(why) > 10, k

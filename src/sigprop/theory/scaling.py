@@ -18,11 +18,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..spec import SCALINGS, score_multiplier
-
 __all__ = [
-    "SCALINGS",
-    "score_multiplier",
     "simplex_weights",
     "simplex_update",
     "simplex_cos",
