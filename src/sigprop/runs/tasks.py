@@ -99,11 +99,11 @@ def _diagnose(spec: dict, opt: dict) -> pd.DataFrame:
 
 
 def _longctx(spec: dict, opt: dict) -> pd.DataFrame:
-    from ..analysis.longctx import longctx
+    from ..analysis.longctx import longctx, longctx_model
 
     if "model" in opt:
         model = opt.pop("model")
-        return longctx(model, **opt).trajectory
+        return longctx_model(model, **opt).trajectory
     return longctx(ArchSpec(**spec), **opt).trajectory
 
 
@@ -173,7 +173,7 @@ def _train_keys() -> frozenset[str]:
 def _commands() -> dict[str, Command]:
     from ..analysis.diagnose import diagnose
     from ..analysis.longctx import longctx
-    from ..analysis.longctx_model import sweep_model
+    from ..analysis.longctx_model.engine import run as run_model
     from ..analysis.measure import measure
     from ..analysis.predict import predict
 
@@ -182,7 +182,7 @@ def _commands() -> dict[str, Command]:
         Command("predict", _predict, _params(predict), torch=False),
         Command("measure", _measure, _params(measure)),
         Command("diagnose", _diagnose, _params(diagnose), spec=False, required=("model",)),
-        Command("longctx", _longctx, _params(longctx) | _params(sweep_model, ("model",))
+        Command("longctx", _longctx, _params(longctx) | _params(run_model, ("model",))
                 | {"model"}),
         Command("train", _train, train_keys),
         Command("trainability", _trainability, train_keys | {"margin"}),
