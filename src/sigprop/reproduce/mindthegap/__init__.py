@@ -23,7 +23,7 @@ Modules, by topic:
 - :mod:`.lemmas` (appendix): ``lemma1``, ``lemma2_thm9_10``;
 - :mod:`.appendix`: ``fig7`` (outliers of deeper key-query attention), ``fig9`` (sigmoid and
   ReLU attention);
-- :mod:`.fitting`: the self-contained batched training loop of Figs. 8 and 12;
+- :mod:`.fitting`: the batched fits of Figs. 8 and 12 (sigprop's loop, a rate per slice);
 - :mod:`.training`: the items that train, ``fig8a``, ``fig8b``, ``fig12``, ``heaviside``.
 """
 

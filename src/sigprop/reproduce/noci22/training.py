@@ -216,17 +216,8 @@ def plot_reverse(data: dict, ax=None, *, depth: int = 5, d_model: int = 16):
     return fig
 
 
-@register("noci22.reverse", ref="App. C.1 (Thm 3.2)",
-          title="reverse task: a rank-collapsed initialisation stalls, a trainable one learns",
-          claim="noci22 Thm 3.2 and App. C.1: when the tokens have collapsed (rank collapse) "
-                "the gradients of the queries and keys vanish, so a transformer initialised "
-                "in rank collapse trains far more slowly; the toy task (reverse 20 digits, a "
-                "5-layer post-LN encoder, d = 16, Adam lr 0.01) is learned from a trainable "
-                "initialisation.",
-          trains=True,
-          tiny=dict(steps=6, seeds=1, eval_sequences=32),
-          quick=dict(steps=300, seeds=2),
-          runtime={"tiny": 1.0, "quick": 10.3, "default": 67.0})
+@register("noci22.reverse", trains=True, tiny=dict(steps=6, seeds=1, eval_sequences=32),
+          quick=dict(steps=300, seeds=2), runtime={"tiny": 1.0, "quick": 10.3, "default": 67.0})
 def reverse(*, seed: int = 0, device: str = "cpu", depth: int = 5, d_model: int = 16,
             seq_len: int = 20, alphas: Sequence[float] = (0.1, 1.0), steps: int = 1500,
             lr: float = 0.01, batch_size: int = 64, seeds: int = 3,
@@ -482,22 +473,10 @@ def plot_fig15(d: dict, ax=None, *, tau: float = 1.0):
     return fig
 
 
-@register("noci22.fig15", ref="Fig. 15 (App. C.2-C.3)",
-          title="tau warm-up and trainable residuals: cosine, residual strengths and norm per "
-                "layer over training",
-          claim="noci22 App. C.2-C.3, Fig. 15: with the softmax temperature warmed up to the "
-                "gradient-balancing tau* (Eq. 47) and trainable residual strengths, the token "
-                "cosine does not increase significantly during training, the residual "
-                "scalings alpha_1, alpha_2 increase, and the activation norm grows slightly "
-                "with depth.",
-          trains=True,
+@register("noci22.fig15", trains=True,
           tiny=dict(depth=2, d_model=16, seq_len=16, steps=10, batch_size=8,
                     eval_sequences=16),
-          quick=dict(steps=300),
-          runtime={"tiny": 1.6, "quick": 42.5, "default": 76.0},
-          differs="Eq. 47's tau* (3.1 here) multiplies the logits past gg25's beta_c "
-                  "(beta_eff 1.68 > sqrt 2), and the token cosine of some layers then rises "
-                  "by more than 0.1 during training instead of staying flat")
+          quick=dict(steps=300), runtime={"tiny": 1.6, "quick": 42.5, "default": 76.0})
 def fig15(*, seed: int = 0, device: str = "cpu", depth: int = 6, d_model: int = 32,
           heads: int = 2, seq_len: int = 32, steps: int = 600, warmup: float = 0.2,
           lr: float = 2e-3, batch_size: int = 64, seeds: int = 2, eval_sequences: int = 256,
