@@ -233,7 +233,8 @@ def test_recommendation_holds_when_remeasured_after_fix(tmp_path):
     assert rec["scaling"] != "none"
     assert rec["holds_measured"], rec
     fixed = tmp_path / "fixed"
-    fx.fix(GPT2_HOT, str(fixed), scaling=rec["scaling"], scaling_param=rec["scaling_param"],
+    fx.fix(GPT2_HOT, str(fixed), methods="length-scaling",
+           params={"length-scaling": {"kind": rec["scaling"], "param": rec["scaling_param"]}},
            seeds=1, sequences=1)
     again = lm.run(str(fixed), lengths, queries=128, seed=0, band=0.05,
                            train_len=1024, bands=r.band)
@@ -414,8 +415,8 @@ def test_config_sliding_window_is_streamed():
 def test_a_fixed_model_passes_the_model_check_with_its_own_scaling(tmp_path):
     """A `sigprop fix` temperature multiplies every logit inside the model's attention: the
     model check models it (it refused such a model before), and the stream applies it."""
-    fx.fix(GPT2_HOT, str(tmp_path / "hot"), scaling="tau", scaling_param=2.0, seeds=1,
-           sequences=1)
+    fx.fix(GPT2_HOT, str(tmp_path / "hot"), methods="length-scaling",
+           params={"length-scaling": {"kind": "tau", "param": 2.0}}, seeds=1, sequences=1)
     r = lm.run(str(tmp_path / "hot"), [1024], queries=16, train_len=1024)
     assert r.info["own_scaling"] == "tau(2)"
     assert all(x["model_check"] < 1e-5 for x in r.layers)
