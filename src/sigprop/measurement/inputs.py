@@ -11,6 +11,8 @@ import math
 import numpy as np
 import torch
 
+from .rho_tokens import rho_tokens as rho_tokens_of
+
 INPUTS = ("rho", "isometric", "text")
 
 
@@ -21,23 +23,9 @@ def _orthonormal(rng: np.random.Generator, d: int, k: int) -> np.ndarray:
 
 
 def rho_tokens(n_seq: int, T: int, d: int, rho: float, seed: int = 0) -> torch.Tensor:
-    """(n_seq, T, d) tokens with pairwise cosine ``rho`` and ``|x|^2 = d``:
-    ``x_a = sqrt(d) (sqrt(rho) u + sqrt(1 - rho) e_a)`` with u, e_a orthonormal, which is exact
-    when T + 1 <= d. For T + 1 > d the e_a are random unit vectors orthogonal to u, so pairwise
-    cosines are rho + O((1 - rho)/sqrt(d)) and their mean is rho up to O(1/sqrt(d T))."""
-    rng = np.random.default_rng(seed)
-    out = np.empty((n_seq, T, d))
-    for i in range(n_seq):
-        if T + 1 <= d:
-            basis = _orthonormal(rng, d, T + 1)
-            u, e = basis[0], basis[1:]
-        else:
-            u = _orthonormal(rng, d, 1)[0]
-            e = rng.standard_normal((T, d))
-            e -= np.outer(e @ u, u)
-            e /= np.linalg.norm(e, axis=1, keepdims=True)
-        out[i] = math.sqrt(d) * (math.sqrt(rho) * u + math.sqrt(1.0 - rho) * e)
-    return torch.from_numpy(out)
+    """(n_seq, T, d) tokens with pairwise cosine ``rho`` and ``|x|^2 = d``: the exact law of
+    :func:`sigprop.measurement.rho_tokens.rho_tokens` (exact when T + 1 <= d), as a tensor."""
+    return torch.from_numpy(rho_tokens_of(T, d, rho, seed, n_seq=n_seq))
 
 
 def isometric_tokens(n_seq: int, T: int, d: int, seed: int = 0) -> torch.Tensor:
