@@ -1,4 +1,4 @@
-"""Long-context sweep (:func:`sigprop.analysis.longctx_model.sweep_model`) on every family of
+"""Long-context sweep (:func:`sigprop.analysis.longctx_model.run`) on every family of
 ``benchmarks/bench_families.py``: does it run, fail cleanly (a one-line ``SpecError``) or crash,
 and how close is the measured ipr to the theory?
 
@@ -7,7 +7,7 @@ and how close is the measured ipr to the theory?
         [--json benchmarks/results/longctx_families.json]
 
 Each family is built at init from its small config (``family_configs(D, L, H, T=max_pos)``),
-then ``sweep_model(cfg, [1024, 8192], queries=32, seed=0, train_len=1024)``. The stream draws
+then ``run(cfg, [1024, 8192], queries=32, seed=0, train_len=1024)``. The stream draws
 synthetic keys, so 8192 > max positions is fine; the reference pass runs at 512 tokens.
 Families run one after another on one CPU thread. Per family: status (ok / SpecError / other
 exception, first line, the innermost sigprop frame), seconds, layers streamed, RoPE found,
@@ -140,13 +140,13 @@ def worst_gaps(r) -> tuple[float | None, float | None]:
 
 
 def run_family(name: str, cfg: dict, queries: int) -> dict:
-    from sigprop.analysis.longctx_model import sweep_model
+    from sigprop.analysis.longctx_model import run
     from sigprop.spec import SpecError
 
     t0 = time.perf_counter()
     row: dict = {"family": name}
     try:
-        r = sweep_model(dict(cfg), LENGTHS, queries=queries, seed=0, train_len=TRAIN_LEN,
+        r = run(dict(cfg), LENGTHS, queries=queries, seed=0, train_len=TRAIN_LEN,
                         workers=1)
     except SpecError as err:
         msg = str(err).splitlines()[0] if str(err) else ""
@@ -180,14 +180,14 @@ def vs_real(name: str, cfg: dict, gain: float, T: int = 512) -> dict:
     """``--vs-real GAIN``: the stream against the model's own eager attention at ``T``. Q and K
     outputs (after any q/k norm; a fused QKV output as a whole) are multiplied by ``gain`` so
     that attention is far from uniform (at init beta ~ 0.02); then per layer the real mean ipr /
-    normalised entropy over all rows of 2 sequences beside ``sweep_model(module, [T],
+    normalised entropy over all rows of 2 sequences beside ``run(module, [T],
     queries=T, seq_len=T)``'s measured and theory values (same inputs, every row). Catches what
     the stream leaves out or gets wrong (position biases, scale, windows, norms, soft-capping,
     causality), which measured-vs-theory cannot see: both use the same fitted layer."""
     import torch
 
     from sigprop.analysis import forward as fw
-    from sigprop.analysis.longctx_model import build_model, sweep_model
+    from sigprop.analysis.longctx_model import build_model, run
     from sigprop.measurement.probe_sites import find_attention, find_blocks
     from sigprop.models.arch import input_kind
 
@@ -217,7 +217,7 @@ def vs_real(name: str, cfg: dict, gain: float, T: int = 512) -> dict:
                         returned=True)
         for h in hooks:
             h.remove()
-        r = sweep_model(m, [T], queries=T, seed=0, train_len=T, seq_len=T, workers=1)
+        r = run(m, [T], queries=T, seed=0, train_len=T, seq_len=T, workers=1)
     except Exception as err:  # noqa: BLE001
         return {"status": f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''}"}
     tr = r.trajectory

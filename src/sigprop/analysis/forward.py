@@ -3,7 +3,7 @@ module stands for, the inputs its forward needs (built-in text, images, audio ..
 size), the block list those inputs reach, and one forward pass.
 
 :func:`diagnose <sigprop.analysis.diagnose.diagnose>`, ``fix --compare``
-(:mod:`~sigprop.analysis.compare`) and the long-context model sweep
+(:mod:`~sigprop.analysis.ranking`) and the long-context model sweep
 (:mod:`~sigprop.analysis.longctx_model`) share these. They compose :mod:`sigprop.models`
 (configs, models at init, :mod:`~sigprop.models.inputs`) with the measurement floor's block
 lists, and import both inside the functions: importing :mod:`sigprop.models` imports
