@@ -244,8 +244,6 @@ REEXPORTS_ALLOWED: dict[str, str] = {
     "theory/rem.py": "lists the finite-T (rem_finite) and tabulated (rem_tables) statistics "
                      "in __all__ beside its own: ~70 callers still use rem.y2_finite etc.; "
                      "switch them, then drop the entry",
-    "reproduce/core.py": "axes_row's first home (its home is reproduce/plots.py); nothing "
-                         "imports it from here: drop the import and this entry",
 }
 
 

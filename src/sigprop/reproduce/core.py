@@ -35,7 +35,6 @@ import numpy as np
 import pandas as pd
 
 from ..trajectory import parquet_safe
-from .plots import axes_row as axes_row  # its home is .plots; kept importable from here
 
 if TYPE_CHECKING:
     from matplotlib.figure import Figure

@@ -11,7 +11,7 @@ import math
 import numpy as np
 import pandas as pd
 
-from ...theory import blocks, rem
+from ...theory import attention, blocks, rem
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, register, slope
 from ..plots import axes_row, decorate
@@ -37,9 +37,9 @@ def figB1_data(*, seed: int, T: int, d_head: int, seeds: int, rhos: np.ndarray,
     lines, rows, gaps = {}, [], []
     for j, r in enumerate(rhos):
         asym = rem.y2_asymptotic(fine, r)
-        fin = blocks.attention_stats(fine * math.sqrt(math.log(T)), r, T, d_head=d_head).y2
-        big = blocks.attention_stats(fine * math.sqrt(math.log(T_large)), r, T_large).y2
-        pts = blocks.attention_stats(betas * math.sqrt(math.log(T)), r, T, d_head=d_head).y2
+        fin = attention.attention_stats(fine * math.sqrt(math.log(T)), r, T, d_head=d_head).y2
+        big = attention.attention_stats(fine * math.sqrt(math.log(T_large)), r, T_large).y2
+        pts = attention.attention_stats(betas * math.sqrt(math.log(T)), r, T, d_head=d_head).y2
         gaps.append(float(np.max(np.abs(meas[:, j] - pts))))
         lines[r] = (asym, fin, big)
         for src, arr, TT in (("theory_asymptotic", asym, None), ("theory", fin, T),
@@ -130,7 +130,7 @@ def _figB2_theory(fine: np.ndarray, betas: np.ndarray, r: float, T: int, d_head:
     theory = {}
     for src, asym in (("theory", False), ("theory_asymptotic", True)):
         for x, key in ((fine, "line"), (betas, "pts")):
-            st = blocks.attention_stats(x * math.sqrt(math.log(T)), r, T,
+            st = attention.attention_stats(x * math.sqrt(math.log(T)), r, T,
                                         d_head=None if asym else d_head, asymptotic=asym)
             qa, pa = blocks.attention_map(1.0, r, st, variant="softmax", var_v=1.0,
                                           var_b=0.0)

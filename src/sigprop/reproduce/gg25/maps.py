@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from ...spec import ArchSpec
-from ...theory import blocks, rem
+from ...theory import attention, rem
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register
 from ..plots import axes_row, decorate
@@ -38,7 +38,7 @@ def _one_beta(b: float, ids, vocab, *, T: int, d_model: int, seeds: int, seed: i
     meas = {k: out.stats[0][k][..., 0].double().mean(dim=1).cpu().numpy()
             for k in ("ipr", "entropy", "wmax")}
     meas["top3"] = top3
-    st = blocks.attention_stats(spec.sigma_s, rho0, T, d_head=spec.d_head, full=True)
+    st = attention.attention_stats(spec.sigma_s, rho0, T, d_head=spec.d_head, full=True)
     th = {"ipr": float(st.y2), "entropy": float(st.entropy), "wmax": float(st.wmax)}
     asym = {"ipr": float(rem.y2_asymptotic(b, rho0)),
             "entropy": float(rem.entropy_asymptotic(b, rho0))}
