@@ -192,7 +192,8 @@ def vs_real(name: str, cfg: dict, gain: float, T: int = 512) -> dict:
     from sigprop.models.arch import input_kind
 
     try:
-        m, config, *_ = build_model(dict(cfg))
+        b = build_model(dict(cfg))
+        m, config = b.module, b.config
         if input_kind(config) != "text":
             return {"status": "skipped (not text)"}
         m.eval()

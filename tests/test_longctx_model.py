@@ -50,7 +50,8 @@ def _text(config, T, seed=0):
 def test_rope_at_positions_up_to_2_20_is_the_models_own(rope_scaling):
     cfg = dict(LLAMA, rope_theta=500000.0, rope_scaling=rope_scaling,
                max_position_embeddings=131072)
-    model, config, *_ = lm.build_model(cfg)
+    b = lm.build_model(cfg)
+    model, config = b.module, b.config
     fits = lm.fit_layers(model, _sites(model), _text(config, 64),
                          lambda m, x: fw.forward_once(m, x, False), long_T=2**20)
     pos = torch.tensor([0, 1, 4095, 8191, 8192, 131071, 2**19 + 7, 2**20 - 1])
@@ -66,7 +67,8 @@ def test_rope_at_positions_up_to_2_20_is_the_models_own(rope_scaling):
 def test_dynamic_rope_is_recognised_as_length_dependent():
     cfg = dict(LLAMA, rope_scaling={"rope_type": "dynamic", "factor": 4.0},
                max_position_embeddings=1024)
-    model, config, *_ = lm.build_model(cfg)
+    b = lm.build_model(cfg)
+    model, config = b.module, b.config
     fits = lm.fit_layers(model, _sites(model), _text(config, 64),
                          lambda m, x: fw.forward_once(m, x, False), long_T=8192)
     assert all(f.length_dependent_rope for f in fits)
@@ -123,7 +125,7 @@ def test_streamed_statistics_equal_a_real_forward_pass_at_8192(cfg):
     q = data["q"][0].reshape(T, H, dh)[rows]
     k = data["k"][0].reshape(T, Hkv, dh)
     v = data["v"][0].reshape(T, Hkv, -1)
-    rope = lm.match_rope(data["pos"], lm.rotary_modules(model), T, T)[0](None)
+    rope = lm.match_rope(data["pos"], lm.rotary_modules(model), T, T).table(None)
     wo = lm.output_projection(site, H * v.shape[-1])
     res = sm.stream_layer(q, rows, torch.zeros(len(rows), dtype=torch.long), rows + 1,
                           sm.TensorKV(k, v), scale=site.scale, multipliers=[1.0], rope=rope,
@@ -147,7 +149,8 @@ def test_gaussian_input_model_matches_real_forward_passes_at_8192():
     depend on position (the Gaussian pools positions 0..511) and 4 sequences x 64 rows leave a
     sampling error of ~0.007 on these means."""
     cfg = dict(LLAMA, num_hidden_layers=3, initializer_range=0.08)
-    model, config, *_ = lm.build_model(cfg, seed=0)
+    b = lm.build_model(cfg, seed=0)
+    model, config = b.module, b.config
     T, rows = 8192, torch.arange(63, 8192, 128)
     sites = _sites(model)
     got = {i: [] for i in range(len(sites))}

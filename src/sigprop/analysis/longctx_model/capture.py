@@ -353,7 +353,8 @@ def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
                 raise SpecError("model", f"attention layer {i} ({s.name}) receives a rotary "
                                          "(cos, sin) that no rotary module of the model "
                                          "reproduces: long-context positions unknown")
-            f.rope, f.inv_freq, f.rope_dims, f.rope_gain, f.length_dependent_rope = m
+            f.rope, f.inv_freq, f.rope_dims = m.table, m.inv_freq, m.dims
+            f.rope_gain, f.length_dependent_rope = m.gain, m.length_dependent
         elif rotaries:
             f.notes.append(f"layer {i}: the model has a rotary module but this layer gets no "
                            "(cos, sin): streamed without RoPE")

@@ -260,13 +260,14 @@ def run(model, lengths: Sequence[int] | None = None, *, queries: int = 128,
     lengths = default_lengths() if lengths is None else [int(t) if isinstance(t, np.integer)
                                                          else t for t in lengths]
     check_options(lengths, queries, out_queries, chunk, band, device)
-    module, config, name, notes, bf16 = build_model(model, seed=seed, device="cpu")
+    built = build_model(model, seed=seed, device="cpu")
+    module, config, name, notes = built.module, built.config, built.name, built.notes
     tl, all_lengths, t_ref = _reference_lengths(config, lengths, train_len, seq_len)
     own = own_scaling(config, tl)
     extra = [parse_scaling(s, tl) for s in (scalings or [])]
     if compare:
         extra += [parse_scaling(k, tl) for k in COMPARE_ALL]
-    fits, pass_notes = reference_pass(module, config, bf16=bf16, layers=layers, seq_len=t_ref,
+    fits, pass_notes = reference_pass(module, config, bf16=built.bf16, layers=layers, seq_len=t_ref,
                                       sequences=sequences, seed=seed,
                                       long_T=max(all_lengths),
                                       mult=None if own.kind == "none" else own.mult)
@@ -293,7 +294,7 @@ def run(model, lengths: Sequence[int] | None = None, *, queries: int = 128,
             "seq_len": t_ref, "sequences": sequences, "queries": queries,
             "out_queries": out_queries, "band_width": band, "chunk": chunk, "seed": seed,
             "scalings": [s.label for s in streamed], "own_scaling": own.label,
-            "n_layers": len(fits), "bf16_storage": bf16, "notes": notes,
+            "n_layers": len(fits), "bf16_storage": built.bf16, "notes": notes,
             **_speed(t_fit, streams, max(all_lengths), device, workers),
             "theory_only": [x.label for x in theory_only],
             "inputs": "Gaussian keys/values/queries with each layer's measured mean and "

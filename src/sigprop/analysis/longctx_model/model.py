@@ -5,6 +5,9 @@ in bfloat16 and run block by block in float32 (:class:`Float32Blocks`)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Any
+
 import torch
 
 from ...measurement.handles import HookHandles
@@ -73,9 +76,22 @@ class Float32Blocks(HookHandles):
         return self
 
 
-def build_model(model, seed: int = 0, device: str = "cpu"):
-    """``(module, config, name, notes, stored_bf16)``: a preset / path / config at init (a
-    folder's safetensors replace the init), or an ``nn.Module`` as it is."""
+@dataclass(frozen=True, kw_only=True)
+class BuiltModel:
+    """The model a long-context run measures: the ``module``, its ``config``, the ``name`` the
+    report shows, ``notes`` on how it was built and whether its blocks are stored in bfloat16
+    (``bf16``)."""
+
+    module: Any
+    config: Any
+    name: str
+    notes: list[str]
+    bf16: bool
+
+
+def build_model(model, seed: int = 0, device: str = "cpu") -> BuiltModel:
+    """A preset / path / config at init (a folder's safetensors replace the init), or an
+    ``nn.Module`` as it is."""
     from torch import nn
 
     from ... import models as hf
@@ -83,7 +99,8 @@ def build_model(model, seed: int = 0, device: str = "cpu"):
 
     notes: list[str] = []
     if isinstance(model, nn.Module):
-        return model, fw.module_config(model), type(model).__name__, notes, False
+        return BuiltModel(module=model, config=fw.module_config(model),
+                          name=type(model).__name__, notes=notes, bf16=False)
     config = hf.load_config(model)
     name = str(model) if isinstance(model, str) else getattr(config, "model_type", "config")
     vocab = fw.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
@@ -108,5 +125,5 @@ def build_model(model, seed: int = 0, device: str = "cpu"):
                     mod._buffers[k] = buf.float()
         notes.append("blocks stored in bfloat16 (rounded once after init) to fit memory; "
                      "each block runs in float32")
-    return m.to(device), config, name, notes, big
+    return BuiltModel(module=m.to(device), config=config, name=name, notes=notes, bf16=big)
 

@@ -7,7 +7,10 @@ length gets a pass of its own)."""
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
+from dataclasses import dataclass
 
+import numpy as np
 import torch
 
 
@@ -38,10 +41,23 @@ def rope_table(rot, n_max: int | None = None, layer_type: str | None = None):
     return fn
 
 
-def match_rope(fit_pos, rotaries, T: int, long_T: int):
+@dataclass(frozen=True, kw_only=True)
+class RopeMatch:
+    """The rotary module a layer uses: ``table(n)`` gives its (cos, sin) for a context of
+    ``n`` positions, ``inv_freq`` its frequencies, ``dims`` the rotated width, ``gain`` the
+    norm of its (cos, sin) pair and ``length_dependent`` whether the frequencies change with
+    the context length (dynamic, longrope)."""
+
+    table: Callable
+    inv_freq: np.ndarray
+    dims: int
+    gain: float
+    length_dependent: bool
+
+
+def match_rope(fit_pos, rotaries, T: int, long_T: int) -> RopeMatch | None:
     """The rotary module (and layer type) whose output at positions 0..T-1 equals the
-    (cos, sin) a layer received; ``(fn_for_length, inv_freq, dims, gain, length_dependent)``
-    or None."""
+    (cos, sin) a layer received, or None."""
     cos0, sin0 = fit_pos
     pos = torch.arange(T)
     for rot in rotaries:
@@ -67,6 +83,8 @@ def match_rope(fit_pos, rotaries, T: int, long_T: int):
             dep = float((c1 - c0).abs().max()) > 1e-7
             gain = float(torch.sqrt(c[0, 0] ** 2 + s[0, 0] ** 2))
             inv = rot.inv_freq.detach().double().cpu().numpy().copy()
-            return (lambda n, rot=rot, t=t: rope_table(rot, n_max=n, layer_type=t)), inv, \
-                int(c.shape[-1]), gain, dep
+            return RopeMatch(table=lambda n, rot=rot, t=t: rope_table(rot, n_max=n,
+                                                                      layer_type=t),
+                             inv_freq=inv, dims=int(c.shape[-1]), gain=gain,
+                             length_dependent=dep)
     return None
