@@ -131,6 +131,7 @@ def test_every_activation_and_variant_runs_finite(act):
             assert np.isfinite(traj["value"]).all(), (act, attention, norm)
 
 
+@pytest.mark.slow  # ~18 s; the causal tables' own tests (test_causal.py) run by default
 def test_causal_statistics_lie_between_positions():
     # causal rows average positions 1..T: early queries see few keys, so the mean ipr is larger
     # than the encoder's at N = T (docs/theory.md §2.4 causal)
