@@ -248,6 +248,7 @@ def test_recommendation_holds_when_remeasured_after_fix(tmp_path):
 
 
 # ------------------------------------------------------------------------------------ CLI
+@pytest.mark.slow  # ~40 s (a longctx subprocess); tests/test_cli_longctx.py covers the CLI
 def test_cli_json_and_errors(tmp_path):
     from .clirun import sigprop
 

@@ -178,6 +178,7 @@ def test_fix_method_writes_a_folder_that_reloads(tmp_path):
     assert np.allclose(sig, 1.0, atol=1e-6)
 
 
+@pytest.mark.slow  # ~17 s; the ranking's other tests in this file run by default
 def test_compare_json_shape_and_ranking(tmp_path):
     """A 12-layer post-LN BERT at d 64, init std 0.02: the baseline rank-collapses; every
     registered method has a row with predicted / measured numbers (or an error), trainable
