@@ -6,6 +6,7 @@ family, the theory map checked against the patched weights, and the registry's f
 from __future__ import annotations
 
 import copy
+import importlib
 import math
 
 import numpy as np
@@ -62,6 +63,34 @@ def test_registry_holds_every_method_of_the_table():
         except SpecError:  # alpha auto may refuse a model; the message names the field
             continue
         assert set(p) == {q.name for q in m.params}
+
+
+def test_runtime_methods_are_the_ones_that_change_the_forward_pass():
+    # by hand from docs/fixes.md: the methods whose forward pass a reload must re-install
+    want = {"admin", "deepnorm", "deepscalelm", "depth-mup", "layerscale", "qk-norm", "rezero",
+            "shaped", "skipinit", "softcap", "tfixup"}
+    assert {n for n in M.names() if M.get(n).runtime} == want
+
+
+def test_method_words_live_in_methods_toml(monkeypatch):
+    base = importlib.import_module("sigprop.models.methods.base")
+    assert base.REGISTRY["admin"].cite == "Liu et al., EMNLP 2020"
+
+    class Mine(M.Method):  # a user's method: no entry, its own words stand
+        name = "test-mine"
+        title, cite, acts = "mine", "me", "nothing"
+
+    monkeypatch.setattr(base, "REGISTRY", dict(base.REGISTRY))
+    base.register(Mine)
+    assert base.REGISTRY["test-mine"].title == "mine"
+
+    class Clash(M.Method):  # a different word for a method that has an entry is refused
+        name = "admin"
+        cite = "someone else"
+
+    monkeypatch.setattr(base, "REGISTRY", {})
+    with pytest.raises(ValueError, match="differs from methods.toml"):
+        base.register(Clash)
 
 
 @pytest.mark.parametrize("text, params, needle", [

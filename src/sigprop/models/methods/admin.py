@@ -26,11 +26,6 @@ def omega(ctx) -> float:
 @register
 class Admin(Method):
     name = "admin"
-    title = "Admin"
-    cite = "Liu et al., EMNLP 2020"
-    acts = "residual: LN(omega x + f(x))"
-    theory = "residual"
-    runtime = True
     params = (Param("omega", "residual multiplier (default sqrt((n+1)/ln(n+1) - 1), n = 2L)",
                     omega, lo=1e-3, hi=1e3),)
 

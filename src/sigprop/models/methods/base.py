@@ -13,8 +13,11 @@ and :func:`sigprop.models.model_at_init` call for every recorded method. Weight-
 
 from __future__ import annotations
 
+import functools
 import math
+import tomllib
 from dataclasses import dataclass, field, replace
+from importlib import resources
 from typing import Any
 
 import numpy as np
@@ -77,21 +80,10 @@ class Context:
     #: removes the norms); None: unknown
     embed_q: float | None = None
 
-    @property
-    def depth(self) -> int:
-        return self.spec.depth
-
-    @property
-    def seq_len(self) -> int:
-        return self.spec.seq_len
-
-    @property
-    def norm(self) -> str:
-        return self.spec.norm
-
-    @property
-    def causal(self) -> bool:
-        return self.spec.causal
+    depth = property(lambda self: self.spec.depth, doc="the spec's ``depth``")
+    seq_len = property(lambda self: self.spec.seq_len, doc="the spec's ``seq_len``")
+    norm = property(lambda self: self.spec.norm, doc="the spec's ``norm``")
+    causal = property(lambda self: self.spec.causal, doc="the spec's ``causal``")
 
 
 @dataclass
@@ -143,18 +135,25 @@ class Method:
     ``name``: the registry key (``--method``); ``title``, ``cite``: how the tables and docs
     name it; ``acts``: where it acts; ``theory``: what sigprop predicts for it (``"beta"``,
     ``"residual"``, ``"attention map"``, ``"variances"`` or ``"measured only"``);
-    ``params``: its :class:`Param` table; ``runtime``: True when the forward pass changes
-    beyond the weights (recorded in config.json, restored by sigprop's loader)."""
+    ``params``: its :class:`Param` table; ``attention_ops``: True when it hooks the attention
+    function (:meth:`scores`, :meth:`weights`). Whether it is a runtime method follows from
+    these (:attr:`runtime`)."""
 
     name: str = ""
     title: str = ""
     cite: str = ""
     acts: str = ""
     theory: str = "measured only"
-    runtime: bool = False
     params: tuple[Param, ...] = ()
     #: the attention function hooks used when the method is recorded (see :mod:`.runtime`)
     attention_ops: bool = False
+
+    @property
+    def runtime(self) -> bool:
+        """True when the forward pass changes beyond the weights: the method hooks the
+        attention function or re-installs a part in :meth:`restore` (so it is recorded in
+        config.json and restored by sigprop's loader)."""
+        return self.attention_ops or type(self).restore is not Method.restore
 
     def defaults(self, ctx: Context) -> dict[str, Any]:
         return {p.name: p.value(ctx) for p in self.params}
@@ -209,10 +208,30 @@ REGISTRY: dict[str, Method] = {}
 RECORD_KEY = "methods"
 
 
+#: the words describing a method, read from ``methods.toml`` (its one home)
+TEXT = ("title", "cite", "acts", "theory")
+
+
+@functools.cache
+def _method_text() -> dict[str, dict[str, str]]:
+    with resources.files(__package__).joinpath("methods.toml").open("rb") as f:
+        return tomllib.load(f)
+
+
 def register(cls: type[Method]) -> type[Method]:
-    """Class decorator: one instance of ``cls`` under ``cls.name``."""
+    """Class decorator: one instance of ``cls`` under ``cls.name``, its :data:`TEXT` from
+    this package's ``methods.toml``. A method defined elsewhere (no entry there) sets them as
+    class attributes; one that has an entry may not say them differently."""
     if not cls.name or cls.name in REGISTRY:
         raise ValueError(f"method name {cls.name!r} missing or registered twice")
+    for key, value in _method_text().get(cls.name, {}).items():
+        if key not in TEXT:
+            raise ValueError(f"methods.toml [{cls.name}]: unknown key {key!r} (one of "
+                             f"{', '.join(TEXT)})")
+        if cls.__dict__.get(key, value) != value:
+            raise ValueError(f"method {cls.name!r}: its {key} differs from methods.toml, its "
+                             "one home; drop the class attribute")
+        setattr(cls, key, value)
     REGISTRY[cls.name] = cls()
     return cls
 

@@ -34,11 +34,6 @@ def constants(ctx) -> tuple[float, float]:
 @register
 class DeepNorm(Method):
     name = "deepnorm"
-    title = "DeepNorm"
-    cite = "Wang et al. 2022 (DeepNet)"
-    acts = "residual: LN(alpha x + f(x)); beta on V, O, MLP"
-    theory = "residual"
-    runtime = True
     params = (Param("alpha", "residual multiplier (default by depth)",
                     lambda ctx: constants(ctx)[0], lo=1e-3, hi=1e3),
               Param("beta", "scale of W_V, W_O and the MLP weights (default by depth)",

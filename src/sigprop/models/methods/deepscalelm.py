@@ -20,11 +20,6 @@ from .base import Method, Param, register
 @register
 class DeepScaleLM(Method):
     name = "deepscalelm"
-    title = "DeepScaleLM"
-    cite = "Kedia et al., ICML 2024"
-    acts = "residual: lambda x + beta f(x), lambda^2 + beta^2 = 1"
-    theory = "residual"
-    runtime = True
     params = (Param("k", "beta^2 = k / N", 2.0, lo=0.0, hi=1e4),)
 
     def validate(self, ctx, params):

@@ -20,11 +20,6 @@ from .base import Method, Param, register
 @register
 class DepthMuP(Method):
     name = "depth-mup"
-    title = "Depth-muP"
-    cite = "Yang et al. 2023; Bordelon et al., ICLR 2024"
-    acts = "residual: x + (a / sqrt L) f(x)"
-    theory = "residual"
-    runtime = True
     params = (Param("a", "branch multiplier a / sqrt(L) (L = blocks)", 1.0, lo=0.0, hi=100.0),)
 
     def apply(self, model, parts, params, ctx, effect):

@@ -21,11 +21,6 @@ def _eps(ctx) -> float:
 @register
 class LayerScale(Method):
     name = "layerscale"
-    title = "LayerScale"
-    cite = "Touvron et al., ICCV 2021"
-    acts = "residual: x + diag(lambda) f(x), per channel (trainable)"
-    theory = "residual"
-    runtime = True
     params = (Param("eps", "every channel's scale at init (default by depth: 0.1 / 1e-5 / "
                     "1e-6 up to 18 / 24 / more layers)", _eps, lo=0.0, hi=10.0),)
 

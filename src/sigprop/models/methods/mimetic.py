@@ -33,10 +33,6 @@ def _factors(A: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 @register
 class Mimetic(Method):
     name = "mimetic"
-    title = "mimetic init"
-    cite = "Trockman & Kolter, ICML 2023"
-    acts = "Q/K and V/O structure"
-    theory = "measured only"
     params = (Param("alpha1", "noise in W_Q W_K^T", 0.7, lo=0.0, hi=100.0),
               Param("beta1", "identity in W_Q W_K^T", 0.7, lo=-100.0, hi=100.0),
               Param("alpha2", "noise in W_V W_O", 0.4, lo=0.0, hi=100.0),

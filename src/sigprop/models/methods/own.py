@@ -43,10 +43,16 @@ class SpecField(Method):
     :func:`~sigprop.models.fixes.apply_fix` arguments. It is applied with the other chosen
     ones by :func:`apply_together` (through :func:`~sigprop.models.methods.apply_methods`),
     whose report's spec is the theory's spec after them, so it records no
-    :class:`~.base.Effect`."""
+    :class:`~.base.Effect`.
+
+    ``fields``: which ``apply_fix`` argument each of its parameters sets; ``fixed``: the
+    arguments it sets to a constant."""
+
+    fields: dict[str, str] = {}
+    fixed: dict[str, Any] = {}
 
     def keywords(self, params: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError
+        return {**self.fixed, **{kw: params[p] for kw, p in self.fields.items()}}
 
 
 def is_spec_field(name: str) -> bool:
@@ -120,56 +126,33 @@ def from_keywords(*, beta: float | None = None, alpha_attn: float | str | None =
 @register
 class Beta(SpecField):
     name = "beta"
-    title = "beta window"
-    cite = "sigprop (gg25's REM phase diagram)"
-    acts = "Q/K: score scale"
-    theory = "beta"
     params = (Param("beta", "gg25 beta after the fix (default beta_c(rho0) / 2)",
                     _beta_default, lo=1e-6, hi=1e4),)
-
-    def keywords(self, params):
-        return {"beta": params["beta"]}
+    fields = {"beta": "beta"}
 
 
 @register
 class Alpha(SpecField):
     name = "alpha"
-    title = "alpha auto"
-    cite = "sigprop (gg25 alpha_crit)"
-    acts = "residual: attention skip strength"
-    theory = "residual"
     params = (Param("alpha", "attention skip strength (default: auto, the smallest keeping "
                     "the predicted final cos 0.1 below rho_max)", _alpha_default,
                     lo=1e-6, hi=1e4),)
-
-    def keywords(self, params):
-        return {"alpha_attn": params["alpha"]}
+    fields = {"alpha_attn": "alpha"}
 
 
 @register
 class Centred(SpecField):
     name = "centred"
-    title = "centred attention"
-    cite = "sigprop (mindthegap)"
-    acts = "attention matrix: A - 11^T/n"
-    theory = "attention map"
-
-    def keywords(self, params):
-        return {"centred": True}
+    fixed = {"centred": True}
 
 
 @register
 class LengthScaling(SpecField):
     name = "length-scaling"
-    title = "length scaling"
-    cite = "sigprop (clpr25 log-n, gg25, noci22 tau)"
-    acts = "scores: times s(n) per row's key count"
-    theory = "beta"
     params = (Param("kind", "the scaling", "log-n",
                     choices=tuple(k for k in SCALINGS if k != "none")),
               Param("param", "its parameter (reference length, default T; tau for tau; "
                     "None: the kind's own default, sigprop.spec.score_multiplier)",
                     lambda ctx: float(ctx.seq_len), lo=1e-6, hi=2.0**30, optional=True))
 
-    def keywords(self, params):
-        return {"scaling": params["kind"], "scaling_param": params["param"]}
+    fields = {"scaling": "kind", "scaling_param": "param"}

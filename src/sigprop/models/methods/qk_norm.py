@@ -42,11 +42,6 @@ def _install(parts, params, method):
 @register
 class QKNorm(Method):
     name = "qk-norm"
-    title = "QK-norm"
-    cite = "Henry et al. 2020; Dehghani et al. 2023; Wortsman et al. 2024"
-    acts = "q and k before the scores: score scale set by the gains"
-    theory = "beta"
-    runtime = True
     params = (
         Param("scope", "head: each head's q/k (Qwen 3); proj: the whole projection (OLMo 2)",
               "head", choices=("head", "proj")),

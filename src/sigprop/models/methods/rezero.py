@@ -19,11 +19,6 @@ from .tfixup import remove_norms
 @register
 class ReZero(Method):
     name = "rezero"
-    title = "ReZero"
-    cite = "Bachlechner et al., UAI 2021"
-    acts = "residual: x + a f(x), a = 0 (trainable)"
-    theory = "residual"
-    runtime = True
     params = (Param("a", "the branches' scalar at init", 0.0, lo=0.0, hi=10.0),
               Param("norms", "remove (as the authors) or keep the block norms", "remove",
                     choices=("remove", "keep")))

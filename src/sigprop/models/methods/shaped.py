@@ -35,11 +35,6 @@ def _install(parts, params):
 @register
 class Shaped(Method):
     name = "shaped"
-    title = "shaped attention"
-    cite = "He & Hofmann, ICLR 2024; Noci et al. 2023"
-    acts = "attention matrix: alpha I + beta A - gamma C, W_Q = 0"
-    theory = "attention map"
-    runtime = True
     attention_ops = True
     params = (Param("alpha", "identity gain at init", 1.0, lo=0.0, hi=100.0),
               Param("beta", "softmax gain at init", 1.0, lo=0.0, hi=100.0),

@@ -23,10 +23,6 @@ from .parts import need, scale, spectral_norm, weight_of
 @register
 class SigmaReparam(Method):
     name = "sigma-reparam"
-    title = "sigmaReparam"
-    cite = "Zhai et al., ICML 2023"
-    acts = "Q/K (optionally all linears): score scale"
-    theory = "beta"
     params = (
         Param("init", "gain at init: one (spectral norm 1) or sigma (unchanged at init)",
               "one", choices=("one", "sigma")),

@@ -18,11 +18,6 @@ from .base import Method, Param, register
 @register
 class SkipInit(Method):
     name = "skipinit"
-    title = "SkipInit"
-    cite = "De & Smith, NeurIPS 2020"
-    acts = "residual: x + alpha f(x), alpha small (trainable)"
-    theory = "residual"
-    runtime = True
     params = (Param("alpha", "the branches' scalar at init (default 1/sqrt(2 L))",
                     lambda ctx: 1.0 / math.sqrt(2 * ctx.depth), lo=0.0, hi=10.0),)
 

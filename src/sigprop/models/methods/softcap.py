@@ -23,11 +23,6 @@ from .base import Method, Param, register
 @register
 class SoftCap(Method):
     name = "softcap"
-    title = "logit soft-capping"
-    cite = "Gemma 2 (Gemma Team, 2024)"
-    acts = "scores"
-    theory = "measured only"
-    runtime = True
     attention_ops = True
     params = (Param("cap", "scores become cap tanh(score / cap) (default sqrt(2 log T))",
                     lambda ctx: math.sqrt(2.0 * math.log(ctx.seq_len)), lo=1e-3, hi=1e4),)

@@ -50,11 +50,6 @@ def _factor(ctx) -> float:
 @register
 class TFixup(Method):
     name = "tfixup"
-    title = "T-Fixup"
-    cite = "Huang et al., ICML 2020"
-    acts = "no norms; W_V, W_O, MLP scaled by depth"
-    theory = "variances"
-    runtime = True
     params = (Param("factor", "scale of W_V, W_O and the MLP weights (default 0.67 N^-1/4 "
                     "encoder, (9 M)^-1/4 decoder)", _factor, lo=0.0, hi=10.0),)
 
