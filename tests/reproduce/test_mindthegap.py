@@ -80,6 +80,18 @@ def test_item_tiny(name):
     assert exp.notes
 
 
+def test_figure_title_only_on_a_figure_the_plot_made():
+    from sigprop.plotting.figures import new_figure
+
+    exp = tiny("prop5")
+    assert "mindthegap Prop. 5" in exp.figure.get_suptitle()
+    mine = new_figure((4, 3))
+    mine.suptitle("my figure")
+    ax = mine.subplots()
+    assert exp.plot(ax=ax) is mine and ax.lines
+    assert mine.get_suptitle() == "my figure"
+
+
 def test_checks_can_fail(monkeypatch):
     """A wrong theory value turns a passing item into a failing one (the bands are live)."""
     c_l, p8 = sp.sr_ratio_centred_gamma1, sp.prop8_moments

@@ -3,13 +3,14 @@
 A plot function draws on the Axes it is given, or on a new constrained-layout Figure when
 ``ax`` is None (:func:`axes_grid`, :func:`axes_row`), and returns the Figure; :func:`decorate`
 puts the axis labels, the title and the legend on a panel in the gallery's house sizes (title
-9 pt, legend 7 pt). Figures are built outside pyplot (:func:`sigprop.plotting.figures.new_figure`).
+9 pt, legend 7 pt), :func:`titled` the figure's title (10 pt) on a figure the plot made.
+Figures are built outside pyplot (:func:`sigprop.plotting.figures.new_figure`).
 """
 from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["axes_grid", "axes_row", "decorate"]
+__all__ = ["axes_grid", "axes_row", "decorate", "titled"]
 
 
 def axes_grid(ax, nrows: int, ncols: int, size: tuple[float, float], *, sharex: bool = False,
@@ -51,3 +52,12 @@ def decorate(ax, x: str | None = None, y: str | None = None, title: str | None =
         if legend_title is not None:
             legend_kw["title"] = legend_title
         ax.legend(fontsize=legend, **legend_kw)
+
+
+def titled(fig, text: str, own: bool, *, size: float = 10):
+    """``fig`` with ``text`` as its title (``size`` pt) when the plot made it (``own``: its
+    ``ax`` was None); a plot drawing into Axes it was given leaves the caller's figure title
+    alone."""
+    if own:
+        fig.suptitle(text, fontsize=size)
+    return fig

@@ -12,7 +12,7 @@ from ...spec import ArchSpec
 from ...theory import attention, rem
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register
-from ..plots import axes_row, decorate
+from ..plots import axes_row, decorate, titled
 from .common import GG25_VARS, SQRT2
 
 __all__ = ["fig1ab", "fig1ab_data", "fig1ab_checks", "plot_fig1ab"]
@@ -117,6 +117,7 @@ def fig1ab_checks(data: dict) -> list[Check]:
 
 def plot_fig1ab(data: dict, ax=None):
     """The two attention maps side by side (two axes when ``ax`` is given)."""
+    own = ax is None  # the plot made the figure: it may title it
     fig, axes = axes_row(ax, 2, (9.0, 4.0))
     for a, b, cmap, row in zip(axes, data["betas"], ("YlOrBr", "Reds"), data["rows"],
                                strict=True):
@@ -127,8 +128,7 @@ def plot_fig1ab(data: dict, ax=None):
                  f"ipr {row['ipr']:.3f} (REM {row['ipr_theory']:.3f}), "
                  f"entropy {row['entropy']:.2f}", legend=None)
         fig.colorbar(im, ax=a, shrink=0.8)
-    fig.suptitle("gg25 Fig. 1(a, b): one layer, one head, one text sequence", fontsize=10)
-    return fig
+    return titled(fig, "gg25 Fig. 1(a, b): one layer, one head, one text sequence", own)
 
 
 @register("gg25.fig1ab", tiny=dict(T=32, d_model=64, seeds=2, sequences=2),

@@ -10,7 +10,7 @@ import pandas as pd
 
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, register
-from ..plots import axes_grid, decorate
+from ..plots import axes_grid, decorate, titled
 from .common import (
     C_GAP,
     C_PERP,
@@ -120,6 +120,7 @@ def plot_fig7(r: dict, ax=None):
     1, 2, 3 and the last."""
     depth, threshold, shown = r["depth"], r["threshold"], r["shown"]
     show = [0, 1, 2, depth - 1] if depth >= 4 else list(range(depth))
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 2, len(show), (2.3 * len(show), 2.3 * 2))
     th = np.linspace(0, 2 * np.pi, 200)
     for col, l in enumerate(show):
@@ -137,9 +138,8 @@ def plot_fig7(r: dict, ax=None):
         b.set_ylim(-1.1, 1.1)
         b.set_aspect("equal")
         b.set_title(f"#|λ| > {threshold:g}: {int(out.sum())}", fontsize=8)
-    fig.suptitle(f"mindthegap Fig. 7: key-query attention, T = {r['T']} (mean count per "
-                 "layer: " + ", ".join(f"{x:.1f}" for x in r["mean"]) + ")", fontsize=9)
-    return fig
+    return titled(fig, f"mindthegap Fig. 7: key-query attention, T = {r['T']} (mean count per "
+                       "layer: " + ", ".join(f"{x:.1f}" for x in r["mean"]) + ")", own, size=9)
 
 
 @register("mindthegap.fig7", tiny=dict(n_seeds=12), quick=dict(n_seeds=24), full=dict(n_seeds=64),
@@ -175,6 +175,7 @@ def plot_fig9(r: dict, ax=None):
     """Fig. 9: the spectra of sigmoid and ReLU attention (left, right) with their outlier
     and bulk disc; ``ax``: two Axes, or None for a new figure."""
     kinds, first, tab, T, sigma_qk = r["kinds"], r["first"], r["tab"], r["T"], r["sigma_qk"]
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 2, (3.8 * 2, 3.6))
     th = np.linspace(0, 2 * np.pi, 200)
     for a, k in zip(ax[0], kinds, strict=False):
@@ -187,9 +188,7 @@ def plot_fig9(r: dict, ax=None):
         decorate(a, "Re λ", None, f"({'ab'[list(kinds).index(k)]}) {k} attention",
                  loc="upper center")
     ax[0][0].set_ylabel("Im λ")
-    fig.suptitle(f"mindthegap Fig. 9 (T = {T}, d_qk = T, N(0, {sigma_qk ** 2:g}) Q/K)",
-                 fontsize=10)
-    return fig
+    return titled(fig, f"mindthegap Fig. 9 (T = {T}, d_qk = T, N(0, {sigma_qk ** 2:g}) Q/K)", own)
 
 
 @register("mindthegap.fig9", **SPECTRUM_SIZES, runtime={"tiny": 0.2, "quick": 3.1, "default": 3.1})

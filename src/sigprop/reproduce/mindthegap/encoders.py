@@ -12,7 +12,7 @@ import torch
 
 from .. import args
 from ..core import Check, Experiment, frame, one_thread, register
-from ..plots import axes_grid, decorate
+from ..plots import axes_grid, decorate, titled
 from .common import C_GAP, C_PERP, loglog_slope, plt_colours, sizes, sr_excess, sub
 
 __all__ = ["fig3"]
@@ -22,6 +22,7 @@ def plot_fig3(r: dict, ax=None):
     """Fig. 3: the encoders' stable rank over T (left) and over depth (right); ``ax``: two
     Axes, or None for a new figure."""
     Ts, res = r["Ts"], r["res"]
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 2, (4.4 * 2, 3.5))
     a, b = ax[0]
     cols = plt_colours(len(Ts))
@@ -39,8 +40,7 @@ def plot_fig3(r: dict, ax=None):
     b.set_yscale("log")
     decorate(b, "layer (0 = embeddings)", r"sr$(\Sigma_\ell)$",
              f"(b) depth ({', '.join(res)}: solid, dashed)", size=8, legend=6)
-    fig.suptitle("mindthegap Fig. 3: encoders at initialisation", fontsize=10)
-    return fig
+    return titled(fig, "mindthegap Fig. 3: encoders at initialisation", own)
 
 
 @register("mindthegap.fig3", tiny=dict(models=("bert-base-uncased",), Ts=(16, 32, 64), small=True),

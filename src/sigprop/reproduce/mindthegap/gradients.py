@@ -17,7 +17,7 @@ import torch
 from ...theory import spectral as sp
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register, slope
-from ..plots import axes_grid, decorate
+from ..plots import axes_grid, decorate, titled
 from .common import (
     C_GAP,
     C_PERP,
@@ -203,6 +203,7 @@ def grad_experiment_checks(r: dict) -> list[Check]:
 
 def plot_grad_experiment(r: dict, ax=None):
     """Layer one's gradient norm over T per depth, theory lines (and Prop. 4's bound)."""
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 1, (5, 3.6))
     centre, Ts, depths = r["centre"], r["Ts"], r["depths"]
     T_arr = np.asarray(Ts, float)
@@ -224,10 +225,8 @@ def plot_grad_experiment(r: dict, ax=None):
     if not centre:
         a.plot([], [], color="k", lw=1, ls=":", label=r"Prop. 4 bound $T^{L-1}$")
     a.legend(fontsize=7)
-    fig.suptitle(f"mindthegap {'Prop. 6' if centre else 'Prop. 4'}: value gradients "
-                 f"{'without' if centre else 'with'} the gap (σ_A = {r['sigma_A']:g})",
-                 fontsize=10)
-    return fig
+    return titled(fig, f"mindthegap {'Prop. 6' if centre else 'Prop. 4'}: value gradients "
+                       f"{'without' if centre else 'with'} the gap (σ_A = {r['sigma_A']:g})", own)
 
 
 def _grad_experiment(*, name: str, centre: bool, seed, device, Ts, depths, sigma_A, sigma_V,
@@ -319,12 +318,11 @@ def plot_fig5(r: dict, ax=None):
     """Fig. 5: the layer-one value-gradient norm over T per module, with Eq. 7's bound;
     ``ax``: one Axes, or None for a new figure."""
     curves, Ts, sigma_A = r["curves"], r["Ts"], r["sigma_A"]
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 1, (5, 3.6))
     _grad_plot(ax[0][0], curves, Ts, 1, bound=True)
     ax[0][0].legend(fontsize=6, ncol=2)
-    fig.suptitle(f"mindthegap Fig. 5: gradient norm at layer one (σ_A = {sigma_A:g})",
-                 fontsize=10)
-    return fig
+    return titled(fig, f"mindthegap Fig. 5: gradient norm at layer one (σ_A = {sigma_A:g})", own)
 
 
 @register("mindthegap.fig5", tiny=dict(Ts=(64, 128, 256), n_seeds=2),
@@ -374,13 +372,13 @@ def plot_fig6(r: dict, ax=None):
     """Fig. 6: the gradient w.r.t. W_1^V over T, Random Markov (left) and key-query
     attention (right); ``ax``: two Axes, or None for a new figure."""
     Ts, L, curves = r["Ts"], r["L"], r["curves"]
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 2, (4.6 * 2, 3.6))
     for a, att, title in ((ax[0][0], "markov", "Random Markov A"),
                           (ax[0][1], "keyquery", "key-query A(X)")):
         _grad_plot(a, {v: c for v, c in curves.items() if v[0] == att}, Ts, L)
         decorate(a, None, None, title, legend=6)
-    fig.suptitle(f"mindthegap Fig. 6: L = {L} layers, gradient w.r.t. $W_1^V$", fontsize=10)
-    return fig
+    return titled(fig, f"mindthegap Fig. 6: L = {L} layers, gradient w.r.t. $W_1^V$", own)
 
 
 @register("mindthegap.fig6", tiny=dict(Ts=(64, 128, 256), L=2, n_seeds=2),
@@ -442,6 +440,7 @@ def plot_fig10(r: dict, ax=None):
     """Fig. 10: the key-query value-gradient norm over T per depth against T^(L-1);
     ``ax``: one Axes, or None for a new figure."""
     depths, Ts, res = r["depths"], r["Ts"], r["res"]
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 1, (5, 3.6))
     a = ax[0][0]
     cols = plt_colours(len(depths))
@@ -455,8 +454,7 @@ def plot_fig10(r: dict, ax=None):
     a.set_xscale("log")
     a.set_yscale("log")
     decorate(a, "T (= d)", r"$\|\partial X_L / \partial W_1^V\|_F^2$")
-    fig.suptitle("mindthegap Fig. 10: key-query attention A(X)", fontsize=10)
-    return fig
+    return titled(fig, "mindthegap Fig. 10: key-query attention A(X)", own)
 
 
 @register("mindthegap.fig10", tiny=dict(Ts=(64, 128, 256), depths=(1, 2, 3), n_seeds=2),

@@ -13,7 +13,7 @@ import pandas as pd
 from ...theory import spectral as sp
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, register, slope
-from ..plots import axes_grid, decorate
+from ..plots import axes_grid, decorate, titled
 from .common import (
     C_PERP,
     MAX_SIZE,
@@ -35,6 +35,7 @@ def plot_lemma1(r: dict, ax=None):
     """Lemma 1's moments (left) and the spectral edge in the proof of Prop. 4 (right);
     ``ax``: two Axes, or None for a new figure."""
     tab, n_samples, d_l, qs = r["tab"], r["n_samples"], r["d_l"], r["qs"]
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 2, (4.4 * 2, 3.5))
     a, b = ax[0]
     t = tab[tab.quantity == "lemma1"]
@@ -51,8 +52,7 @@ def plot_lemma1(r: dict, ax=None):
     b.set_yscale("log")
     decorate(b, "d", r"$s_1^2(W_1\cdots W_q)/d^q$",
              "edge of a Gaussian product (lines: Fuss–Catalan)")
-    fig.suptitle("mindthegap Lemma 1 and the edge in the proof of Prop. 4", fontsize=10)
-    return fig
+    return titled(fig, "mindthegap Lemma 1 and the edge in the proof of Prop. 4", own)
 
 
 @register("mindthegap.lemma1", tiny=dict(ds=(32, 64, 128), qs=(1, 2, 3), n_samples=100),
@@ -254,6 +254,7 @@ def lemma2_thm9_10_checks(r: dict) -> list[Check]:
 
 def plot_lemma2_thm9_10(r: dict, ax=None):
     """Lemma 2 (left), Thm 9 (middle) and Thm 10 (right) over T."""
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 3, (3.6 * 3, 3.4))
     data = frame(r["rows"])
     Ts, T_arr, P, pq, s1, s2 = (r[k] for k in ("Ts", "T_arr", "P", "pq", "s1", "s2"))
@@ -291,8 +292,7 @@ def plot_lemma2_thm9_10(r: dict, ax=None):
     c.set_xscale("log")
     c.set_yscale("log")
     decorate(c, "T = d", r"$s_2(AW)$", r"Thm 10 (dotted: $d^{(q-p)/2}$)")
-    fig.suptitle(f"mindthegap Lemma 2, Thms 9-10 (σ_A = {sigma_A:g}, γ = 1)", fontsize=10)
-    return fig
+    return titled(fig, f"mindthegap Lemma 2, Thms 9-10 (σ_A = {sigma_A:g}, γ = 1)", own)
 
 
 @register("mindthegap.lemma2_thm9_10", tiny=dict(Ts=(64, 128, 256), n_seeds=2),

@@ -14,7 +14,7 @@ import torch
 from ...theory import spectral as sp
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, register
-from ..plots import axes_grid, decorate
+from ..plots import axes_grid, decorate, titled
 from .common import plt_colours, rng_of, sub, tokens
 
 __all__ = ["prop7", "prop8", "prop8_data", "prop8_checks", "plot_prop8", "perp_stack"]
@@ -73,6 +73,7 @@ def plot_prop7(r: dict, ax=None):
     """Prop. 7: the eigenvalue mean (left) and variance ratio (right) of Sigma_l^perp per
     layer and gamma; ``ax``: two Axes, or None for a new figure."""
     gammas, tab, T, sigma_A, sigma_V = r["gammas"], r["tab"], r["T"], r["sigma_A"], r["sigma_V"]
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 2, (4.4 * 2, 3.5))
     cols = plt_colours(len(gammas))
     panels = (("mean", "mean_theory", r"E$(Z)$, $Z$ eigenvalue of $\Sigma^\perp_\ell$",
@@ -86,9 +87,7 @@ def plot_prop7(r: dict, ax=None):
         if k == 0:
             a.set_yscale("log")
         decorate(a, "layer ℓ", ylabel, legend_title=lines, title_fontsize=7)
-    fig.suptitle(f"mindthegap Prop. 7 (T = {T}, σ_A = {sigma_A:g}, σ_V = {sigma_V:g})",
-                 fontsize=10)
-    return fig
+    return titled(fig, f"mindthegap Prop. 7 (T = {T}, σ_A = {sigma_A:g}, σ_V = {sigma_V:g})", own)
 
 
 @_moment_item("mindthegap.prop7", runtime={"tiny": 0.2, "quick": 0.5, "default": 0.5})
@@ -256,6 +255,7 @@ def prop8_checks(r: dict) -> list[Check]:
 
 def plot_prop8(r: dict, ax=None):
     """Mean (left) and Var / mean^2 (right) of the squared singular values over layers."""
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 2, (4.4 * 2, 3.5))
     layers, paper_m, gammas, res = r["layers"], r["paper_m"], r["gammas"], r["res"]
     T, sigma_A, sigma_V = r["T"], r["sigma_A"], r["sigma_V"]
@@ -272,9 +272,7 @@ def plot_prop8(r: dict, ax=None):
              legend_title=r"lines: $(\sigma_A\sigma_V)^{2\ell}/\gamma^\ell$", title_fontsize=7)
     b.plot(layers, layers * (layers + 2), "k-", lw=1, label="Eq. 18: ℓ(ℓ+2)")
     decorate(b, "layer ℓ", "Var(Z) / E(Z)²")
-    fig.suptitle(f"mindthegap Prop. 8 (T = {T}, σ_A = {sigma_A:g}, σ_V = {sigma_V:g})",
-                 fontsize=10)
-    return fig
+    return titled(fig, f"mindthegap Prop. 8 (T = {T}, σ_A = {sigma_A:g}, σ_V = {sigma_V:g})", own)
 
 
 @_moment_item("mindthegap.prop8", runtime={"tiny": 0.3, "quick": 0.7, "default": 0.7})

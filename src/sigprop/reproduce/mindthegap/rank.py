@@ -16,7 +16,7 @@ import pandas as pd
 from ...theory import spectral as sp
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register, slope
-from ..plots import axes_grid, decorate
+from ..plots import axes_grid, decorate, titled
 from .common import (
     C_GAP,
     C_ID,
@@ -105,6 +105,7 @@ def plot_prop3(r: dict, ax=None):
     one Axes, or None for a new figure."""
     depth, layers, Ts, ex_m, ex_se = r["depth"], r["layers"], r["Ts"], r["ex_m"], r["ex_se"]
     th, T_arr, sigma_A = r["th"], r["T_arr"], r["sigma_A"]
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 1, (5, 3.6))
     a = ax[0][0]
     cols = plt_colours(depth)
@@ -118,8 +119,7 @@ def plot_prop3(r: dict, ax=None):
     a.plot([], [], color="k", lw=1, label=r"sigprop $T^{1-2\ell}$")
     a.plot([], [], color="k", lw=1, ls=":", label=r"paper $T^{1-4\ell}$")
     a.legend(fontsize=7)
-    fig.suptitle(f"mindthegap Prop. 3: rank collapse in width (σ_A = {sigma_A:g})", fontsize=10)
-    return fig
+    return titled(fig, f"mindthegap Prop. 3: rank collapse in width (σ_A = {sigma_A:g})", own)
 
 
 @register("mindthegap.prop3", **_SR_SIZES, runtime={"tiny": 1.0, "quick": 3.2, "default": 3.2})
@@ -180,6 +180,7 @@ def plot_prop5(r: dict, ax=None):
     ``ax``: one Axes, or None for a new figure."""
     depth, layers, Ts, rp, rp_se, C = r["depth"], r["layers"], r["Ts"], r["rp"], r["rp_se"], r["C"]
     unc, sigma_A = r["unc"], r["sigma_A"]
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 1, (5, 3.6))
     a = ax[0][0]
     cols = plt_colours(depth)
@@ -193,8 +194,7 @@ def plot_prop5(r: dict, ax=None):
     a.set_yscale("log")
     decorate(a, "T (= d)", r"sr$(\Sigma_\ell)\,/\,T$",
              legend_title=r"lines: $C_\ell$ (Fuss–Catalan)", title_fontsize=7)
-    fig.suptitle(f"mindthegap Prop. 5: gap removed (σ_A = {sigma_A:g})", fontsize=10)
-    return fig
+    return titled(fig, f"mindthegap Prop. 5: gap removed (σ_A = {sigma_A:g})", own)
 
 
 @register("mindthegap.prop5", **_SR_SIZES, runtime={"tiny": 0.1, "quick": 3.2, "default": 3.2})
@@ -367,6 +367,7 @@ def fig2_checks(r: dict) -> list[Check]:
 
 def plot_fig2(r: dict, ax=None):
     """sr(Sigma_l) / T over layers, every variant, with the Fuss-Catalan constants."""
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 1, (5.6, 4.0))
     T, layers = r["T"], r["layers"]
     a = ax[0][0]
@@ -382,9 +383,8 @@ def plot_fig2(r: dict, ax=None):
     a.plot(layers, r["C_half"], color=C_ID, lw=2, alpha=0.3, label="identity / orthogonal theory")
     a.set_yscale("log")
     decorate(a, "layer ℓ", r"sr$(\Sigma_\ell)\,/\,T$", legend=6, ncol=2)
-    fig.suptitle(f"mindthegap Fig. 2: rank collapse in width and depth (T = d = {T}, "
-                 f"σ_A = {r['sigma_A']:g})", fontsize=10)
-    return fig
+    return titled(fig, f"mindthegap Fig. 2: rank collapse in width and depth (T = d = {T}, "
+                       f"σ_A = {r['sigma_A']:g})", own)
 
 
 @register("mindthegap.fig2", tiny=dict(T=128, depth=4, n_seeds=2),
@@ -409,6 +409,7 @@ def plot_fig4(r: dict, ax=None):
     """Fig. 4: sr(Sigma_1) over T for every module, with and without the gap; ``ax``: one
     Axes, or None for a new figure."""
     sr, Ts, C1, sigma_A = r["sr"], r["Ts"], r["C1"], r["sigma_A"]
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 1, (5, 3.6))
     a = ax[0][0]
     styles = {"plain": "o", "ln": "s", "skip": "^", "skip+ln": "D"}
@@ -422,9 +423,7 @@ def plot_fig4(r: dict, ax=None):
     a.set_xscale("log")
     a.set_yscale("log")
     decorate(a, "T (= d)", r"sr$(\Sigma_1)$", legend=6, ncol=2)
-    fig.suptitle(f"mindthegap Fig. 4: layer one across modules (σ_A = {sigma_A:g})",
-                 fontsize=10)
-    return fig
+    return titled(fig, f"mindthegap Fig. 4: layer one across modules (σ_A = {sigma_A:g})", own)
 
 
 @register("mindthegap.fig4", tiny=dict(Ts=(64, 128, 256), n_seeds=2),

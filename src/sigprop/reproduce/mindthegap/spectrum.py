@@ -15,7 +15,7 @@ from scipy import stats
 from ...theory import spectral as sp
 from .. import args
 from ..core import Check, Experiment, frame, mean_se, one_thread, register, slope
-from ..plots import axes_grid, decorate
+from ..plots import axes_grid, decorate, titled
 from .common import (
     C_GAP,
     C_ID,
@@ -112,6 +112,7 @@ def fig1_checks(r: dict) -> list[Check]:
 
 def plot_fig1(r: dict, ax=None):
     """The three eigenvalue clouds with their predicted radii (three panels)."""
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 3, (3.6 * 3, 3.6))
     titles = {"markov": "(a) Random Markov A", "softmax": "(b) softmax key-query A(X)",
               "linear": "(c) linear key-query"}
@@ -126,8 +127,7 @@ def plot_fig1(r: dict, ax=None):
         a.set_aspect("equal", adjustable="datalim")
         decorate(a, "Re λ", None, titles[k], legend=None)
     decorate(ax[0][0], None, "Im λ", loc="upper left")
-    fig.suptitle(f"mindthegap Fig. 1 (T = {r['T']}, σ_A = {r['sigma_A']:g})", fontsize=10)
-    return fig
+    return titled(fig, f"mindthegap Fig. 1 (T = {r['T']}, σ_A = {r['sigma_A']:g})", own)
 
 
 @register("mindthegap.fig1", **SPECTRUM_SIZES, runtime={"tiny": 0.9, "quick": 4.0, "default": 4.0})
@@ -320,6 +320,7 @@ def thm2_prop1_checks(r: dict) -> list[Check]:
 
 def plot_thm2_prop1(r: dict, ax=None):
     """Singular-value densities against the quarter circle, and s2 / s1(A_perp) over T."""
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 2, (4.6 * 2, 3.5))
     sigma_A, tab, T, rho = r["sigma_A"], r["table"], r["Ts"][-1], r["rho"]
     a = ax[0][0]
@@ -338,9 +339,8 @@ def plot_thm2_prop1(r: dict, ax=None):
     b.axhline(2 * sigma_A, color="k", lw=1, label=r"$2\sigma_A$ (Thm 2)")
     b.set_xscale("log")
     decorate(b, "T", "singular value", "Thm 2: second singular value", legend=6)
-    fig.suptitle(f"mindthegap Thm 2, Lemma 3, Prop. 1 (σ_A = {sigma_A:g}, d_qk = "
-                 f"{r['qk_ratio']:g} T{f', ρ = {rho:g}' if rho else ''})", fontsize=10)
-    return fig
+    return titled(fig, f"mindthegap Thm 2, Lemma 3, Prop. 1 (σ_A = {sigma_A:g}, d_qk = "
+                       f"{r['qk_ratio']:g} T{f', ρ = {rho:g}' if rho else ''})", own)
 
 
 @register("mindthegap.thm2_prop1", tiny=dict(Ts=(128, 256, 512), n_seeds=3),
@@ -418,6 +418,7 @@ def prop1_xavier_checks(r: dict) -> list[Check]:
 
 def plot_prop1_xavier(r: dict, ax=None):
     """sigma_A against d_qk per scheme (points measured, lines theory)."""
+    own = ax is None  # the plot made the figure: it may title it
     fig, ax = axes_grid(ax, 1, 1, (5, 3.5))
     a, tab = ax[0][0], r["table"]
     for (k, c) in zip(SCHEMES, (C_GAP, C_PERP, C_ID), strict=False):
@@ -428,9 +429,8 @@ def plot_prop1_xavier(r: dict, ax=None):
     a.set_yscale("log")
     decorate(a, r"$d_{qk}$", r"$\sigma_A$ of $A_1(X_0)$", legend=8,
              legend_title="Q/K init (lines: theory)", title_fontsize=7)
-    fig.suptitle(f"mindthegap Prop. 1: degenerate attention under Xavier/He (T = {r['T']})",
-                 fontsize=10)
-    return fig
+    return titled(fig, "mindthegap Prop. 1: degenerate attention under Xavier/He "
+                       f"(T = {r['T']})", own)
 
 
 @register("mindthegap.prop1_xavier", tiny=dict(T=64, d_qks=(16, 64, 256), n_seeds=2),
