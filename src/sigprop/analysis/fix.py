@@ -21,20 +21,6 @@ if TYPE_CHECKING:
     from ..models.fixes import FixReport
 
 
-def _save_quietly(model, folder: Path) -> None:
-    """``save_pretrained`` without transformers' tqdm bar on stderr (libraries never print);
-    the global progress-bar switch is restored afterwards."""
-    from transformers.utils import logging as hf_logging
-
-    was_on = hf_logging.is_progress_bar_enabled()
-    hf_logging.disable_progress_bar()
-    try:
-        model.save_pretrained(str(folder), safe_serialization=True)
-    finally:
-        if was_on:
-            hf_logging.enable_progress_bar()
-
-
 @dataclass
 class FixResult(Result):
     """``before`` and ``after`` diagnoses (after = the written folder, reloaded and
@@ -140,6 +126,7 @@ def _apply_and_measure(model: str, outp: Path, names: list[str],
     write, re-diagnose."""
     from .. import models as hf
     from ..models import fixes as hf_fix
+    from ..models import loading as hf_loading
     from ..models import methods as M
     from ..theory import depth
 
@@ -169,7 +156,7 @@ def _apply_and_measure(model: str, outp: Path, names: list[str],
                               methods=rep.applied, measured_only=list(rep.effect.measured_only))
     stage(f"writing {outp}")
     outp.mkdir(parents=True, exist_ok=True)
-    _save_quietly(m, outp)
+    hf_loading.save_quietly(m, outp)
     del m
     stage("re-diagnosing the written model")
     after = diagnose(str(outp), seq_len=before.spec.seq_len, seeds=seeds, sequences=sequences,

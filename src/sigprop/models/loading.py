@@ -163,3 +163,17 @@ def load_local_weights(model: nn.Module, folder) -> LoadReport:
     rep.loaded = len(matched)
     rep.missing = [k for k in own if k not in matched]
     return rep
+
+
+def save_quietly(model, folder) -> None:
+    """``save_pretrained`` without transformers' tqdm bar on stderr (libraries never print);
+    the global progress-bar switch is restored afterwards."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        model.save_pretrained(str(folder), safe_serialization=True)
+    finally:
+        if was_on:
+            hf_logging.enable_progress_bar()
