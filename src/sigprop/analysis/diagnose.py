@@ -45,6 +45,7 @@ from ..measurement.hooks import (
     rope_frequencies,
 )
 from ..spec import ArchSpec, SpecError
+from . import trained as tr
 from .diagnosis import Diagnosis
 from .forward import (
     find_sub_model,
@@ -96,7 +97,8 @@ def check_memory(config, spec: ArchSpec, sequences: int, vocab: int) -> float:
 def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, seeds: int = 2,
              sequences: int = 2, device: str = "cpu", seed: int = 0,
              on_seed: Callable[[int], None] | None = None, stack: str = "encoder",
-             recommendations: bool = True) -> Diagnosis:
+             recommendations: bool = True, text: str | Path | None = None,
+             tokenizer: Any = None) -> Diagnosis:
     """Measure ``model`` and set the theory beside it, with a verdict and recommendations.
 
     ``model``: a preset name, a local ``config.json`` or model folder (its safetensors
@@ -110,7 +112,15 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     its contribution to the decoder's residual stream is outside the theory); or the name of
     a block list or of a composite model's sub-model (diagnosed as a model of its own).
     ``recommendations=False`` skips the recommendations (their alpha_crit search is the
-    slowest part of the theory on some stacks; ``sigprop fix --compare`` needs none)."""
+    slowest part of the theory on some stacks; ``sigprop fix --compare`` needs none).
+
+    Inputs: trained weights (a folder's weight files, an ``nn.Module``) read real text
+    through the model's own tokenizer (``tokenizer``: one given, a folder or name; else the
+    folder's or the module's own, :func:`sigprop.data.model_text.find_tokenizer`): the
+    built-in stories, or ``text`` (a file or a folder of ``.txt``). A model at init reads
+    sigprop's built-in token ids (the at-init default) unless ``text`` or ``tokenizer`` is
+    given. ``Diagnosis.inputs`` says which. On trained weights the verdict, the failing heads
+    and the advice read the measured scores (:mod:`sigprop.analysis.trained`)."""
     _check_options(seeds, sequences, stack, device)
     t0 = time.perf_counter()
     if stack not in ("encoder", "decoder"):  # a sub-model of a composite, as a model of its own
@@ -119,7 +129,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
                                  recommendations=recommendations)
         if d is not None:
             return d
-    setup = _setup(model, seq_len, sequences, seed, stack)
+    setup = _setup(model, seq_len, sequences, seed, stack, text=text, tokenizer=tokenizer)
     run = _measure(model, setup, seeds=seeds, device=device, on_seed=on_seed)
     return _conclude(setup, run, recommendations, t0)
 
@@ -186,9 +196,13 @@ class _Setup:
     sequences: int
     seed: int
     made: dict
+    #: what the model reads, in words (:class:`~sigprop.data.model_text.TokenBatch` or the
+    #: at-init default)
+    inputs: str = ""
 
 
-def _setup(model, seq_len: int | None, sequences: int, seed: int, stack: str) -> _Setup:
+def _setup(model, seq_len: int | None, sequences: int, seed: int, stack: str, *,
+           text=None, tokenizer=None) -> _Setup:
     """Read the config of ``model`` and settle what is measured (refusing, before any model
     is built, a diagnosis that would not fit in memory)."""
     from torch import nn
@@ -204,9 +218,12 @@ def _setup(model, seq_len: int | None, sequences: int, seed: int, stack: str) ->
     spec, info = (hf.spec_and_info(config, seq_len) if mapped
                   else generic_spec_and_info(config, seq_len))
     notes = list(getattr(info, "notes", ()))
-    vocab = vocab_at_init(config, info.vocab_size)
-    check_memory(config, spec, sequences, vocab)
     kind = input_kind(config)
+    tokens, inputs = _tokens(model, module, kind, sequences, spec.seq_len, seed, notes,
+                             text=text, tokenizer=tokenizer)
+    vocab = vocab_at_init(config, info.vocab_size) if tokens is None else _full_vocab(
+        config, info.vocab_size, tokens)
+    check_memory(config, spec, sequences, vocab)
     if seq_len is not None and kind != "text" and seq_len != spec.seq_len and \
             stack == "encoder":
         notes.append(f"seq_len {seq_len} ignored: the {kind} input fixes T={spec.seq_len}")
@@ -219,13 +236,16 @@ def _setup(model, seq_len: int | None, sequences: int, seed: int, stack: str) ->
     if decoder:
         spec, dec_note = decoder_spec(config, spec, seq_len)
         dec_ids = text_token_ids(sequences, spec.seq_len, vocab, seed + 7919)
+        if tokens is not None and tokens.input_ids.shape[1] >= spec.seq_len:
+            dec_ids = tokens.input_ids[:, :spec.seq_len]  # the decoder reads the same text
         notes.append(dec_note)
     elif enc_dec:
         notes.append("encoder-decoder: the encoder stack is measured (model.get_encoder()); "
                      "the decoder: --stack decoder")
     made = dict(kind=kind, sequences=sequences, T=T_in, vocab=vocab, seed=seed,
                 enc_dec=enc_dec, decoder=decoder, decoder_ids=dec_ids,
-                prefer="decoder" if decoder else None if stack == "encoder" else stack)
+                prefer="decoder" if decoder else None if stack == "encoder" else stack,
+                tokens=tokens)
     repeats = repeats_of(config)
     if repeats > 1:
         notes.append(f"shared layers ({config.model_type}): each of "
@@ -236,7 +256,47 @@ def _setup(model, seq_len: int | None, sequences: int, seed: int, stack: str) ->
                      "d = 256)")
     return _Setup(module=module, config=config, name=name, mapped=mapped, spec=spec, info=info,
                   notes=notes, kind=kind, vocab=vocab, enc_dec=enc_dec, decoder=decoder,
-                  repeats=repeats, stack=stack, sequences=sequences, seed=seed, made=made)
+                  repeats=repeats, stack=stack, sequences=sequences, seed=seed, made=made,
+                  inputs=inputs)
+
+
+def _tokens(model, module, kind: str, sequences: int, T: int, seed: int, notes: list[str], *,
+            text, tokenizer):
+    """``(TokenBatch or None, what the model reads in words)``: real text through the
+    model's tokenizer for trained weights or when ``text`` / ``tokenizer`` is given, else
+    the at-init default (sigprop's built-in ids)."""
+    from ..data.model_text import find_tokenizer, token_batch
+    from ..models.loading import has_weights
+
+    folder = model_folder(model)
+    trained = module is not None or (folder is not None and has_weights(folder))
+    asked = text is not None or tokenizer is not None
+    at_init = ("sigprop's built-in token ids (its own stories' word ids modulo the "
+               "vocabulary; the at-init default)")
+    if kind != "text":
+        if text is not None:
+            raise SpecError("text", f"this model reads {kind} inputs, not text")
+        return None, f"{kind} input (sigprop's own, see the notes)"
+    if not (trained or asked):
+        return None, at_init
+    tok = find_tokenizer(module if module is not None else model, tokenizer, notes)
+    if tok is None:
+        if text is not None:
+            raise SpecError("text", "needs the model's tokenizer: none comes with the model "
+                                    "(give --tokenizer DIR|NAME)")
+        return None, at_init + "; no tokenizer comes with the model"
+    batch = token_batch(tok, sequences, T, text=text, seed=seed)
+    return batch, batch.describe()
+
+
+def _full_vocab(config, vocab_size: int, tokens) -> int:
+    """The embedding rows to build when the model reads its tokenizer's ids: all of them (a
+    SpecError when the tokenizer's ids exceed the model's vocabulary)."""
+    top = int(tokens.input_ids.max())
+    if top >= vocab_size:
+        raise SpecError("tokenizer", f"its ids reach {top} but the model's vocabulary has "
+                                     f"{vocab_size} rows: not this model's tokenizer")
+    return vocab_size
 
 
 @dataclass
@@ -431,19 +491,30 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
         memory=merge_memory([d.memory for d in run.draws if d.memory is not None]))
     heads = _with_bounds(with_weight_heads(heads, table, spec), [d.bounds for d in run.draws])
     layer_rows: list[dict] = []
+    trained, roles = run.trained, None
     if mapped:
         theory = depth.propagate(spec, rho0=rho0)
         theory = position_resolved(theory, spec, s.kind, [d.gram for d in run.draws],
                                    facts.rope, notes)
         traj = pd.concat([theory, meas], ignore_index=True)
         layer_rows = depth.layer_table(spec, theory)
-        verdict, first, bad_heads = verdict_of(spec, meas, heads, layers=layer_rows)
-        derived = spec.derived(rho0)
-        recs = recommend(spec, rho0, qk_norm=facts.qk_norm) if recommendations else []
-        derived["beta_measured"] = measured_beta(heads, spec.seq_len)
+        if trained:  # one set of numbers: the measured scores (analysis/trained.py)
+            scales = tr.head_scales(heads, meas, spec.seq_len)
+            derived = tr.measured_derived(spec, rho0, scales)
+            layer_rows = tr.theory_gaps(layer_rows, traj, scales)
+            notes.append(tr.trained_note(derived, layer_rows))
+            verdict, first, bad_heads = tr.verdict_trained(spec, meas, heads, roles)
+            recs = tr.recommend_trained(spec, derived, scales, roles) if recommendations \
+                else []
+        else:
+            verdict, first, bad_heads = verdict_of(spec, meas, heads, layers=layer_rows)
+            derived = spec.derived(rho0)
+            recs = recommend(spec, rho0, qk_norm=facts.qk_norm) if recommendations else []
+            derived["beta_measured"] = measured_beta(heads, spec.seq_len)
     else:  # measured-only: the verdict reads the measurement alone
         traj = meas.reset_index(drop=True)
-        verdict, first, bad_heads = verdict_of(spec, meas, heads, theory=False)
+        verdict, first, bad_heads = tr.verdict_trained(spec, meas, heads, roles) if trained else \
+            verdict_of(spec, meas, heads, theory=False)
         derived, recs = {}, []
     return Diagnosis(model=s.name, spec=spec, info=s.info, trajectory=traj, heads=heads,
                      derived=derived, verdict=verdict, first_failing_layer=first,
@@ -451,7 +522,8 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
                      rho0=rho0, seconds=time.perf_counter() - t0, trained=run.trained,
                      notes=notes, seeds=len(probes), sequences=s.sequences, seed=s.seed,
                      weights=run.weights, layers=layer_rows, stack=s.stack,
-                     cross=_cross_rows(run.draws), stack_path=run.stack_path)
+                     cross=_cross_rows(run.draws), stack_path=run.stack_path, inputs=s.inputs,
+                     roles=roles)
 
 
 def _at_seen_length(s: _Setup, gram: InputGram) -> ArchSpec:

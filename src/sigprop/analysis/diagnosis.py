@@ -59,6 +59,12 @@ class Diagnosis(Result):
     #: ``stack="decoder"``: the decoder blocks' cross-attention statistics (measured rows,
     #: per layer: ipr, ipr_cross, entropy, wmax, sigma_s over the encoder positions), else None
     cross: Any = None
+    #: what the model read, in words: real text through its tokenizer, or sigprop's built-in
+    #: token ids (the at-init default)
+    inputs: str = ""
+    #: per head, on trained weights: its role (sink, positional, diffuse, content,
+    #: collapsed; :func:`sigprop.analysis.anatomy.head_roles`), None where not measured
+    roles: Any = None
 
     @property
     def embed_q(self) -> float | None:
@@ -84,7 +90,9 @@ def per_head(d: Diagnosis) -> list[dict]:
     """One entry per layer and head: ``sigma_s`` (from the weights), ``beta``,
     ``beta_over_beta_c`` (beta_c of the layer's theory input cosine), the measured
     ``sigma_s_measured``, ``entropy``, ``ipr``, and the entropy floors from the weights
-    ``entropy_bound`` / ``entropy_bound_centred`` (None where not available)."""
+    ``entropy_bound`` / ``entropy_bound_centred`` (None where not available). On trained
+    weights also ``beta_measured`` and ``beta_over_beta_c_measured`` (beta_c of the measured
+    input cosine) and, where the anatomy was measured, ``role``, ``role_why``, ``max_logit``."""
     h = d.heads
     if h is None or not len(h):
         return []
@@ -93,6 +101,9 @@ def per_head(d: Diagnosis) -> list[dict]:
                                          values="value", aggfunc="first")
     logt = math.sqrt(math.log(d.spec.seq_len))
     bc = {r["layer"]: r["beta_c"] for r in d.layers}
+    bc_meas = {r["layer"]: r["beta_c_measured"] for r in d.layers if "beta_c_measured" in r}
+    roles = {} if d.roles is None or not len(d.roles) else {
+        (int(r.layer), int(r.head)): r for r in d.roles.itertuples()}
     out = []
     for (layer, head), row in wide.iterrows():
         def get(k, row=row):
@@ -108,7 +119,19 @@ def per_head(d: Diagnosis) -> list[dict]:
                     "entropy": get("entropy:measured"), "ipr": get("ipr:measured"),
                     "entropy_bound": get("entropy_bound:bound"),
                     "entropy_bound_centred": get("entropy_bound_centred:bound")})
+        if bc_meas:  # trained weights: the measured numbers the verdict reads
+            sm, c = out[-1]["sigma_s_measured"], bc_meas.get(int(layer))
+            b = None if sm is None else sm / logt
+            out[-1].update(beta_measured=b, beta_over_beta_c_measured=None if b is None or not c
+                           else b / c)
+        r = roles.get((int(layer), int(head)))
+        if r is not None:
+            out[-1].update(role=r.role, role_why=r.why, max_logit=_finite(r.max_logit))
     return out
+
+
+def _finite(v) -> float | None:
+    return float(v) if v is not None and np.isfinite(v) else None
 
 
 def to_json(d: Diagnosis, *, timing: bool = True) -> dict:
@@ -123,7 +146,8 @@ def to_json(d: Diagnosis, *, timing: bool = True) -> dict:
             "failing_heads": d.failing_heads, "recommendations": d.recommendations,
             "rho0": d.rho0, "trained_weights": d.trained, "notes": d.notes,
             "seeds": d.seeds, "sequences": d.sequences, "seed": d.seed,
-            "weights": d.weights, "stack": d.stack, "stack_path": d.stack_path,
+            "weights": d.weights, "inputs": d.inputs, "stack": d.stack,
+            "stack_path": d.stack_path,
             "layers": d.layers,
             "cross_attention": [] if d.cross is None else trajectory.to_rows(d.cross),
             "per_head": per_head(d),

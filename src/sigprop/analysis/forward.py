@@ -88,11 +88,14 @@ def text_inputs(sequences: int, T: int, vocab: int, seed: int, device) -> dict:
 
 def model_inputs(m, config, kind: str, *, sequences: int, T: int, vocab: int, seed: int,
                  device, enc_dec: bool = False, decoder: bool = False,
-                 prefer: str | None = None, decoder_ids=None) -> tuple[dict, str, list[str]]:
+                 prefer: str | None = None, decoder_ids=None, tokens=None
+                 ) -> tuple[dict, str, list[str]]:
     """``(inputs, block list, notes)`` for model ``m``: :func:`settle_inputs` learns what its
     forward needs and which block list those inputs reach, then the inputs are made at full
     size (``sequences`` x ``T`` tokens of built-in text where it takes text; images, audio
-    ... from :mod:`sigprop.models.inputs`), each non-text one named in a note."""
+    ... from :mod:`sigprop.models.inputs`), each non-text one named in a note. ``tokens``:
+    a :class:`~sigprop.data.model_text.TokenBatch` of the model's own tokenizer, used for
+    the text instead of sigprop's built-in ids."""
     from ..models.inputs import make_input
 
     names, stack, notes = settle_inputs(m, config, kind, enc_dec, decoder, prefer, vocab, seed,
@@ -105,7 +108,11 @@ def model_inputs(m, config, kind: str, *, sequences: int, T: int, vocab: int, se
             t_text = cap
             notes = notes + [f"text input beside the {beside[0]} input: {cap} tokens (the "
                              "text model's max_position_embeddings)"]
-    text = text_inputs(sequences, t_text, vocab, seed, device)
+    if tokens is not None:
+        text = {"input_ids": tokens.input_ids[:, :t_text].to(device),
+                "attention_mask": tokens.attention_mask[:, :t_text].to(device)}
+    else:
+        text = text_inputs(sequences, t_text, vocab, seed, device)
     out = {n.split("@")[0]: text[n] if n in text else
            make_input(n, config, m, sequences, T, vocab, seed)
            for n in names if n != "decoder_input_ids"}

@@ -33,10 +33,15 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
                                                help="write a self-contained HTML report"),
              stack: str = typer.Option("encoder", "--stack",
                                        help="encoder-decoder models: encoder or decoder"),
+             text: str | None = typer.Option(None, "--text", help="FILE|DIR of .txt: the "
+                                             "inputs, through the model's tokenizer (default: "
+                                             "built-in stories for trained weights)"),
+             tokenizer: str | None = typer.Option(None, "--tokenizer", help="DIR|NAME: the "
+                                                  "tokenizer (default: the model folder's)"),
              fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt,
              wide: bool = WideOpt) -> None:
-    """A real HuggingFace architecture at init: measured per layer, theory beside it, verdict
-    and recommendations."""
+    """A real HuggingFace architecture, at init or trained: measured per layer, theory beside
+    it, verdict and recommendations."""
     from ..analysis import diagnose as dg
     from ..analysis.diagnosis import to_json
 
@@ -45,8 +50,8 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
     check_output_file("--report", report, ("html", "htm"))
     with progress(fmt, f"measuring {model}", seeds) as tick:
         d = dg.diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences,
-                        device=device, seed=seed, stack=stack,
-                        on_seed=tick and (lambda s: tick()))
+                        device=device, seed=seed, stack=stack, text=text,
+                        tokenizer=tokenizer, on_seed=tick and (lambda s: tick()))
     if report is not None:
         write_report_file(report, d)
     if fmt == Fmt.json:

@@ -96,6 +96,16 @@ def model_at_init(config, seed: int = 0, attn_implementation: str = "eager",
     return model.eval()
 
 
+#: the weight files :func:`read_weights` reads, in order of preference
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.pt", "*.pth")
+
+
+def has_weights(folder) -> bool:
+    """True when ``folder`` holds weight files :func:`load_local_weights` would read."""
+    p = Path(folder).expanduser()
+    return p.is_dir() and any(any(p.glob(pat)) for pat in WEIGHT_PATTERNS)
+
+
 def read_weights(folder: Path) -> tuple[list[Path], dict[str, torch.Tensor]]:
     files = sorted(folder.glob("*.safetensors"))
     if files:

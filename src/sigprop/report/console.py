@@ -181,6 +181,8 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
     block = f", {d.spec.norm}-LN" if has_theory else ", measured only"
     console.print(f"[bold]sigprop diagnose[/] {d.model}: L={d.spec.depth}, d={d.spec.d_model}, "
                   f"H={d.spec.heads}, T={d.spec.seq_len}{block}")
+    for line in _provenance_lines(d):
+        console.print(line)
     layers = list(mw.index)
     # narrow terminals: beta/beta_c (from the weights) takes wmax's place; --wide shows both
     shown = ("ipr", "entropy", "wmax", "stable_rank") if wide or not getattr(d, "layers", None) \
@@ -210,8 +212,9 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
                               f"{hi[i]}")
         else:
             head_cells.append(f"{lo[i]}–{hi[i]}")
-    ratio = {r["layer"]: r["beta_over_beta_c"] for r in getattr(d, "layers", [])
-             if r.get("mixer") is None}  # a measured mixer (theory §2.8.1) has no beta
+    # a measured mixer (theory §2.8.1) has no beta; trained weights: the measured ratio
+    ratio = {r["layer"]: r.get("beta_over_beta_c_measured", r["beta_over_beta_c"])
+             for r in getattr(d, "layers", []) if r.get("mixer") is None}
     rcol = tables.column([ratio.get(layer) for layer in layers]) if ratio else None
     names = ["layer", "cos", "cos th", *(["beta/bc"] if rcol else []),
              *[c.replace("stable_rank", "srank") for c in obs], "head entropy"]
@@ -235,6 +238,22 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
         for n in d.notes:
             console.print(f"  • {n}")
     console.print(f"{d.seconds:.1f} s")
+
+
+def _provenance_lines(d) -> list[str]:
+    """What was measured: the weights (their source and, when checked, their state) and
+    the inputs."""
+    out = []
+    state = getattr(d, "weights_state", None)
+    src = {"init": "the model's own init", "folder": "the folder's weight files",
+           "module": "the module given"}.get(d.weights, d.weights)
+    if state:
+        out.append(f"weights: [bold]{state}[/] ({src})")
+    elif d.weights != "init":
+        out.append(f"weights: {src}")
+    if getattr(d, "inputs", ""):
+        out.append(f"inputs: {d.inputs}")
+    return out
 
 
 def _sampled_layers(layers: list, wide: bool, most: int = 13) -> list:

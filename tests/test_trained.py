@@ -1,0 +1,126 @@
+"""Diagnosis of trained weights (issue 36): real text through the model's tokenizer, one set of
+numbers from the measured scores, and verdict, advice and JSON that agree.
+
+The trained checkpoints are sigprop's own (:mod:`sigprop.models.tiny_trained`: a BERT MLM
+encoder and a Llama CLM decoder with RoPE and GQA, trained here in under a minute each and
+cached for the session).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+
+import numpy as np
+import pytest
+
+from sigprop.analysis.diagnose import diagnose
+from sigprop.analysis.diagnosis import to_json
+from sigprop.models.tiny_trained import cached
+from sigprop.spec import SpecError
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+
+@pytest.fixture(scope="module")
+def encoder():
+    return cached("encoder")
+
+
+@pytest.fixture(scope="module")
+def decoder():
+    return cached("decoder")
+
+
+@pytest.fixture(scope="module")
+def diagnosed(encoder, decoder):
+    return {k: diagnose(str(f), seq_len=64, sequences=2) for k, f in
+            (("encoder", encoder), ("decoder", decoder))}
+
+
+_NUMBER = r"([0-9]+(?:\.[0-9]+)?(?:e[-+]?[0-9]+)?)"
+
+
+def assert_consistent(j: dict) -> None:
+    """Verdict, failing heads, advice and JSON tell one story: every beta the advice quotes
+    as the model's is ``derived.beta`` (to its printed 3 digits); on trained weights
+    ``derived.beta`` is the RMS of the per-head measured betas, the advice never speaks of an
+    init std, and the failing heads are heads of the failing layer."""
+    der = j["derived"]
+    for rec in j["recommendations"]:
+        m = re.search(r"(?:measured beta|now) " + _NUMBER, rec["text"])
+        if m and rec["what"] in ("score scale", "beta window"):
+            assert float(m.group(1)) == pytest.approx(der["beta"], rel=5e-3), rec["text"]
+        if rec.get("current") is not None and rec["what"] in ("score scale", "beta window"):
+            assert rec["current"] == pytest.approx(der["beta"], rel=1e-12)
+    if "beta_weights" in der:  # trained weights: the measured numbers
+        betas = [h["beta_measured"] for h in j["per_head"] if h.get("beta_measured") is not None]
+        assert der["beta"] == pytest.approx(math.sqrt(np.mean(np.square(betas))), rel=1e-6)
+        assert der["beta"] == pytest.approx(der["beta_measured"], rel=1e-12)
+        assert not any("init std" in r["text"] for r in j["recommendations"])
+        over = {(r["layer"], h) for r in j["layers"] for h in r.get("heads_over_measured", [])}
+        per = {(h["layer"], h["head"]) for h in j["per_head"]
+               if (h.get("beta_over_beta_c_measured") or 0) > 1}
+        assert over == per
+    if j["failing_heads"]:
+        layer = j["first_failing_layer"]
+        assert set(j["failing_heads"]) <= {h["head"] for h in j["per_head"]
+                                           if h["layer"] == layer}
+    assert (j["first_failing_layer"] is None) == (j["verdict"] == "trainable")
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_trained_weights_read_real_text_and_one_set_of_numbers(diagnosed, kind):
+    d = diagnosed[kind]
+    j = json.loads(json.dumps(to_json(d, timing=False), allow_nan=False))
+    assert j["inputs"].startswith("real text (builtin stories) through the model's tokenizer")
+    assert j["trained_weights"] and j["weights"] == "folder"
+    der = j["derived"]
+    # the weights under the at-init law and the measured scores disagree on these models
+    # (a 300-step model: several times), which is why the measured one must rule
+    assert der["beta_measured_over_weights"] > 2
+    assert all(r["theory"] in ("describes", "at-init reference") for r in j["layers"])
+    assert all(r["theory_gap_cos"] is not None for r in j["layers"])
+    assert_consistent(j)
+
+
+def test_at_init_keeps_its_inputs_and_numbers():
+    d = diagnose("gpt2", seq_len=32, seeds=1, sequences=1)
+    j = to_json(d, timing=False)
+    assert "at-init default" in j["inputs"]
+    assert "beta_weights" not in j["derived"]
+    assert not any("theory" in r for r in j["layers"])
+    assert_consistent(j)
+
+
+def test_a_loaded_module_finds_its_tokenizer(decoder):
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(str(decoder))
+    d = diagnose(m, seq_len=32, sequences=1)
+    assert d.inputs.startswith("real text") and d.weights == "module"
+    assert_consistent(to_json(d, timing=False))
+
+
+def test_text_file_and_its_errors(encoder, tmp_path):
+    f = tmp_path / "mine.txt"
+    f.write_text("the cat sat on the mat and looked at the dog. " * 40)
+    d = diagnose(str(encoder), seq_len=32, sequences=1, text=str(f))
+    assert str(f) in d.inputs
+    f.write_text("too short.")
+    with pytest.raises(SpecError, match="^text: .* gives .* tokens; 2 sequences of 32 need"):
+        diagnose(str(encoder), seq_len=32, sequences=2, text=str(f))
+    with pytest.raises(SpecError, match="^text: .* does not exist"):
+        diagnose(str(encoder), seq_len=32, sequences=1, text=str(tmp_path / "nope.txt"))
+    with pytest.raises(SpecError, match="^text: needs the model's tokenizer"):
+        diagnose("bert-base-uncased", seq_len=32, seeds=1, sequences=1, text=str(f))
+
+
+def test_cli_text_errors_are_one_line(encoder, tmp_path, capsys):
+    from sigprop.cli import run
+
+    code = run(["diagnose", str(encoder), "--seq-len", "32", "--text",
+                str(tmp_path / "missing.txt")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and "text:" in err[0], err
