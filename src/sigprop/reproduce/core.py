@@ -3,13 +3,14 @@ registry entry :class:`Item` (docs/reproduce.md).
 
 An item is a function ``fn(*, seed=0, device="cpu", **sizes) -> Experiment`` registered with
 :func:`register` under ``"<paper>.<figure>"`` (e.g. ``"gg25.fig1f"``) together with the paper's
-claim and the figure or equation it comes from (the paper's words, data in
-``<paper>/items.toml``), whether it trains, and its sizes: ``tiny`` (the
-default test suite: wiring and check logic, seconds), ``quick`` (the ``--quick`` gallery, whole
-gallery <= 15 min on 2 cores), ``default`` (the function's own defaults, CPU scale) and ``full``
-(the paper's sizes where a GPU makes them reachable). :func:`run` times the function, fills in
-the name and sizes, and :meth:`Experiment.save` writes the figure (SVG + PNG), the data and the
-summary table (Parquet) and the checks (JSON). Nothing here prints.
+claim and the figure or equation it comes from (the paper's words and the template of the
+item's set-up notes, data in ``<paper>/items.toml``), whether it trains, and its sizes: ``tiny``
+(the default test suite: wiring and check logic, seconds), ``quick`` (the ``--quick`` gallery,
+whole gallery <= 15 min on 2 cores), ``default`` (the function's own defaults, CPU scale) and
+``full`` (the paper's sizes where a GPU makes them reachable). :func:`run` times the function,
+fills in the name, the sizes and the notes (:func:`notes_of`), and :meth:`Experiment.save`
+writes the figure (SVG + PNG), the data and the summary table (Parquet) and the checks (JSON).
+Nothing here prints.
 
 A :class:`Check` states one claim as pass/fail with its tolerance and the reason for it. Where
 sigprop's measurement departs from what a paper states (a rate, a constant, a normalisation),
@@ -23,6 +24,8 @@ from __future__ import annotations
 import functools
 import json
 import math
+import re
+import string
 import time
 import tomllib
 from collections.abc import Callable, Mapping, Sequence
@@ -41,7 +44,7 @@ if TYPE_CHECKING:
 
 __all__ = ["PAPERS", "SIZES", "Check", "Experiment", "Item", "ITEMS", "register", "items",
            "select", "run", "frame", "slope", "mean_se", "one_thread", "paper_text",
-           "text_table", "item_text"]
+           "text_table", "item_text", "notes_of", "NotesFormatter"]
 
 #: The five seed papers, in the order the gallery shows them.
 PAPERS = ("gg25", "clpr25", "noci22", "deshpande26", "mindthegap")
@@ -153,8 +156,11 @@ class Experiment:
     ``theory``, ``measured`` or ``paper``); ``table``: a small summary table (one row per run,
     curve or fitted constant); ``checks``: the claims as :class:`Check` s; ``draw``: the item's
     plot function ``draw(data, ax=None) -> Figure``, drawing the paper's panel from ``data``
-    (what the item measured); ``notes``: how the set-up was shrunk from the paper's.
-    :func:`run` fills ``name``, ``size``, ``params`` and ``seconds``.
+    (what the item measured); ``notes``: how the set-up was shrunk from the paper's (sizes,
+    seeds, what the simulation does). :func:`run` fills ``name``, ``size``, ``params`` and
+    ``seconds``, and ``notes`` where the item left them empty: from the item's template in its
+    paper's ``items.toml`` (:func:`notes_of`). An item of the package leaves them to the
+    template; one returning notes of its own (a stand-in, an item defined elsewhere) keeps them.
 
     The Figure is drawn only when asked for (:attr:`figure`, :meth:`plot`, :meth:`save`): an
     experiment holds numbers, not a canvas, so a run of many items keeps no figures alive and
@@ -316,7 +322,8 @@ class Item:
     paper's label: "Fig. 1(f)", "Eq. 47", "Prop. 3"), ``title`` (one line), ``claim`` (the
     paper's claim in our words, with its number), ``trains``, ``sizes`` (keyword overrides per
     size), ``runtime`` (expected seconds on 2 CPU cores per size), ``differs`` (where sigprop's
-    measurement departs from the paper, stated in the gallery)."""
+    measurement departs from the paper, stated in the gallery), ``notes`` (the template of the
+    set-up notes :func:`run` fills in, ``""`` for none: :func:`notes_of`)."""
 
     name: str
     paper: str
@@ -328,6 +335,7 @@ class Item:
     sizes: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     runtime: Mapping[str, float] = field(default_factory=dict)
     differs: str = ""
+    notes: str = ""
 
     def kwargs(self, size: str) -> dict:
         if size not in SIZES:
@@ -339,14 +347,15 @@ class Item:
 
 ITEMS: dict[str, Item] = {}
 
-#: The paper's words of an item, read from ``<paper>/items.toml``: required, then optional.
+#: The text of an item, read from ``<paper>/items.toml``: required, then optional (``notes`` is
+#: the template of the set-up notes, :func:`notes_of`).
 TEXT = ("ref", "title", "claim")
-TEXT_OPTIONAL = ("differs",)
+TEXT_OPTIONAL = ("differs", "notes")
 
 
 @functools.cache
 def paper_text(paper: str) -> dict[str, dict[str, str]]:
-    """The paper's words for every item of ``paper``, by item name: its ``items.toml`` read
+    """The text of every item of ``paper``, by item name: its ``items.toml`` read
     once (with :mod:`importlib.resources`, so from a wheel as from the source tree)."""
     try:
         toml = (resources.files(__package__) / paper / "items.toml").read_text(encoding="utf-8")
@@ -358,9 +367,9 @@ def paper_text(paper: str) -> dict[str, dict[str, str]]:
 
 def text_table(paper: str, toml: str) -> dict[str, dict[str, str]]:
     """``toml``, a paper's ``items.toml`` (one table per item, named by what follows
-    ``"<paper>."``), by item name, ``differs`` ``""`` where absent. A table without ``ref``,
-    ``title`` or ``claim``, with a key other than those and ``differs``, or with a value that
-    is not a string is a ``ValueError``."""
+    ``"<paper>."``), by item name, ``differs`` and ``notes`` ``""`` where absent. A table
+    without ``ref``, ``title`` or ``claim``, with a key other than those, ``differs`` and
+    ``notes``, or with a value that is not a string is a ``ValueError``."""
     where = f"sigprop/reproduce/{paper}/items.toml"
     out = {}
     for fig, entry in tomllib.loads(toml).items():
@@ -370,14 +379,15 @@ def text_table(paper: str, toml: str) -> dict[str, dict[str, str]]:
             raise ValueError(f"{where} [{fig}]: needs {', '.join(TEXT)} and may have "
                              f"{', '.join(TEXT_OPTIONAL)}, all strings (missing "
                              f"{sorted(missing)}, unknown {sorted(extra)})")
-        out[f"{paper}.{fig}"] = {"differs": "", **entry}
+        out[f"{paper}.{fig}"] = {**dict.fromkeys(TEXT_OPTIONAL, ""), **entry}
     return out
 
 
 def item_text(name: str, **given: str | None) -> dict[str, str]:
-    """The ``ref``, ``title``, ``claim`` and ``differs`` of the item ``name`` from its paper's
-    ``items.toml``. Text ``given`` as keywords must agree with the entry (the file is its one
-    home); it stands in for an entry only where the file has none (stand-in items)."""
+    """The ``ref``, ``title``, ``claim``, ``differs`` and ``notes`` of the item ``name`` from
+    its paper's ``items.toml``. Text ``given`` as keywords must agree with the entry (the file
+    is its one home); it stands in for an entry only where the file has none (stand-in
+    items)."""
     paper = name.split(".", 1)[0]
     given = {k: v for k, v in given.items() if v is not None}
     entry = paper_text(paper).get(name)
@@ -388,7 +398,7 @@ def item_text(name: str, **given: str | None) -> dict[str, str]:
             raise ValueError(f"item {name!r} has no table [{name.split('.', 1)[1]}] in {where} "
                              f"(its {', '.join(TEXT)} and, if it departs from the paper, "
                              "differs)")
-        return {"differs": "", **given}
+        return {**dict.fromkeys(TEXT_OPTIONAL, ""), **given}
     for k, v in given.items():
         if entry[k] != v:
             raise ValueError(f"item {name!r}: the {k} given to register differs from {where}, "
@@ -404,8 +414,8 @@ def register(name: str, *, trains: bool = False, tiny: Mapping | None = None,
     """Decorator registering ``fn(*, seed=0, device="cpu", **sizes) -> Experiment`` as the item
     ``name`` (``"<paper>.<figure>"``, paper one of :data:`PAPERS`). The code says what code
     must (sizes, runtime, whether it trains); the paper's words (``ref``, ``title``,
-    ``claim``, ``differs``) are data, read by :func:`item_text` from the paper's
-    ``items.toml`` (given here, they must agree with it)."""
+    ``claim``, ``differs``) and the template of the set-up notes (``notes``) are data, read by
+    :func:`item_text` from the paper's ``items.toml`` (words given here must agree with it)."""
     paper = name.split(".", 1)[0]
     if paper not in PAPERS or "." not in name:
         raise ValueError(f"item name must be '<paper>.<figure>' with paper in {PAPERS} "
@@ -418,7 +428,7 @@ def register(name: str, *, trains: bool = False, tiny: Mapping | None = None,
         sizes = {k: dict(v) for k, v in (("tiny", tiny), ("quick", quick), ("full", full))
                  if v is not None}
         ITEMS[name] = Item(name, paper, text["ref"], text["title"], text["claim"], fn, trains,
-                           sizes, dict(runtime or {}), text["differs"])
+                           sizes, dict(runtime or {}), text["differs"], text["notes"])
         return fn
     return deco
 
@@ -475,9 +485,10 @@ def _defaults(fn: Callable) -> dict:
 
 def run(item: Item | str, size: str = "default", *, seed: int = 0, device: str = "cpu",
         catch: bool = False, **overrides) -> Experiment:
-    """Run one item at ``size`` (keyword ``overrides`` on top), timed. ``catch=True`` turns
-    an exception into an ``"error"`` Experiment carrying its one-line message (the gallery
-    goes on with the next item)."""
+    """Run one item at ``size`` (keyword ``overrides`` on top), timed, and fill in its notes
+    from its template when it returned none (:func:`notes_of`). ``catch=True`` turns an
+    exception, of the item or of its template, into an ``"error"`` Experiment carrying its
+    one-line message (the gallery goes on with the next item)."""
     it = items()[item] if isinstance(item, str) else item
     kw = {**it.kwargs(size), **overrides}
     t0 = time.perf_counter()
@@ -493,4 +504,70 @@ def run(item: Item | str, size: str = "default", *, seed: int = 0, device: str =
     exp.name, exp.size = it.name, size
     exp.params = {"seed": seed, "device": device, **_defaults(it.fn), **kw}
     exp.seconds = time.perf_counter() - t0
+    if it.notes and not exp.notes and not exp.error:
+        try:
+            exp.notes = notes_of(it, exp)
+        except ValueError as err:
+            if not catch:
+                raise
+            exp.error = str(err)
     return exp
+
+
+class NotesFormatter(string.Formatter):
+    """:meth:`str.format` for the notes templates, with two additions. A negative index counts
+    from the end: ``{Ts[-1]}`` is the last of ``Ts`` (``str.format`` would look up the key
+    ``"-1"``). A format spec on a list, tuple or array formats each element and joins them
+    with ", ": ``{lrs:g}`` is ``0.01, 0.03`` (``format`` refuses a spec on a list). The rest
+    (attributes, ``{{``, conversions, specs) is ``str.format``'s."""
+
+    def get_field(self, field_name: str, args, kwargs):
+        m = re.fullmatch(r"([^.\[]+)((?:\.\w+|\[[^\]]+\])*)", field_name)
+        if m is None:
+            return super().get_field(field_name, args, kwargs)
+        obj = self.get_value(m[1], args, kwargs)
+        for attr, index in re.findall(r"\.(\w+)|\[([^\]]+)\]", m[2]):
+            obj = getattr(obj, attr) if attr else \
+                obj[int(index) if re.fullmatch(r"-?\d+", index) else index]
+        return obj, m[1]
+
+    def format_field(self, value, format_spec: str):
+        if format_spec and isinstance(value, list | tuple | np.ndarray):
+            return ", ".join(format(v, format_spec) for v in value)
+        return super().format_field(value, format_spec)
+
+
+def _same(a, b) -> bool:
+    """Whether two values agree, sequences and arrays element by element (a parameter given
+    as a tuple and kept by the item as a list or an array is the same value)."""
+    try:
+        return bool(np.array_equal(np.asarray(a, dtype=object), np.asarray(b, dtype=object)))
+    except (TypeError, ValueError):
+        return False
+
+
+def notes_of(item: Item, exp: Experiment) -> str:
+    """``item.notes``, the template of an item's set-up notes in its paper's ``items.toml``,
+    formatted (:class:`NotesFormatter`) with what the item ran with: ``exp.params`` (seed,
+    device and every size keyword, defaults included) and, when ``exp.data`` is a dict, its
+    keys (values the item computed: a derived constant, the checked form of a parameter). A
+    key in both must hold the same value (it is then taken from ``data``, in the type the item
+    computed with); two different values, or a field that names neither, is a ``ValueError``
+    naming the item and the key, never a partial note."""
+    where = f"[{item.name.split('.', 1)[1]}] in sigprop/reproduce/{item.paper}/items.toml"
+    values = dict(exp.params)
+    if isinstance(exp.data, Mapping):
+        for k, v in exp.data.items():
+            if k in values and not _same(values[k], v):
+                raise ValueError(f"item {item.name}: {k!r} is a parameter ({values[k]!r}) and "
+                                 f"a data key ({type(v).__name__}) with another value; the "
+                                 f"notes of {where} cannot tell which (rename the data key)")
+            values[k] = v
+    try:
+        return NotesFormatter().vformat(item.notes, (), values)
+    except KeyError as err:
+        raise ValueError(f"item {item.name}: the notes of {where} name {err.args[0]!r}, "
+                         "neither a parameter of the item nor a key of its data") from None
+    except (AttributeError, IndexError, TypeError, ValueError) as err:
+        raise ValueError(f"item {item.name}: the notes of {where} do not format with its "
+                         f"parameters and data ({type(err).__name__}: {err})") from None

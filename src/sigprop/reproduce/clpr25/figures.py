@@ -155,11 +155,7 @@ def fig1(*, seed: int = 0, device: str = "cpu", ns: Sequence[int] = (64, 256, 10
     rows = args.integer("rows", rows, 4)
     n_gamma = args.integer("n_gamma", n_gamma, 5)
     r = fig1_data(ns, ds, rho, n_seeds, rows, n_gamma, seed)
-    notes = (f"rho = {rho} (gamma_c = {r['gc']:g}), alpha = 0 (no residual), {n_seeds} seeds of "
-             f"the almost-simplex input (Eq. 3.1); the angle ratio averages the pairs of {rows} "
-             "sampled query rows (each row sees all n keys). The paper's n, d, rho were not "
-             "recoverable from its text; n <= 1024 on the CPU.")
-    return Experiment(frame(r["recs"]), r["table"], fig1_checks(r), plot_fig1, r, notes)
+    return Experiment(frame(r["recs"]), r["table"], fig1_checks(r), plot_fig1, r)
 
 
 # --------------------------------------------------------------------------------------------
@@ -267,7 +263,4 @@ def fig2(*, seed: int = 0, device: str = "cpu", ns: Sequence[int] = (64, 256),
     rho = rho_arg(rho)
     n_gamma = args.integer("n_gamma", n_gamma, 5)
     r = fig2_data(ns, ds, rho, n_gamma, seed)
-    notes = (f"rho = {rho} (gamma_c = {r['gc']:g}), alpha = 0 (the paper drops the residual for "
-             "the Jacobian), one almost-simplex input (Eq. 3.1) per (n, d); the Jacobian norm is "
-             "computed exactly from its blocks (no nd x nd matrix). n <= 256 on the CPU.")
-    return Experiment(frame(r["recs"]), r["table"], fig2_checks(r), plot_fig2, r, notes)
+    return Experiment(frame(r["recs"]), r["table"], fig2_checks(r), plot_fig2, r)

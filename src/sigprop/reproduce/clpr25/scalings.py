@@ -109,7 +109,7 @@ def table1_data(ns_sim: list[int], d: int, rho: float, rows: int, seed: int) -> 
                            gamma_over_c_at_1e12=s["g_end"], ratio_at_1e12=lim,
                            regime=got, expected=regime, sim_max_dev=s["dev"],
                            sim_trend=s["trend"]))
-    return dict(recs=recs, rows=rows_t, table=pd.DataFrame(rows_t), ns_sim=ns_sim, d=d,
+    return dict(recs=recs, table_rows=rows_t, table=pd.DataFrame(rows_t), ns_sim=ns_sim, d=d,
                 rho=rho, rows_sampled=rows, r_c=r_c)
 
 
@@ -122,7 +122,7 @@ def table1_checks(r: dict) -> list[Check]:
     sd = sd_cos(d, rho) / math.acos(rho)
     tol = 0.01 + sd
     checks = []
-    for row in r["rows"]:
+    for row in r["table_rows"]:
         label, kind, order, regime = row["method"], row["kind"], row["table_order"], \
             row["expected"]
         p, lim, got = row["fitted_order"], row["ratio_at_1e12"], row["regime"]
@@ -194,14 +194,7 @@ def table1(*, seed: int = 0, device: str = "cpu", ns_sim: Sequence[int] = (256, 
     d = args.integer("d", d, 8)
     rho = rho_arg(rho)
     r = table1_data(ns_sim, d, rho, rows, seed)
-    notes = (f"Each scaling is calibrated critical at the training length n_train = {ns_sim[0]} "
-             f"(beta(n_train) = gamma_c log n_train, rho = {rho}) and followed to n = 1e12 "
-             f"(theory) and n = {ns_sim[-1]} (simulation, d = {d}, {rows} sampled rows). "
-             "The paper's table lost its formulas in the text; the forms are sigprop's "
-             "(docs/theory.md §3.2.1): YaRN's factor with s = n/n_train, SSMax with "
-             "s = 1/log n_train, SWAN-GPT has no form of its own and is taken as Qwen's "
-             "logarithm beyond n_train.")
-    return Experiment(frame(r["recs"]), r["table"], table1_checks(r), plot_table1, r, notes)
+    return Experiment(frame(r["recs"]), r["table"], table1_checks(r), plot_table1, r)
 
 
 # --------------------------------------------------------------------------------------------
@@ -329,8 +322,4 @@ def vs_gg25(*, seed: int = 0, device: str = "cpu", ns: Sequence[int] = (64, 256,
     trials = args.integer("trials", trials, 8)
     level = open_real("level", level, 0.05, 0.95)
     r = vs_gg25_data(ns, d, rho, trials, level, seed)
-    notes = (f"clpr25: almost-simplex tokens (rho = {rho}, d = {d}), the logit multiplier at "
-             f"which the mean diagonal weight reaches {level}; gg25: i.i.d. N(0, sigma_s^2) "
-             f"scores ({trials} rows per n), the sigma_s at which the mean largest weight reaches "
-             f"{level}. Both fitted as (log n)^p over n = {ns[0]}..{ns[-1]}.")
-    return Experiment(frame(r["recs"]), r["table"], vs_gg25_checks(r), plot_vs_gg25, r, notes)
+    return Experiment(frame(r["recs"]), r["table"], vs_gg25_checks(r), plot_vs_gg25, r)

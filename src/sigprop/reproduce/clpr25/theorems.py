@@ -150,12 +150,7 @@ def thm21(*, seed: int = 0, device: str = "cpu", ns_sim: Sequence[int] = (16, 64
     rho = rho_arg(rho)
     alpha = args.real("alpha", alpha, 0.0, math.inf, lo_open=True)
     r = thm21_data(ns_sim, rho, alpha, seed)
-    notes = (f"rho = {rho}, residual alpha in (0, {alpha}); lines: sigprop's exact finite-n "
-             "simplex solution up to n = 1e12, dashed: its n -> infinity limit; dots: the "
-             f"layer evaluated on exact simplex points at n = {', '.join(map(str, ns_sim))}. "
-             "The paper's Eq. 2.4 right-hand sides were lost in the text; sigprop's limits "
-             "(docs/theory.md §3.1) are used.")
-    return Experiment(frame(r["recs"]), r["table"], thm21_checks(r), plot_thm21, r, notes)
+    return Experiment(frame(r["recs"]), r["table"], thm21_checks(r), plot_thm21, r)
 
 
 # --------------------------------------------------------------------------------------------
@@ -233,7 +228,4 @@ def thm23(*, seed: int = 0, device: str = "cpu", ns_sim: Sequence[int] = (16, 64
     ns_sim = sizes("ns_sim", ns_sim, 4, 2)
     rho = rho_arg(rho)
     r = thm23_data(ns_sim, rho, seed)
-    notes = (f"rho = {rho}, alpha = 0, exact simplex points of width d = n + 1; lines: sigprop's "
-             "closed form up to n = 1e12, dots: the Jacobian from its blocks at "
-             f"n = {', '.join(map(str, ns_sim))}.")
-    return Experiment(frame(r["recs"]), r["table"], thm23_checks(r), plot_thm23, r, notes)
+    return Experiment(frame(r["recs"]), r["table"], thm23_checks(r), plot_thm23, r)

@@ -159,11 +159,8 @@ def plot_wmax(r: dict, ax=None):
               runtime={"tiny": 0.5, "quick": 4.0, "default": 4.0})
 def wmax(Ns: list[int], sigma: float, budget: int, seed: int) -> Experiment:
     r = wmax_data(Ns, sigma, budget, seed)
-    notes = (f"sigma = {sigma}; MC rows per N = max(64, {budget} / N), common draws across beta; "
-             "lines: exact finite-N quadrature; dashed: N -> infinity (Poisson-Dirichlet, via "
-             "gg25's variable). The note has no figure; this is the plot its claims describe.")
     return Experiment(frame(r["recs"] + r["exponent_recs"]), r["table"], wmax_checks(r),
-                      plot_wmax, r, notes)
+                      plot_wmax, r)
 
 
 # --------------------------------------------------------------------------------------------
@@ -274,7 +271,4 @@ def plot_bulk(r: dict, ax=None):
               runtime={"tiny": 0.5, "quick": 3.0, "default": 3.0})
 def bulk(Ns: list[int], sigma: float, budget: int, seed: int) -> Experiment:
     r = bulk_data(Ns, sigma, budget, seed)
-    notes = (f"sigma = {sigma}; MC rows per N = max(64, {budget} / N); lines: exact finite-N "
-             "quadrature (solid), Eq. 10 (dashed), Eq. 10 with sigprop's extreme-value "
-             "correction (dotted).")
-    return Experiment(frame(r["recs"]), r["table"], bulk_checks(r), plot_bulk, r, notes)
+    return Experiment(frame(r["recs"]), r["table"], bulk_checks(r), plot_bulk, r)

@@ -131,7 +131,4 @@ def eq12(*, seed: int = 0, device: str = "cpu", ds: Sequence[int] = (4, 16, 64, 
     queries = args.integer("queries", queries, 8)
     key_sets = args.integer("key_sets", key_sets, 1)
     r = eq12_data(ds, N, beta, queries, key_sets, seed)
-    notes = (f"q, k ~ N(0, I_d), N = {N} keys, beta = {beta}; {key_sets} key sets x {queries} "
-             "queries per d; theory: exact finite-N E w_max averaged over sigma^2 ~ chi2_d/d "
-             "(rem.wmax_finite with d_head = d).")
-    return Experiment(frame(r["recs"]), r["table"], eq12_checks(r), plot_eq12, r, notes)
+    return Experiment(frame(r["recs"]), r["table"], eq12_checks(r), plot_eq12, r)

@@ -172,7 +172,4 @@ def plot_retrieval(r: dict, ax=None):
               runtime={"tiny": 0.3, "quick": 2.0, "default": 2.0})
 def retrieval(Ns: list[int], sigma: float, budget: int, seed: int) -> Experiment:
     r = retrieval_data(Ns, sigma, budget, seed)
-    notes = (f"sigma = {sigma}; rows per N = max(200, {budget} / N); success = the target's "
-             "logit exceeds every noise logit; the target weight is sampled at beta = 1, 2, 4 "
-             "beta_c with the paper's approximation (M_N at its leading value) dashed.")
-    return Experiment(r["df"], r["table"], retrieval_checks(r), plot_retrieval, r, notes)
+    return Experiment(r["df"], r["table"], retrieval_checks(r), plot_retrieval, r)

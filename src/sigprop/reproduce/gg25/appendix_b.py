@@ -114,10 +114,7 @@ def figB1(*, seed: int = 0, device: str = "cpu", T: int = 1024, d_head: int = 25
     betas = args.reals("betas", betas, 0.0, 50.0)
     data = figB1_data(seed=seed, T=T, d_head=d_head, seeds=seeds, rhos=rhos, betas=betas,
                       T_large=T_large)
-    return Experiment(frame(data["recs"]), data["table"], figB1_checks(data), plot_figB1, data,
-                      notes=f"one head, T = {T}, d_H = {d_head}, {seeds} seed(s), tokens at "
-                            "cosine rho_in drawn exactly; theory lines: gg25's replica result "
-                            "and sigprop's exact finite-T REM (docs/theory.md §2.3).")
+    return Experiment(frame(data["recs"]), data["table"], figB1_checks(data), plot_figB1, data)
 
 
 # ============================================================================================
@@ -142,7 +139,7 @@ def _figB2_theory(fine: np.ndarray, betas: np.ndarray, r: float, T: int, d_head:
 def figB2_data(*, seed: int, T: int, d_head: int, d_v: int | None, seeds: int,
                rhos: np.ndarray, betas: np.ndarray) -> dict:
     """Simulated q_att and p_att against the finite-T and T -> inf theory per rho_in, with
-    the table of their ends and largest gaps."""
+    the table of their ends and largest gaps, and ``values``: the head's values in words."""
     fine = np.linspace(0.0, float(betas.max()), 201)
     sw = head_sweep(betas, rhos, T, d_head, d_v, seeds, seed=seed)
     recs = sweep_records(sw, betas, rhos, T, ("q_att", "p_att"))
@@ -160,8 +157,11 @@ def figB2_data(*, seed: int, T: int, d_head: int, d_v: int | None, seeds: int,
         gp.append(float(np.max(np.abs(mp - r))))
         rows.append(dict(rho_in=r, q_att_first=mq[0], q_att_last=mq[-1], p_att_min=mp.min(),
                          p_att_max=mp.max(), max_gap_q=gq[-1], max_dev_p=gp[-1]))
+    values = ("whose values are the tokens themselves at exact cosine rho_in (an orthogonal W_V)"
+              if d_v is None else f"with random values W_V ~ N(0, 1/d) of width {d_v}")
     return dict(recs=recs, table=pd.DataFrame(rows), sw=sw, theory=theory, gq=gq, gp=gp,
-                fine=fine, T=T, d_head=d_head, d_v=d_v, seeds=seeds, rhos=rhos, betas=betas)
+                fine=fine, T=T, d_head=d_head, d_v=d_v, seeds=seeds, rhos=rhos, betas=betas,
+                values=values)
 
 
 def figB2_checks(data: dict) -> list[Check]:
@@ -225,12 +225,7 @@ def figB2(*, seed: int = 0, device: str = "cpu", T: int = 512, d_head: int = 256
     betas = args.reals("betas", betas, 0.0, 50.0)
     data = figB2_data(seed=seed, T=T, d_head=d_head, d_v=d_v, seeds=seeds, rhos=rhos,
                       betas=betas)
-    return Experiment(frame(data["recs"]), data["table"], figB2_checks(data), plot_figB2, data,
-                      notes=("one head whose values are the tokens themselves at exact cosine "
-                             "rho_in (an orthogonal W_V)" if d_v is None else
-                             f"one head with random values W_V ~ N(0, 1/d) of width {d_v}")
-                            + f", T = {T}, d_H = {d_head}, sigma_v^2 = 1, no bias; dots "
-                            "measured (circles q_att, squares p_att).")
+    return Experiment(frame(data["recs"]), data["table"], figB2_checks(data), plot_figB2, data)
 
 
 # ============================================================================================
@@ -337,6 +332,4 @@ def eqB18(*, seed: int = 0, device: str = "cpu", xs=(0.2, 0.35, 0.5, 0.7),
     args.need("x_exponent", x_exponent in set(xs.tolist()), f"one of xs (got {x_exponent!r})")
     data = eqB18_data(seed=seed, xs=xs, Ts=Ts, rows=rows)
     return Experiment(frame(data["recs"]), data["table"], eqB18_checks(data, x_exponent),
-                      plot_eqB18, data,
-                      notes=f"i.i.d. Gaussian REM rows (rho = 0), {rows} rows per (x, T); "
-                            "theory: sigprop's exact finite-T quadrature up to T = 2^22.")
+                      plot_eqB18, data)

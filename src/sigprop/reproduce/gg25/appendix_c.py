@@ -122,11 +122,7 @@ def figC1(*, seed: int = 0, device: str = "cpu", Ts=(128, 256, 512, 1024),
     args.integer("seeds", seeds, 1, 16)
     data = figC1_data(seed=seed, Ts=Ts, sigma_standard=sigma_standard, beta=beta,
                       d_head=d_head, seeds=seeds)
-    return Experiment(frame(data["recs"]), data["table"], figC1_checks(data), plot_figC1, data,
-                      notes=f"one head on orthogonal tokens, d_H = {d_head}, {seeds} seed(s) "
-                            "per length; the standard scaling keeps the score std at "
-                            f"{sigma_standard:g} for every T, the REM one sets "
-                            f"sigma_s = {beta:g} sqrt(log T).")
+    return Experiment(frame(data["recs"]), data["table"], figC1_checks(data), plot_figC1, data)
 
 
 # ============================================================================================
@@ -197,7 +193,7 @@ def figC3_data(*, seed: int, betas: np.ndarray, rhos_in: np.ndarray, depth: int,
     df, curves, r2 = _depth_curves(base, betas, seeds=seeds, seed=seed)
     return dict(recs=recs + r1 + r2, pts=pts, table=df, curves=curves, grid_b=grid_b,
                 grid_r=grid_r, fmap=fmap, amap=amap, depth=depth, T=T, d_model=d_model,
-                seeds=seeds)
+                seeds=seeds, rhos_in=tuple(rhos_in))
 
 
 def figC3_checks(data: dict) -> list[Check]:
@@ -282,8 +278,4 @@ def figC3(*, seed: int = 0, device: str = "cpu", betas=(0.5, 1.0, 2.5, 4.0),
                       d_model=d_model, heads=heads, seeds=seeds)
     table = pd.concat([data["pts"].assign(kind="one block"),
                        data["table"].assign(kind="depth")], ignore_index=True)
-    return Experiment(frame(data["recs"]), table, figC3_checks(data), plot_figC3, data,
-                      notes=f"sigprop's post-LN model with alpha_A = alpha_M = 0, ReLU, gg25's "
-                            f"variances (the paper's C.3 values were lost in our copy), d = "
-                            f"{d_model}, T = {T}, {seeds} seeds; measured one-block points at "
-                            f"rho_in = {tuple(rhos_in)}, depth curves from orthonormal tokens.")
+    return Experiment(frame(data["recs"]), table, figC3_checks(data), plot_figC3, data)

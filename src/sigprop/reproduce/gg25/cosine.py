@@ -98,11 +98,7 @@ def _depth_experiment(ref: str, *, seed, device, depth, beta, alphas, T, d_model
                       heads=heads, seeds=seeds, sequences=sequences)
     checks = depth_checks(data, ref, band) + extra_checks(data["table"])
     return Experiment(frame(data["recs"]), data["table"], checks,
-                      partial(plot_depth, ref=ref), data,
-                      notes=f"sigprop's post-LN model, d = {d_model}, {heads} heads, T = {T}, "
-                            "gg25's variances, on the built-in generated text "
-                            f"({seeds} seeds x {sequences} sequences) instead of TinyStories; "
-                            "float32.")
+                      partial(plot_depth, ref=ref), data)
 
 
 def fig1d_checks(df: pd.DataFrame, depth: int) -> list[Check]:

@@ -147,9 +147,4 @@ def fig1ab(*, seed: int = 0, device: str = "cpu", betas=(0.5, 3.0), T: int = 64,
     data = fig1ab_data(seed=seed, device=device, betas=(b_lo, b_hi), T=T, d_model=d_model,
                        seeds=seeds, sequences=sequences)
     return Experiment(frame(data["recs"]), pd.DataFrame(data["rows"]), fig1ab_checks(data),
-                      plot_fig1ab, data,
-                      notes=f"sigprop's post-LN model (d = {d_model}, 1 head, T = {T}) on the "
-                            "built-in generated text instead of BertViz on a BERT trained "
-                            "tokenizer; the maps show the first sequence of the first seed; "
-                            "beta values on either side of sqrt 2 (the paper's own were "
-                            "lost in our copy of the text).")
+                      plot_fig1ab, data)

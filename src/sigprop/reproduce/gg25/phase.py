@@ -187,10 +187,4 @@ def fig3(*, seed: int = 0, device: str = "cpu", Ts=(64, 512), betas=BETAS16,
     theory_Ts = args.integers("theory_Ts", theory_Ts, 8, 2**22, increasing=True)
     data = fig3_data(seed=seed, Ts=Ts, betas=betas, rhos=rhos, d_head=d_head, seeds=seeds,
                      level=level, theory_Ts=theory_Ts)
-    return Experiment(frame(data["recs"]), data["table"], fig3_checks(data), plot_fig3, data,
-                      notes=f"one softmax head simulated exactly (queries and keys of tokens "
-                            f"at cosine rho_in drawn from their Gaussian law, d_H = {d_head}, "
-                            f"the tokens themselves as values), T = {Ts}, {seeds} seed(s) per "
-                            "point; the paper's own T and d were lost in our copy of the "
-                            f"text. The transition is read where cos falls {level:.0%} of the "
-                            "way from 1 to rho_in.")
+    return Experiment(frame(data["recs"]), data["table"], fig3_checks(data), plot_fig3, data)

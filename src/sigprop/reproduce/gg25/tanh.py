@@ -191,11 +191,4 @@ def fig5(*, seed: int = 0, device: str = "cpu", sigma_w2s=(1.0, 8.0), depth: int
     data = fig5_data(base, sws, s_closed, seed=seed, seeds=seeds, sequences=sequences,
                      rho0=rho0, kw=kw)
     checks = fig5_checks(data, s_lib, d_model=d_model, T=T, seeds=seeds, sequences=sequences)
-    return Experiment(frame(data["recs"]), data["table"], checks, plot_fig5, data,
-                      notes=f"post-LN, tanh MLP, beta = {beta:.3g} (HF-like), alpha_A = "
-                            f"{alpha_attn:g}, alpha_M = {alpha_mlp:g}, sigma_v^2 = {var_v:g}, "
-                            f"sigma_b^2 = {var_b:g}; sigprop's model d = {d_model}, T = {T}, "
-                            f"{seeds} seeds x {sequences} sequences at cosine {rho0:g} (the "
-                            "paper: 25 x 10; its variances were lost in our copy of the text, "
-                            "so the transition is located from the theory and the variances "
-                            "are picked on both sides).")
+    return Experiment(frame(data["recs"]), data["table"], checks, plot_fig5, data)

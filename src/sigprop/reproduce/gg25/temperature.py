@@ -160,6 +160,4 @@ def eqB1(*, seed: int = 0, device: str = "cpu", use_transformers: bool = True, T
     args.real("std", std, 1e-4, 1.0)
     data = eqB1_data(seed=seed, use_transformers=use_transformers, T=T, std=std,
                      d_model=d_model, heads=heads)
-    return Experiment(frame(data["recs"]), data["table"], eqB1_checks(data), plot_eqB1, data,
-                      notes=f"{data['source']}; {T} LayerNorm'd Gaussian tokens; the other "
-                            "models' values from ArchSpec (no weights needed).")
+    return Experiment(frame(data["recs"]), data["table"], eqB1_checks(data), plot_eqB1, data)

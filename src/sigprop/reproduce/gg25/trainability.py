@@ -183,9 +183,4 @@ def fig1c(*, seed: int = 0, device: str = "cpu", depth: int = 60, T: int = 512,
     args.need("rho_max", 0.0 < rho_max < 1.0, f"in (0, 1) (got {rho_max!r})")
     data = fig1c_data(depth=depth, T=T, d_model=d_model, heads=heads, n_beta=n_beta,
                       n_alpha=n_alpha, depths=depths, rho_max=rho_max, marks=marks)
-    return Experiment(frame(data["recs"]), data["table"], fig1c_checks(data), plot_fig1c, data,
-                      notes=f"theory only: d = {d_model}, {heads} heads, gg25's variances "
-                            "(sigma_v^2 = sigma_w^2 = 0.2, sigma_b^2 = 4e-4), rho0 = 0; "
-                            "the circles mark HF's beta with alpha = 1 and 2 and beta = 3 "
-                            "(sigprop's choices: the paper's alpha values were lost in our "
-                            "copy of the text).")
+    return Experiment(frame(data["recs"]), data["table"], fig1c_checks(data), plot_fig1c, data)

@@ -234,14 +234,7 @@ def fig1f(*, seed: int = 0, device: str = "cpu", depth: int = 24, shallow_depth:
                    a_hi=a_hi, shallow_beta=shallow_beta, steps=steps, lr=lr,
                    batch_size=batch_size, eval_sequences=eval_sequences, seeds=seeds,
                    data=data, vocab_size=vocab_size)
-    notes = (f"sigprop's post-LN model with gg25's variances (sigma_v^2 = sigma_w^2 = 0.2, "
-             f"sigma_b^2 = 4e-4), d = {d_model}, {heads} heads, T = {seq_len}, beta = {beta:g}, "
-             f"depths {depth} and {shallow_depth} (gg25: 60 and 12 layers, 6 heads, "
-             "TinyStories for an epoch at lr 1e-4); MLM on the built-in stories, "
-             f"{d['size']}, AdamW as `sigprop train` (unigram readout bias). "
-             "alpha_crit is the finite-T theory's at these sizes.")
-    return Experiment(frame(d["recs"]), d["table"], fig1f_checks(d), plot_fig1f, d,
-                      notes=notes)
+    return Experiment(frame(d["recs"]), d["table"], fig1f_checks(d), plot_fig1f, d)
 
 
 # ============================================================================================
@@ -408,13 +401,7 @@ def fig4(*, seed: int = 0, device: str = "cpu", betas: Sequence[float] = (0.5, 1
     d = one_layer_data(seed=seed, device=device, betas=betas, lrs=[lr], d_model=d_model,
                        seq_len=seq_len, steps=steps, batch_size=batch_size, seeds=seeds,
                        eval_sequences=eval_sequences, data=data, vocab_size=vocab_size)
-    notes = (f"sigprop's 1-layer post-LN model as `sigprop train --depth 1 --heads 1 --d-model "
-             f"{d_model} --seq-len {seq_len} --beta B` (HF initialisation of the other "
-             "weights, no Q/K biases, no LayerNorm affine), the betas trained side by side "
-             f"from the same draws; MLM on the built-in stories, {steps} steps at lr {lr:g}, "
-             f"d = T = {d_model} (gg25: TinyStories, one epoch, lr 5e-4; sigprop's lr 2e-3 "
-             "makes a CPU-length run show the effect).")
-    return Experiment(frame(d["recs"]), d["table"], fig4_checks(d), plot_fig4, d, notes=notes)
+    return Experiment(frame(d["recs"]), d["table"], fig4_checks(d), plot_fig4, d)
 
 
 def figC2_data(**kw) -> dict:
@@ -475,9 +462,4 @@ def figC2(*, seed: int = 0, device: str = "cpu", betas: Sequence[float] = (0.5, 
     d = figC2_data(seed=seed, device=device, betas=betas, lrs=lrs[:2], d_model=d_model,
                    seq_len=seq_len, steps=steps, batch_size=batch_size, seeds=seeds,
                    eval_sequences=eval_sequences, data=data, vocab_size=vocab_size)
-    notes = (f"gg25.fig4's set-up (1 layer, 1 head, d = T = {d_model}, MLM on the built-in "
-             f"stories, {steps} steps) at Fig. 4's lr {lrs[0]:g} and at {lrs[1]:g}, five times "
-             "smaller as gg25's 5e-4 -> 1e-4. At equal steps a smaller lr slows every run, so "
-             "the check compares the high-beta run's gain relative to the low-beta run's, "
-             "not the losses themselves.")
-    return Experiment(frame(d["recs"]), d["table"], figC2_checks(d), plot_figC2, d, notes=notes)
+    return Experiment(frame(d["recs"]), d["table"], figC2_checks(d), plot_figC2, d)

@@ -75,7 +75,7 @@ def fig7_data(T, d, depth, sigma_qk, sigma_V, threshold, layernorm, n_seeds, see
                       T=T, layernorm=True) for l, c in zip(layers, c_ln.mean(axis=0), strict=False)]
     return dict(T=T, depth=depth, sigma_qk=sigma_qk, threshold=threshold, counts=counts,
                 entropy=entropy, mean=mean, se=se, shown=shown, counts_ln=c_ln, rows=rows,
-                table=tab)
+                table=tab, var_qk=sigma_qk ** 2, var_V=sigma_V ** 2)
 
 
 def fig7_checks(r: dict) -> list[Check]:
@@ -153,10 +153,7 @@ def fig7(*, seed: int = 0, device: str = "cpu", T: int = 100, d: int = 100, dept
     n_seeds = args.integer("n_seeds", n_seeds, 2)
     threshold = positive("threshold", threshold)
     r = fig7_data(T, d, depth, sigma_qk, sigma_V, threshold, layernorm, n_seeds, seed)
-    return Experiment(frame(r["rows"]), r["table"], fig7_checks(r), plot_fig7, r,
-                      notes=f"T = d = {T}, {depth} layers X_l = A_l(X_(l-1)) X_(l-1) W_l^V, "
-                            f"N({0}, {sigma_qk ** 2:g}) Q/K, N(0, {sigma_V ** 2:g}) V unscaled, "
-                            f"{n_seeds} seeds; the figure shows seed 0.")
+    return Experiment(frame(r["rows"]), r["table"], fig7_checks(r), plot_fig7, r)
 
 
 def _entry_moments(kind: str, s: float) -> tuple[float, float]:
@@ -238,7 +235,5 @@ def fig9(*, seed: int = 0, device: str = "cpu", T: int = 512, sigma_qk: float = 
                 f"by up to ~12 % at T = 128-512: tol 0.15 + 2/sqrt(T) = {tol:.2f}"))
     tab = pd.DataFrame(table)
     r = dict(kinds=kinds, first=first, tab=tab, T=T, sigma_qk=sigma_qk)
-    return Experiment(frame(rows), tab, checks, plot_fig9, r,
-                      notes=f"T = d_qk = {T}, orthonormal tokens, {n_seeds} seed(s); f applied "
-                            "entrywise to X W_Q W_K^T X^T / sqrt(d_qk), no normalisation.")
+    return Experiment(frame(rows), tab, checks, plot_fig9, r)
 

@@ -99,10 +99,6 @@ def fig3(*, seed: int = 0, device: str = "cpu",
             f"Fig. 3(b): {name}, sr(Sigma_L) - 1 below sr(Sigma_0) - 1 (collapse in depth; "
             "largest ratio over T)", dec, 0.0, 0.9,
             why="each block averages tokens further; 0.9 for the seed"))
-    r = dict(Ts=Ts, res=res)
-    return Experiment(frame(rows), tab, checks, plot_fig3, r,
-                      notes="configs from sigprop.models.presets built at init (no download"
-                            f"{', cut to 3 layers' if small else ''}); random token "
-                            "ids instead of the paper's tokenised abstract (embedding rows are "
-                            "i.i.d. at init); float32 forward, stable rank in float64.")
+    r = dict(Ts=Ts, res=res, cut=", cut to 3 layers" if small else "")  # `cut`: for the notes
+    return Experiment(frame(rows), tab, checks, plot_fig3, r)
 

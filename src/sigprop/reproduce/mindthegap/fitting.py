@@ -44,7 +44,7 @@ from .common import new_axes, sub, tokens
 
 __all__ = ["CONST_LOSS", "ZERO_LOSS", "Variant", "heaviside_data", "forward", "fit",
            "validate", "tail", "train_all", "rel_sd", "records", "summary", "draw",
-           "margin_check", "notes"]
+           "margin_check"]
 
 #: Loss of the best constant predictor (the target's variance: entries are 0/1 with mean 1/2)
 #: and of the zero output (the target's mean square).
@@ -308,12 +308,3 @@ def margin_check(claim: str, worse: dict, better: dict, key: str, why: str,
     return Check.within(claim, float(np.mean(w) / np.mean(b)), lo, math.inf,
                         why=f"{why}; band: 2 x the larger relative seed-to-seed sd "
                             f"({spread:.3g}, {w.size} seeds)")
-
-
-def notes(T, d, n_points, steps, lrs, n_seeds, dtype, extra="") -> str:
-    return (f"CPU scale: T = {T}, d = {d}, {n_points} "
-            f"inputs (paper: T = d = 500, 50 inputs), {steps} full-batch Adam steps, learning "
-            f"rates {', '.join(f'{x:g}' for x in lrs)} (paper: {{1, 3, 5}} x 10^-(1..5)), "
-            f"{n_seeds} seeds per rate (paper: 5), {dtype}. Each curve is at its variant's "
-            "best rate (lowest run-averaged loss, mean over seeds); shaded: +- 1 stderr over "
-            "seeds; log-log axes (step + 1). " + extra)

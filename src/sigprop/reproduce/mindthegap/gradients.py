@@ -241,10 +241,7 @@ def _grad_experiment(*, name: str, centre: bool, seed, device, Ts, depths, sigma
                              sigma_A=sigma_A, sigma_V=sigma_V, n_seeds=n_seeds,
                              n_probes=n_probes)
     return Experiment(frame(r["rows"]), r["table"], grad_experiment_checks(r),
-                      plot_grad_experiment, r,
-                      notes=f"Random Markov attention, T = d = {Ts[0]}-{Ts[-1]}, {n_seeds} seeds; "
-                            "exact norms by Eq. 19, autograd (torch float64, Hutchinson) as a "
-                            "cross-check; the figure shows l = 1, the table every l.")
+                      plot_grad_experiment, r)
 
 
 #: The sweep of Props. 4 and 6 per size (the same draws with and without the gap).
@@ -362,10 +359,7 @@ def fig5(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 25
             f"grad_norm_value = {'d sigma_A^2' if centre else 'd (1 + sigma_A^2)'}", m[-1] / th,
             0.88, 1.12, why="Hutchinson noise (sqrt(2 / (d n_probes))) and O(1/T): tol 12 %"))
     r = dict(curves=curves, Ts=Ts, sigma_A=sigma_A)
-    return Experiment(frame(rows), tab, checks, plot_fig5, r,
-                      notes=f"T = d = {Ts[0]}-{Ts[-1]}, {n_seeds} seeds, autograd with "
-                            f"{n_probes} Hutchinson probes; Random Markov attention; LayerNorm "
-                            "centres each token and rescales it to unit norm.")
+    return Experiment(frame(rows), tab, checks, plot_fig5, r)
 
 
 def plot_fig6(r: dict, ax=None):
@@ -430,10 +424,7 @@ def fig6(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 25
                          "L = 2, T = 256): 10"),
     ]
     r = dict(Ts=Ts, L=L, curves=curves)
-    return Experiment(frame(rows), tab, checks, plot_fig6, r,
-                      notes=f"T = d = {Ts[0]}-{Ts[-1]}, {n_seeds} seeds, autograd with "
-                            f"{n_probes} Hutchinson probes; Random Markov sigma_A = {sigma_A:g}; "
-                            "key-query with N(0, 1) Q/K (layer-one sigma_A = sqrt(e - 1)).")
+    return Experiment(frame(rows), tab, checks, plot_fig6, r)
 
 
 def plot_fig10(r: dict, ax=None):
@@ -492,7 +483,5 @@ def fig10(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (64, 128, 2
             why="the bound becomes looser as L grows (several outliers per layer); measured "
                 "excess ~0.1, 1.2, 3.5 for L = 1, 2, 3"))
     r = dict(depths=depths, Ts=Ts, res=res)
-    return Experiment(frame(rows), tab, checks, plot_fig10, r,
-                      notes=f"T = d = {Ts[0]}-{Ts[-1]}, {n_seeds} seeds, N(0, 1) Q/K and V, "
-                            f"autograd with {n_probes} Hutchinson probes.")
+    return Experiment(frame(rows), tab, checks, plot_fig10, r)
 

@@ -119,10 +119,7 @@ def lemma1(*, seed: int = 0, device: str = "cpu", ds: Sequence[int] = (64, 128, 
                 f"factors): band [1 - {tol:.2f}, 1 + {0.5 * tol:.2f}]"))
     tab = pd.DataFrame(table)
     r = dict(tab=tab, n_samples=n_samples, d_l=d_l, qs=qs)
-    return Experiment(frame(rows), tab, checks, plot_lemma1, r,
-                      notes=f"Lemma 1 at d = {d_l} with {n_samples} independent draws; edges at "
-                            f"d = {', '.join(map(str, ds))} (a few draws each). The paper writes "
-                            "T^(L-l) for d^(L-l) (T = d there).")
+    return Experiment(frame(rows), tab, checks, plot_lemma1, r)
 
 
 def _products(Ts, sigma_A, pq, n_seeds, seed) -> tuple:
@@ -310,6 +307,5 @@ def lemma2_thm9_10(*, seed: int = 0, device: str = "cpu",
     n_seeds = args.integer("n_seeds", n_seeds, 1)
     r = lemma2_thm9_10_data(Ts, sigma_A, pq, n_seeds, seed)
     return Experiment(frame(r["rows"]), r["table"], lemma2_thm9_10_checks(r),
-                      plot_lemma2_thm9_10, r,
-                      notes=f"T = d = {Ts[0]}-{Ts[-1]}, {n_seeds} seeds, W_i i.i.d. N(0, 1).")
+                      plot_lemma2_thm9_10, r)
 

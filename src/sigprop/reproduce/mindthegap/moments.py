@@ -140,10 +140,9 @@ def prop7(T: int, gammas, depth: int, sigma_A: float, sigma_V: float, n_seeds: i
                 "spread ~ l / sqrt(T n_seeds); tol 5 % + depth / sqrt(T n_seeds) = "
                 f"{tol_v:.2f}"))
     tab = pd.DataFrame(table)
-    r = dict(gammas=gammas, tab=tab, T=T, sigma_A=sigma_A, sigma_V=sigma_V)
-    return Experiment(frame(rows), tab, checks, plot_prop7, r,
-                      notes=f"T = {T}, d = T / gamma, {n_seeds} seeds; sigma_A sigma_V = "
-                            f"{sigma_A * sigma_V:g}.")
+    r = dict(gammas=gammas, tab=tab, T=T, sigma_A=sigma_A, sigma_V=sigma_V,
+             sigma_AV=sigma_A * sigma_V)
+    return Experiment(frame(rows), tab, checks, plot_prop7, r)
 
 
 def _jacobian_check(seed: int) -> float:
@@ -279,9 +278,5 @@ def plot_prop8(r: dict, ax=None):
 def prop8(T: int, gammas, depth: int, sigma_A: float, sigma_V: float, n_seeds: int,
           seed) -> Experiment:
     r = prop8_data(T, gammas, depth, sigma_A, sigma_V, n_seeds, seed)
-    return Experiment(frame(r["rows"]), r["table"], prop8_checks(r), plot_prop8, r,
-                      notes=f"T = {T}, d = T / gamma, {n_seeds} seeds; the Td x Td Jacobian is "
-                            "never formed: the moments of a Kronecker product's squared singular "
-                            "values are products of its factors' moments (Eq. 16, checked by "
-                            "autograd at T = 5, d = 7).")
+    return Experiment(frame(r["rows"]), r["table"], prop8_checks(r), plot_prop8, r)
 

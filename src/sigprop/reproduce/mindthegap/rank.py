@@ -169,10 +169,7 @@ def prop3(sw: _SrSweep) -> Experiment:
                 "20 % (+10 % per layer)"))
     r = dict(depth=sw.depth, layers=layers, Ts=sw.Ts, ex_m=ex_m, ex_se=ex_se, th=th, T_arr=T_arr,
              sigma_A=sw.sigma_A)
-    return Experiment(frame(rows), tab, checks, plot_prop3, r,
-                      notes=f"X_0 = I_T, d = T (gamma = 1), T = {sw.Ts[0]}-{sw.Ts[-1]}, "
-                            f"{sw.n_seeds} seeds; the paper's rate is drawn through the first "
-                            "point.")
+    return Experiment(frame(rows), tab, checks, plot_prop3, r)
 
 
 def plot_prop5(r: dict, ax=None):
@@ -241,9 +238,7 @@ def prop5(sw: _SrSweep) -> Experiment:
     ]
     r = dict(depth=sw.depth, layers=layers, Ts=sw.Ts, rp=rp, rp_se=rp_se, C=C, unc=unc,
              sigma_A=sw.sigma_A)
-    return Experiment(frame(rows), tab, checks, plot_prop5, r,
-                      notes=f"X_0 = I_T, d = T, T = {sw.Ts[0]}-{T}, {sw.n_seeds} seeds, same draws "
-                            "as mindthegap.prop3.")
+    return Experiment(frame(rows), tab, checks, plot_prop5, r)
 
 
 
@@ -396,13 +391,7 @@ def fig2(*, seed: int = 0, device: str = "cpu", T: int = 128, depth: int = 6,
     depth = args.integer("depth", depth, 2)
     n_seeds = args.integer("n_seeds", n_seeds, 1)
     r = fig2_data(T, depth, sigma_A, n_seeds, seed)
-    return Experiment(frame(r["rows"]), r["table"], fig2_checks(r), plot_fig2, r,
-                      notes=f"T = d = {T}, {depth} layers, {n_seeds} seeds; LayerNorm centres "
-                            "each token and rescales it to unit norm (the input's scale); "
-                            "values N(0, 1) (orthogonal: sqrt(d) times a Haar matrix). sigma_A = "
-                            "0.5 (the paper: 1) keeps lognormal entry spikes (s2_entry_spike) "
-                            "out of the top eigenvalue at these T; at sigma_A = 1 they lower "
-                            "sr / T by up to 40 % at T = 512.")
+    return Experiment(frame(r["rows"]), r["table"], fig2_checks(r), plot_fig2, r)
 
 
 def plot_fig4(r: dict, ax=None):
@@ -464,8 +453,5 @@ def fig4(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (32, 64, 128
                      why="proportional growth, not faster"),
     ]
     r = dict(sr=sr, Ts=Ts, C1=C1, sigma_A=sigma_A)
-    return Experiment(frame(rows), tab, checks, plot_fig4, r,
-                      notes=f"T = d = {Ts[0]}-{Ts[-1]}, {n_seeds} seeds, Random Markov "
-                            "attention with sigma_A = 0.5 (see mindthegap.fig2); LayerNorm as in "
-                            "mindthegap.fig2.")
+    return Experiment(frame(rows), tab, checks, plot_fig4, r)
 

@@ -135,11 +135,7 @@ def fig1(*, seed: int = 0, device: str = "cpu", T: int = 512, sigma_A: float = 1
          n_seeds: int = 3) -> Experiment:
     T, sigma_A, n_seeds = spectrum_args(T, "sigma_A", sigma_A, n_seeds)
     r = fig1_data(T, sigma_A, n_seeds, seed)
-    return Experiment(frame(r["rows"]), r["table"].reset_index(), fig1_checks(r), plot_fig1, r,
-                      notes=f"T = {T} (paper's figure size not stated), {n_seeds} seed(s); "
-                            "first-layer key-query with orthonormal tokens, d_qk = T, "
-                            "sigma_qk^2 = sqrt(log(1 + sigma_A^2)) so that both ensembles "
-                            "share sigma_A.")
+    return Experiment(frame(r["rows"]), r["table"].reset_index(), fig1_checks(r), plot_fig1, r)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -358,10 +354,7 @@ def thm2_prop1(*, seed: int = 0, device: str = "cpu", Ts: Sequence[int] = (256, 
     n_seeds = args.integer("n_seeds", n_seeds, 1)
     bins = args.integer("bins", bins, 2)
     r = thm2_prop1_data(Ts, sigma_A, qk_ratio, rho, n_seeds, bins, seed)
-    return Experiment(frame(r["rows"]), r["table"], thm2_prop1_checks(r), plot_thm2_prop1, r,
-                      notes=f"T = {', '.join(map(str, Ts))}, {n_seeds} seeds; key-query with "
-                            f"d_qk = {qk_ratio:g} T and sigma_qk^2 chosen so both ensembles "
-                            "share sigma_A.")
+    return Experiment(frame(r["rows"]), r["table"], thm2_prop1_checks(r), plot_thm2_prop1, r)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -442,6 +435,4 @@ def prop1_xavier(*, seed: int = 0, device: str = "cpu", T: int = 128,
     d_qks = sizes("d_qks", d_qks, low=2)
     n_seeds = args.integer("n_seeds", n_seeds, 1)
     r = prop1_xavier_data(T, d_qks, n_seeds, seed)
-    return Experiment(frame(r["rows"]), r["table"], prop1_xavier_checks(r), plot_prop1_xavier, r,
-                      notes="sigma_A measured as the std of the entries of T A (mean 1); "
-                            "theory sqrt(exp(sigma_qk^4) - 1) for orthonormal tokens.")
+    return Experiment(frame(r["rows"]), r["table"], prop1_xavier_checks(r), plot_prop1_xavier, r)

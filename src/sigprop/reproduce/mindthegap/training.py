@@ -29,7 +29,6 @@ from .fitting import (
     Variant,
     draw,
     margin_check,
-    notes,
     records,
     rel_sd,
     summary,
@@ -115,12 +114,7 @@ def fig8a(*, seed: int = 0, device: str = "cpu", T: int = 32, d: int = 32, n_poi
     ]
     plot = partial(draw, title=f"mindthegap Fig. 8(a): Xavier Q/K, 1 layer (T = d = {T})",
                    steps=steps, xlog=True)
-    return Experiment(frame(rows), tab, checks, plot, out,
-                      notes=notes(T, d, n_points, steps, lrs, n_seeds, dtype,
-                                   "One key-query layer, no skip, no LayerNorm, W^V ~ N(0, 1), "
-                                   "W^h = I. Xavier: W^Q, W^K ~ N(0, 1/d) (the paper's A.3 "
-                                   "definition); proposed: N(0, 1). Plateau: first step with "
-                                   "loss <= 0.9 x initial."))
+    return Experiment(frame(rows), tab, checks, plot, out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -160,13 +154,7 @@ def fig8b(*, seed: int = 0, device: str = "cpu", T: int = 96, d: int = 96, n_poi
     ]
     plot = partial(draw, title=f"mindthegap Fig. 8(b): scaling of the skip, 1 layer "
                    f"(T = d = {T})", steps=steps, xlog=True)
-    return Experiment(frame(rows), tab, checks, plot, out,
-                      notes=notes(T, d, n_points, steps, lrs, n_seeds, dtype,
-                                   "One key-query layer (W^Q, W^K ~ N(0, 1)) with a skip "
-                                   "connection, no LayerNorm, W^h = I; values N(0, 1) vs "
-                                   "N(0, 1/d) ('upscaled'). Inputs per width kept near the "
-                                   "paper's n/d = 50/500. The checks compare the run-averaged "
-                                   "loss; the final losses are in the table."))
+    return Experiment(frame(rows), tab, checks, plot, out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -190,6 +178,7 @@ def fig12(*, seed: int = 0, device: str = "cpu", T: int = 64, d: int = 64, n_poi
     out = train_all(variants, T=T, d=d, n_points=n_points, steps=steps, lrs=lrs,
                      n_seeds=n_seeds, depth=depth, skip=False, seed=seed, device=device,
                      dtype=dtype)
+    out["tail_steps"] = tail(steps)  # the steps averaged into the final loss (in the notes)
     ra, rp = out["res"]["A"], out["res"]["A perp"]
     # the gap's rank-one part 1 xbar^T W_1 ... W_L: ||.||_F^2 = (sigma_V^2 d)^L for
     # orthonormal rows; the gap-free part T (sigma_A sigma_V)^(2L) / gamma^L (Prop. 7)
@@ -237,12 +226,7 @@ def fig12(*, seed: int = 0, device: str = "cpu", T: int = 64, d: int = 64, n_poi
     plot = partial(draw, title=f"mindthegap Fig. 12: {depth} layers, Random Markov A "
                    f"(T = d = {T})", steps=steps, xlog=True,
                    theory={"initial loss with the gap (theory)": ([1], [th_init_a])})
-    return Experiment(frame(rows), tab, checks, plot, out,
-                      notes=notes(T, d, n_points, steps, lrs, n_seeds, dtype,
-                                   f"{depth} attention-only layers (no skip, no LayerNorm), "
-                                   f"trained Random Markov attention softmax(B), B ~ N(0, s^2) "
-                                   f"with sigma_A = {sigma_A:g}, W^V ~ N(0, 1), W^h = I. "
-                                   f"Final loss: mean of the last {tail(steps)} steps."))
+    return Experiment(frame(rows), tab, checks, plot, out)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -395,12 +379,4 @@ def heaviside(*, seed: int = 0, device: str = "cpu", depths: Sequence[int] = (1,
     lrs = [float(x) for x in args.reals("lrs", lrs, 1e-7, 10.0)]
     args.integer("seeds", seeds, 1, 256)
     r = heaviside_runs(depths, d, n_points, steps, lrs, seeds, seed, device)
-    text = (f"sigprop's attention-only stack (task heaviside: X_l = A_l X_(l-1) W_V, no "
-             f"residual, no LayerNorm, MLP held at zero, no value bias), T = d = {d} instead "
-             f"of 500, {n_points} isometric inputs (full batch), Adam without schedule, "
-             f"clipping or decay, {steps} steps, {seeds} seeds per learning rate, the best of "
-             f"lr {', '.join(f'{x:g}' for x in lrs)} by the run-averaged training loss (the "
-             "paper: 5 runs, a grid of 15 rates). A single W_V per layer (mindthegap adds an "
-             "identity-initialised W_h after the values, the same function class).")
-    return Experiment(frame(r["recs"]), r["table"], heaviside_checks(r), plot_heaviside, r,
-                      notes=text)
+    return Experiment(frame(r["recs"]), r["table"], heaviside_checks(r), plot_heaviside, r)

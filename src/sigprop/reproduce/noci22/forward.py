@@ -179,12 +179,7 @@ def _moment_item(which: str, *, seed, device, n, d, rho0, depth, seeds, depths, 
                           for c, e in zip(CONFIGS, data["per_layer_err"], strict=True)]
                          + [dict(config=f"L = {Lmax} (scaled)", measured=mL, theory=thL,
                                  limit=data["lim"])])
-    notes = (f"n = {sz.n} tokens of width d = {sz.d} with pairwise cosine {sz.rho0} and equal "
-             f"norms, {sz.seeds} weight draws of sigprop's SigpropTransformer (uniform "
-             "attention, linear activation, no LayerNorm, d_ff = d; noci22's branch weights "
-             "alpha_i folded into W_V and W_2, exactly the same law). noci22 states no sizes for "
-             "these lemmas.")
-    return Experiment(data["frame"], table, checks, plot_moments, data, notes)
+    return Experiment(data["frame"], table, checks, plot_moments, data)
 
 
 @register("noci22.lemma3_2",
@@ -371,13 +366,7 @@ def thm3_3(*, seed: int = 0, device: str = "cpu", n: int = 16, d: int = 32, rho0
     const_depths = args.grid("const_depths", const_depths, 1, 64, ints=True)
     data = thm3_3_data(seed=seed, device=device, **sz.data_kw(), alt=alt, sweep_seeds=sweep_seeds,
                        const_depths=const_depths)
-    notes = (f"noci22's network (uniform attention, linear, no LayerNorm, d_ff = d) on n = {sz.n} "
-             f"equal-norm tokens of width {sz.d} and cosine {sz.rho0}, {sz.seeds} weight draws per "
-             f"layer profile and {sweep_seeds} per depth. Thm 3.3's ρ is the ratio of "
-             "expectations; the mean pairwise cosine (hollow) lies slightly below it at finite "
-             "d (norms fluctuate from token to token).")
-    return Experiment(data["frame"], _thm3_3_table(data), thm3_3_checks(data),
-                      plot_thm3_3, data, notes)
+    return Experiment(data["frame"], _thm3_3_table(data), thm3_3_checks(data), plot_thm3_3, data)
 
 
 def fig8_data(*, seed, device, n, d, rho0, depth, seeds, at) -> dict:
@@ -480,9 +469,4 @@ def fig8(*, seed: int = 0, device: str = "cpu", n: int = 16, d: int = 32, rho0: 
     table = pd.DataFrame([dict(config=lab, final_norm=r[1][-1], final_norm_theory=r[0][-1],
                                final_rho=r[4][-1], final_rho_theory=r[3][-1])
                           for lab, r in data["res"].items()])
-    notes = (f"L = {sz.depth} layers, n = {sz.n} tokens of width {sz.d} (cosine {sz.rho0}), "
-             f"{sz.seeds} weight draws, uniform attention and linear activation as in Fig. 8's "
-             "caption (noci22 gives no sizes). At α = 1 the sample mean of the norm falls below "
-             "Eq. 12 at depth: the product of random layers is heavy-tailed (Fig. 11), so its "
-             "mean is carried by rare draws; the checks on α = 1 use the first layers.")
-    return Experiment(data["frame"], table, checks, plot_fig8, data, notes)
+    return Experiment(data["frame"], table, checks, plot_fig8, data)

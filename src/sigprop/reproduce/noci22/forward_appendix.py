@@ -176,12 +176,7 @@ def fig10(*, seed: int = 0, device: str = "cpu", n: int = 16, d: int = 32, rho0:
                               alpha_tilde=alpha_tilde)
     data = fig10_data(seed=seed, device=device, **sz.data_kw())
     checks = fig10_checks(data)
-    notes = (f"noci22's block without LayerNorm (Fig. 10 follows Fig. 4, whose sizes the "
-             f"appendix does not give): n = {sz.n} tokens of width {sz.d}, cosine {sz.rho0}, "
-             f"d_ff = d, weights N(0, 1/d), {sz.seeds} draws, L = {sz.depth}. Markers: the network "
-             "with softmax attention (filled) and with uniform attention imposed (hollow); ρ is "
-             "Thm 3.3's ratio of expectations.")
-    return Experiment(data["frame"], _fig10_table(data), checks, plot_fig10, data, notes)
+    return Experiment(data["frame"], _fig10_table(data), checks, plot_fig10, data)
 
 
 _PANELS = ("uniform attention, std 1/√d", "softmax, std 1/√d", "softmax, std 1")
@@ -334,8 +329,4 @@ def fig11(*, seed: int = 0, device: str = "cpu", n: int = 10, d: int = 30, depth
     data = fig11_data(seed=seed, device=device, n=n, d=d, depth=depth, seeds=seeds,
                       alpha=alpha, bins=bins)
     checks = fig11_checks(data, ok_layers)
-    notes = (f"noci22's network without LayerNorm, linear activation, α₁ = α₂ = {alpha:g} (the "
-             f"caption states no residual weight), n = {n} tokens (not stated), d = {d}, "
-             f"{seeds} weight draws on one fixed Gaussian input; densities of log10 ||X^L||² "
-             "(the norms span decades across L).")
-    return Experiment(data["frame"], _fig11_table(data), checks, plot_fig11, data, notes)
+    return Experiment(data["frame"], _fig11_table(data), checks, plot_fig11, data)

@@ -75,8 +75,8 @@ def fig12_data(*, seed, base, axes, stds, draws) -> dict:
     sw = [q for q in pts if q["axis"] == "std"]
     hi_sw = [q for q in sw if q["x"] >= 1.0] or sw[-1:]
     lo_sw = [q for q in sw if q["x"] <= 0.25] or sw[:1]
-    return dict(frame=frame(recs), axes=axes, draws=draws, hi_sw=hi_sw, large=large, lo_sw=lo_sw,
-                logdev=logdev, pts=pts, small=small, stds=stds, verify=verify)
+    return dict(frame=frame(recs), axes=axes, base=base, draws=draws, hi_sw=hi_sw, large=large,
+                lo_sw=lo_sw, logdev=logdev, pts=pts, small=small, stds=stds, verify=verify)
 
 
 def fig12_checks(data: dict) -> list[Check]:
@@ -160,10 +160,7 @@ def fig12(*, seed: int = 0, device: str = "cpu", n: int = 16, d: int = 16, rho: 
             "std": args.grid("sweep_stds", sweep_stds, 1e-3, 10.0)}
     data = fig12_data(seed=seed, base=base, axes=axes, stds=stds, draws=draws)
     checks = fig12_checks(data)
-    notes = (f"Softmax attention, W_Q, W_K, W_V ~ N(0, 1/d) (Xavier), tokens as in noci22 A.2; "
-             f"{draws} draws per point (the paper: 20 runs); one parameter swept at a time "
-             f"around {base}. Theory: Eq. 18 with the exact Gaussian factor.")
-    return Experiment(data["frame"], _fig12_table(data), checks, plot_fig12, data, notes)
+    return Experiment(data["frame"], _fig12_table(data), checks, plot_fig12, data)
 
 
 def fig13_14_data(*, seed, rhos, stds, ns, ds, draws) -> dict:
@@ -286,8 +283,4 @@ def fig13_14(*, seed: int = 0, device: str = "cpu", rhos: Sequence[float] = (0.0
     draws = args.integer("draws", draws, 2, 10**6)
     data = fig13_14_data(seed=seed, rhos=rhos, stds=stds, ns=ns, ds=ds, draws=draws)
     checks = fig13_14_checks(data)
-    notes = (f"Softmax attention, W ~ N(0, 1/d) (Xavier), tokens as in noci22 A.2, {draws} "
-             "draws per cell; the ratio is of root mean squared Jacobian norms (closed form, "
-             "checked against autograd in noci22.eq17_18 / fig12). Grid values are ours (the "
-             "appendix does not list them).")
-    return Experiment(data["frame"], _fig13_14_table(data), checks, plot_fig13_14, data, notes)
+    return Experiment(data["frame"], _fig13_14_table(data), checks, plot_fig13_14, data)

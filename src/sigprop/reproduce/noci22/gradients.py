@@ -146,11 +146,7 @@ def lemma3_1(*, seed: int = 0, device: str = "cpu", n: int = 8, d: int = 8,
     draws = args.integer("draws", draws, 8, 10**6)
     data = lemma3_1_data(seed=seed, n=n, d=d, draws=draws)
     checks = lemma3_1_checks(data)
-    notes = (f"One attention layer, n = {n}, d = d_k = d_v = {d}, W ~ N(0, 1/d); for each of "
-             f"four fixed inputs (drawn as in noci22 A.2) {draws} weight draws; Jacobians "
-             "under Assumption 3.1 (A = 11ᵀ/n, ∂A/∂M = Eq. 24) in closed form, checked against "
-             "torch autograd.")
-    return Experiment(data["frame"], _lemma3_1_table(data), checks, plot_lemma3_1, data, notes)
+    return Experiment(data["frame"], _lemma3_1_table(data), checks, plot_lemma3_1, data)
 
 
 def thm3_2_data(*, seed, n, d, eps, draws, draws_x, net_depth, net_n, net_d, net_seeds) -> dict:
@@ -301,10 +297,7 @@ def thm3_2(*, seed: int = 0, device: str = "cpu", n: int = 8, d: int = 16,
     data = thm3_2_data(seed=seed, n=n, d=d, eps=eps, draws=draws, draws_x=draws_x,
                        net_depth=net_depth, net_n=net_n, net_d=net_d, net_seeds=net_seeds)
     checks = thm3_2_checks(data)
-    notes = (f"One softmax attention layer (W ~ N(0, 1/d), n = {n}, d = {d}, {draws} draws; "
-             f"input Jacobians by autograd on {draws_x}) and a post-LN network on sigprop.nn "
-             f"(d = {net_d}, 2 heads, n = {net_n}, {net_seeds} seeds, MLM readout loss).")
-    return Experiment(data["frame"], _thm3_2_table(data), checks, plot_thm3_2, data, notes)
+    return Experiment(data["frame"], _thm3_2_table(data), checks, plot_thm3_2, data)
 
 
 def eq17_18_data(*, seed, base, axes, draws, isserlis_draws) -> dict:
@@ -454,8 +447,4 @@ def eq17_18(*, seed: int = 0, device: str = "cpu", n: int = 8, d: int = 8, rho: 
     data = eq17_18_data(seed=seed, base=base, axes=axes, draws=draws,
                         isserlis_draws=isserlis_draws)
     checks = eq17_18_checks(data)
-    notes = (f"One head, W_Q, W_K, W_V ~ N(0, 1/d), tokens as in noci22 A.2, {draws} draws per "
-             "point; Jacobians under Assumption 3.1 (A = 11ᵀ/n, ∂A/∂M from Eq. 24) in closed "
-             "form, checked against torch autograd. One parameter swept at a time around "
-             f"{base}.")
-    return Experiment(data["frame"], _eq17_18_table(data), checks, plot_eq17_18, data, notes)
+    return Experiment(data["frame"], _eq17_18_table(data), checks, plot_eq17_18, data)

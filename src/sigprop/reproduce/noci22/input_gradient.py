@@ -153,8 +153,4 @@ def eq8(*, seed: int = 0, device: str = "cpu", n: int = 4, d: int = 16,
     rho_a2 = args.real("rho_a2", rho_a2, 0.0, 0.999)
     data = eq8_data(seed=seed, n=n, d=d, rhos=rhos, sigma_x2s=sigma_x2s, draws=draws, rho_a2=rho_a2)
     checks = eq8_checks(data)
-    notes = (f"One head, n = {n}, d = d_k = d_v = {d}, W ~ N(0, 1/d), tokens as in noci22 A.2, "
-             f"{draws} draws per point; the input Jacobian under Assumption 3.1 (A = 11ᵀ/n, "
-             "∂A/∂M = Eq. 24) by torch autograd of a function with that value and Jacobian; "
-             "Eq. 8 written with σ_q² (the printed σ_d² is a typo, Eq. 40).")
-    return Experiment(data["frame"], _eq8_table(data), checks, plot_eq8, data, notes)
+    return Experiment(data["frame"], _eq8_table(data), checks, plot_eq8, data)

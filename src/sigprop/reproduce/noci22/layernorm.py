@@ -164,10 +164,4 @@ def fig3_9(*, seed: int = 0, device: str = "cpu", depth: int = 12, d: int = 32, 
     data = fig3_9_data(seed=seed, depth=depth, d=d, heads=heads, d_ff=d_ff, n=n, seeds=seeds,
                        rho0=rho0)
     checks = fig3_9_checks(data)
-    notes = (f"noci22 Table 2's network on sigprop.nn via measurement.engine.measure: d = {d}, "
-             f"d_ff = {d_ff}, {heads} heads, n = {n}, ReLU, Xavier-normal weights, no output "
-             f"projection, standard LayerNorm, L = {depth} (the depth of Figs. 3, 9 is not "
-             f"stated), {seeds} seeds; tokens at cosine {rho0} stand in for the embeddings plus "
-             "positional encodings. Gradients: W_Q and W_V of an MLM-style random readout loss "
-             "(W_K has W_Q's expectation).")
-    return Experiment(data["frame"], _fig3_9_table(data), checks, plot_fig3_9, data, notes)
+    return Experiment(data["frame"], _fig3_9_table(data), checks, plot_fig3_9, data)

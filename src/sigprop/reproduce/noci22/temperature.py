@@ -245,9 +245,4 @@ def eq47(*, seed: int = 0, device: str = "cpu", ns: Sequence[int] = (8, 32),
                      iwslt_n=iwslt_n, iwslt_rho=iwslt_rho, iwslt_draws=iwslt_draws,
                      paper_tau=paper_tau)
     checks = eq47_checks(data)
-    notes = (f"One head, W ~ N(0, 1/d), tokens as in noci22 A.2 with σ_x² = 1 (LayerNorm-ed), "
-             f"{draws} draws per cell and {iwslt_draws} at the IWSLT'14 size; Jacobians in "
-             "closed form (checked against torch autograd, and through sigprop.nn's "
-             "--scaling tau attention). IWSLT'14: noci22's Table 3 model (hidden size 512; "
-             "τ* does not depend on the head width) with n = 25, a typical sentence length.")
-    return Experiment(data["frame"], _eq47_table(data), checks, plot_eq47, data, notes)
+    return Experiment(data["frame"], _eq47_table(data), checks, plot_eq47, data)

@@ -232,16 +232,7 @@ def reverse(*, seed: int = 0, device: str = "cpu", depth: int = 5, d_model: int 
                         seeds=seeds, eval_sequences=eval_sequences)
     checks = reverse_checks(data, d_model=d_model, seeds=seeds, steps=steps)
     fig = plot_reverse(data, depth=depth, d_model=d_model)
-    notes = (f"noci22 App. C.1's encoder ({depth} layers, post-LN, d = {d_model}, 1 head, ReLU "
-             f"MLP, every weight N(0, 1/d), alpha_mlp = 1) on {seq_len} digits, Adam (0.9, "
-             f"0.999) lr {lr:g}, no weight decay, batch {batch_size}, {steps} steps, "
-             f"{seeds} seeds. Deviations: learned N(0, 1) position embeddings (noci22: "
-             "sinusoidal) and sigprop train's linear schedule with 5 % warm-up and clipping "
-             f"at 1 (noci22: constant lr). The rank-collapsed run weakens the attention "
-             f"residual to alpha_attn = {a_lo:g}; the Q/K scale stays noci22's Xavier one "
-             "(beta well below beta_c, never 0: at beta = 0 the Q/K gradients vanish "
-             "identically, a saddle, not rank collapse).")
-    return Experiment(frame(data["recs"]), data["table"], checks, fig, notes=notes)
+    return Experiment(frame(data["recs"]), data["table"], checks, fig)
 
 
 # ============================================================================================
@@ -490,15 +481,4 @@ def fig15(*, seed: int = 0, device: str = "cpu", depth: int = 6, d_model: int = 
     table = fig15_table(d)
     checks = fig15_checks(d, d_model=d_model, seeds=seeds, steps=steps)
     fig = plot_fig15(d, tau=d["tau"])
-    tau, rho_mean, every = d["tau"], d["rho_mean"], d["every"]
-    notes = (f"noci22 trains a translation model on IWSLT'14 (tau_final 8.5, warm-up over 1000 "
-             f"steps, trainable alpha_1, alpha_2); sigprop trains a {depth}-layer pre-LN "
-             f"encoder (d = {d_model}, {heads} heads, T = {seq_len}, every weight N(0, 1/d)) "
-             f"by MLM on the built-in stories for {steps} steps (lr {lr:g}, batch "
-             f"{batch_size}) with tau warmed up linearly to tau* = {tau:.3g} (Eq. 47 at "
-             f"sigma_x^2 = 1, n = T, rho = {rho_mean:.3f}, the theory's mean "
-             f"input cosine over the attention layers) over the first {every} steps, and the "
-             "residual strengths trained (started at 1, no weight decay). C.3 prints the "
-             "warm-up as tau_final max(1, step/warm-up), which never warms up; sigprop uses "
-             "min. Reference: the same model with tau = 1 and fixed alphas.")
-    return Experiment(frame(d["recs"]), table, checks, fig, notes=notes)
+    return Experiment(frame(d["recs"]), table, checks, fig, d)

@@ -197,8 +197,4 @@ def fig7(*, seed: int = 0, device: str = "cpu", n: int = 16, d_v: int = 100,
     data = fig7_data(seed=seed, n=n, d_v=d_v, d_ks=d_ks, draws=draws, fit_range=fit_range,
                      large_range=large_range)
     checks = fig7_checks(data)
-    notes = (f"n = {n} (not stated in the paper), d_v = {d_v}, one fixed input with N(0, 1) "
-             f"entries, Glorot W_Q, W_K (variance 2/(d_v + d_k)), {draws} draws per d_k (the "
-             "paper: 200). X W_Q is drawn with its exact Gaussian law (columns i.i.d. "
-             "N(0, σ_k² X Xᵀ)), so large d_k costs n d_k per draw.")
-    return Experiment(data["frame"], _fig7_table(data), checks, plot_fig7, data, notes)
+    return Experiment(data["frame"], _fig7_table(data), checks, plot_fig7, data)
