@@ -124,3 +124,13 @@ def test_cli_text_errors_are_one_line(encoder, tmp_path, capsys):
                 str(tmp_path / "missing.txt")])
     err = capsys.readouterr().err.strip().splitlines()
     assert code == 2 and len(err) == 1 and "text:" in err[0], err
+
+
+def test_longctx_trained_encoder_within_and_beyond_its_position_table(encoder):
+    from sigprop.analysis.longctx_model import run
+
+    with pytest.raises(SpecError, match=r"^lengths: 512 is beyond .*learned position table "
+                                        r"\(embeddings.position_embeddings: 128 positions\)"):
+        run(str(encoder), [64, 512], queries=16, out_queries=8, sequences=1)
+    r = run(str(encoder), [32, 128], queries=16, out_queries=8, sequences=1, seq_len=64)
+    assert r.info["lengths"] == [32, 128] and len(r.layers) == 2

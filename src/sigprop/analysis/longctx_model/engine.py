@@ -20,7 +20,7 @@ from ...measurement.rates import matmul_rate
 from ...spec import SpecError
 from ..result import Result
 from .capture import reference_pass
-from .model import build_model, train_length
+from .model import build_model, position_limit, train_length
 from .scaling import COMPARE_ALL, Scaling, own_scaling, parse_scaling, recommend
 from .stream import LayerStream, stream_layer_lengths
 from .theory import moments
@@ -238,6 +238,22 @@ def _reference_lengths(config, lengths: list[int], train_len: int | None,
     return tl, all_lengths, t_ref
 
 
+def _check_positions(built, longest: int, notes: list[str]) -> None:
+    """Trained weights with a learned position table cannot read past it: a SpecError naming
+    the table and its size. At init the stream may go past it (the question is then the
+    architecture's, positions aside), with a note."""
+    limit = position_limit(built.module)
+    if limit is None or longest <= limit[1]:
+        return
+    name, n = limit
+    if built.trained:
+        raise SpecError("lengths", f"{longest} is beyond {built.name}'s learned position "
+                                   f"table ({name}: {n} positions); this model reads at most "
+                                   f"{n} tokens")
+    notes.append(f"lengths beyond the learned position table ({name}: {n} positions): the "
+                 "stream models the attention there without position embeddings")
+
+
 def run(model, lengths: Sequence[int] | None = None, *, queries: int = 128,
         out_queries: int = 32, train_len: int | None = None, seq_len: int | None = None,
         sequences: int = 2, scalings: Sequence[str] | None = None, compare: bool = False,
@@ -263,6 +279,7 @@ def run(model, lengths: Sequence[int] | None = None, *, queries: int = 128,
     built = build_model(model, seed=seed, device="cpu")
     module, config, name, notes = built.module, built.config, built.name, built.notes
     tl, all_lengths, t_ref = _reference_lengths(config, lengths, train_len, seq_len)
+    _check_positions(built, max(all_lengths), notes)
     own = own_scaling(config, tl)
     extra = [parse_scaling(s, tl) for s in (scalings or [])]
     if compare:

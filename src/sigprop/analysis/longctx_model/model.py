@@ -79,14 +79,31 @@ class Float32Blocks(HookHandles):
 @dataclass(frozen=True, kw_only=True)
 class BuiltModel:
     """The model a long-context run measures: the ``module``, its ``config``, the ``name`` the
-    report shows, ``notes`` on how it was built and whether its blocks are stored in bfloat16
-    (``bf16``)."""
+    report shows, ``notes`` on how it was built, whether its blocks are stored in bfloat16
+    (``bf16``) and whether its weights are trained (a folder's files or the module given)."""
 
     module: Any
     config: Any
     name: str
     notes: list[str]
     bf16: bool
+    trained: bool = False
+
+
+def position_limit(module) -> tuple[str, int] | None:
+    """``(name, positions)`` of the model's learned absolute position table (an
+    ``nn.Embedding`` named for positions: BERT's ``position_embeddings``, GPT-2's ``wpe``,
+    OPT's ``embed_positions``), less the rows an offset or padding index takes; None for a
+    model without one (rotary, ALiBi, relative positions)."""
+    from torch import nn
+
+    for name, m in module.named_modules():
+        leaf = name.rsplit(".", 1)[-1].lower()
+        if isinstance(m, nn.Embedding) and ("position" in leaf or leaf in ("wpe", "pos_emb")):
+            pad = m.padding_idx
+            offset = int(getattr(m, "offset", 0) or 0) + (pad + 1 if pad is not None else 0)
+            return name, int(m.num_embeddings) - offset
+    return None
 
 
 def build_model(model, seed: int = 0, device: str = "cpu") -> BuiltModel:
@@ -100,7 +117,7 @@ def build_model(model, seed: int = 0, device: str = "cpu") -> BuiltModel:
     notes: list[str] = []
     if isinstance(model, nn.Module):
         return BuiltModel(module=model, config=fw.module_config(model),
-                          name=type(model).__name__, notes=notes, bf16=False)
+                          name=type(model).__name__, notes=notes, bf16=False, trained=True)
     config = hf.load_config(model)
     name = str(model) if isinstance(model, str) else getattr(config, "model_type", "config")
     vocab = fw.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
@@ -109,9 +126,9 @@ def build_model(model, seed: int = 0, device: str = "cpu") -> BuiltModel:
     m = hf.model_at_init(config, seed=seed, attn_implementation="eager", vocab_size=vocab,
                          dtype=dtype)
     folder = fw.model_folder(model)
-    if folder is not None:
-        if hf.load_local_weights(m, folder).trained:
-            notes.append(f"weights: {folder} (trained)")
+    trained = folder is not None and hf.load_local_weights(m, folder).trained
+    if trained:
+        notes.append(f"weights: {folder} (trained)")
     if big:
         from ...measurement.probe_sites import find_blocks
 
@@ -125,5 +142,6 @@ def build_model(model, seed: int = 0, device: str = "cpu") -> BuiltModel:
                     mod._buffers[k] = buf.float()
         notes.append("blocks stored in bfloat16 (rounded once after init) to fit memory; "
                      "each block runs in float32")
-    return BuiltModel(module=m.to(device), config=config, name=name, notes=notes, bf16=big)
+    return BuiltModel(module=m.to(device), config=config, name=name, notes=notes, bf16=big,
+                      trained=trained)
 
