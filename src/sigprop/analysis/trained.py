@@ -1,4 +1,4 @@
-"""Diagnosing trained weights with one set of numbers (docs/theory.md §2.9).
+"""Diagnosing trained weights with one set of numbers (docs/theory.md §2.10).
 
 The theory's score scale is read from the weights under the input law of an initialised
 model (isotropic tokens of one cosine, unit norms). Trained weights on real text break that
