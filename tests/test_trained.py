@@ -134,3 +134,56 @@ def test_longctx_trained_encoder_within_and_beyond_its_position_table(encoder):
         run(str(encoder), [64, 512], queries=16, out_queries=8, sequences=1)
     r = run(str(encoder), [32, 128], queries=16, out_queries=8, sequences=1, seq_len=64)
     assert r.info["lengths"] == [32, 128] and len(r.layers) == 2
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_trained_weights_are_told_from_init(diagnosed, kind):
+    d = diagnosed[kind]
+    assert d.weights_state == "trained"
+    j = to_json(d, timing=False)
+    assert j["weights_state"] == "trained" and j["weights_check"]["state"] == "trained"
+    mats = [c for c in j["weights_check"]["checks"] if len(c["shape"]) == 2]
+    assert mats and all(c["trained"] for c in mats)
+
+
+def test_a_module_at_init_is_diagnosed_at_init(decoder):
+    """An nn.Module whose weights are a fresh init: the weights check says init and the
+    at-init theory, verdict and advice apply (no measured-scores path)."""
+    from sigprop import models as hf
+
+    m = hf.model_at_init(hf.load_config(str(decoder)), seed=3)
+    d = diagnose(m, seq_len=32, sequences=1)
+    assert d.weights == "module" and d.weights_state == "init"
+    assert "beta_weights" not in d.derived
+    assert any("matches a fresh init" in n for n in d.notes)
+
+
+def test_mixed_weights_and_vs_init(encoder, tmp_path):
+    """A checkpoint whose second layer is back at a fresh init reads mixed; --vs-init puts the
+    fresh init beside the trained weights on the same inputs."""
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    from sigprop import models as hf
+
+    folder = tmp_path / "half"
+    shutil.copytree(encoder, folder)
+    w = load_file(str(folder / "model.safetensors"))
+    fresh = hf.model_at_init(hf.load_config(str(encoder)), seed=11).state_dict()
+    for k in list(w):
+        if ".layer.1." in k:
+            w[k] = fresh[k.removeprefix("bert.")].clone()
+    save_file({k: v.contiguous() for k, v in w.items()}, str(folder / "model.safetensors"))
+    d = diagnose(str(folder), seq_len=32, sequences=1, vs_init=True)
+    assert d.weights_state == "mixed"
+    back = {c.name for c in d.weights_check.matrices if not c.trained}
+    assert back and all(".layer.1." in n for n in back)
+    v = d.vs_init.layers
+    assert list(v["layer"]) == [0, 1, 2]
+    for col in ("cos", "entropy", "sigma_s"):
+        assert {f"{col}_trained", f"{col}_init", f"{col}_change"} <= set(v.columns)
+    np.testing.assert_allclose(v["cos_change"], v["cos_trained"] - v["cos_init"], atol=1e-12)
+    # layer 1 is trained: its score scale left the init's (~0.02 x sqrt(d_head) scale) far
+    assert float(v.loc[v.layer == 1, "sigma_s_trained"].iloc[0]) > \
+        3 * float(v.loc[v.layer == 1, "sigma_s_init"].iloc[0])

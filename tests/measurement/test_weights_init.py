@@ -2,9 +2,9 @@
 fresh draw of the same architecture, summarised as init / trained / mixed.
 
 Fresh models are built once per (family, seed) in this module; the two tiny trained folders
-are trained once per session, smaller than :mod:`sigprop.models.tiny_trained`'s defaults
-(:data:`TRAINING`: 60 AdamW steps on 500 documents, ~10 s each on the loaded 2-core machine
-instead of ~35 s; their block matrices are already 11-84 noise sds away from init)."""
+are :mod:`sigprop.models.tiny_trained`'s defaults, trained once per session and shared with
+the other trained-model tests (at 60 steps their block matrices were already 11-84 noise sds
+away from init)."""
 
 from __future__ import annotations
 
@@ -37,7 +37,6 @@ PRESET_FAMILIES = ("bert-base-uncased", "roberta-base", "gpt2", "llama-3.2-1b", 
                    "mistral-like-1b")
 OTHER_FAMILIES = ("t5", "gemma", "opt")
 PAIRS = ((0, 1), (2, 3), (1, 2))
-TRAINING = dict(steps=60, documents=500)
 
 
 def _config(family: str):
@@ -64,7 +63,7 @@ def fresh(family: str, seed: int):
 @cache
 def trained(kind: str):
     """(the trained model with its folder's weights, the load report, a fresh draw)."""
-    folder = cached(kind, **TRAINING)
+    folder = cached(kind)
     model = model_at_init(folder, seed=0)
     rep = load_local_weights(model, folder)
     return model, rep, model_at_init(folder, seed=1)

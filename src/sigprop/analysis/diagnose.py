@@ -51,10 +51,12 @@ from .forward import (
     find_sub_model,
     model_folder,
     model_inputs,
+    model_tokens,
     module_config,
     repeats_of,
     run_forward,
     text_token_ids,
+    token_vocab,
     vocab_at_init,
 )
 from .model_theory import (
@@ -98,7 +100,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
              sequences: int = 2, device: str = "cpu", seed: int = 0,
              on_seed: Callable[[int], None] | None = None, stack: str = "encoder",
              recommendations: bool = True, text: str | Path | None = None,
-             tokenizer: Any = None) -> Diagnosis:
+             tokenizer: Any = None, vs_init: bool = False) -> Diagnosis:
     """Measure ``model`` and set the theory beside it, with a verdict and recommendations.
 
     ``model``: a preset name, a local ``config.json`` or model folder (its safetensors
@@ -119,8 +121,11 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
     folder's or the module's own, :func:`sigprop.data.model_text.find_tokenizer`): the
     built-in stories, or ``text`` (a file or a folder of ``.txt``). A model at init reads
     sigprop's built-in token ids (the at-init default) unless ``text`` or ``tokenizer`` is
-    given. ``Diagnosis.inputs`` says which. On trained weights the verdict, the failing heads
-    and the advice read the measured scores (:mod:`sigprop.analysis.trained`)."""
+    given. ``Diagnosis.inputs`` says which. Weights from a folder or a module are checked
+    against a fresh init of the same config, matrix by matrix (``Diagnosis.weights_state``:
+    init, trained or mixed); on trained weights the verdict, the failing heads and the advice
+    read the measured scores (:mod:`sigprop.analysis.trained`). ``vs_init``: also measure the
+    fresh init on the same inputs (``Diagnosis.vs_init``: what training changed)."""
     _check_options(seeds, sequences, stack, device)
     t0 = time.perf_counter()
     if stack not in ("encoder", "decoder"):  # a sub-model of a composite, as a model of its own
@@ -130,7 +135,7 @@ def diagnose(model: Any = "bert-base-uncased", *, seq_len: int | None = None, se
         if d is not None:
             return d
     setup = _setup(model, seq_len, sequences, seed, stack, text=text, tokenizer=tokenizer)
-    run = _measure(model, setup, seeds=seeds, device=device, on_seed=on_seed)
+    run = _measure(model, setup, seeds=seeds, device=device, on_seed=on_seed, vs_init=vs_init)
     return _conclude(setup, run, recommendations, t0)
 
 
@@ -219,10 +224,10 @@ def _setup(model, seq_len: int | None, sequences: int, seed: int, stack: str, *,
                   else generic_spec_and_info(config, seq_len))
     notes = list(getattr(info, "notes", ()))
     kind = input_kind(config)
-    tokens, inputs = _tokens(model, module, kind, sequences, spec.seq_len, seed, notes,
-                             text=text, tokenizer=tokenizer)
-    vocab = vocab_at_init(config, info.vocab_size) if tokens is None else _full_vocab(
-        config, info.vocab_size, tokens)
+    tokens, inputs = model_tokens(model, module, kind, sequences, spec.seq_len, seed, notes,
+                                  text=text, tokenizer=tokenizer)
+    vocab = vocab_at_init(config, info.vocab_size) if tokens is None else token_vocab(
+        info.vocab_size, tokens)
     check_memory(config, spec, sequences, vocab)
     if seq_len is not None and kind != "text" and seq_len != spec.seq_len and \
             stack == "encoder":
@@ -258,45 +263,6 @@ def _setup(model, seq_len: int | None, sequences: int, seed: int, stack: str, *,
                   notes=notes, kind=kind, vocab=vocab, enc_dec=enc_dec, decoder=decoder,
                   repeats=repeats, stack=stack, sequences=sequences, seed=seed, made=made,
                   inputs=inputs)
-
-
-def _tokens(model, module, kind: str, sequences: int, T: int, seed: int, notes: list[str], *,
-            text, tokenizer):
-    """``(TokenBatch or None, what the model reads in words)``: real text through the
-    model's tokenizer for trained weights or when ``text`` / ``tokenizer`` is given, else
-    the at-init default (sigprop's built-in ids)."""
-    from ..data.model_text import find_tokenizer, token_batch
-    from ..models.loading import has_weights
-
-    folder = model_folder(model)
-    trained = module is not None or (folder is not None and has_weights(folder))
-    asked = text is not None or tokenizer is not None
-    at_init = ("sigprop's built-in token ids (its own stories' word ids modulo the "
-               "vocabulary; the at-init default)")
-    if kind != "text":
-        if text is not None:
-            raise SpecError("text", f"this model reads {kind} inputs, not text")
-        return None, f"{kind} input (sigprop's own, see the notes)"
-    if not (trained or asked):
-        return None, at_init
-    tok = find_tokenizer(module if module is not None else model, tokenizer, notes)
-    if tok is None:
-        if text is not None:
-            raise SpecError("text", "needs the model's tokenizer: none comes with the model "
-                                    "(give --tokenizer DIR|NAME)")
-        return None, at_init + "; no tokenizer comes with the model"
-    batch = token_batch(tok, sequences, T, text=text, seed=seed)
-    return batch, batch.describe()
-
-
-def _full_vocab(config, vocab_size: int, tokens) -> int:
-    """The embedding rows to build when the model reads its tokenizer's ids: all of them (a
-    SpecError when the tokenizer's ids exceed the model's vocabulary)."""
-    top = int(tokens.input_ids.max())
-    if top >= vocab_size:
-        raise SpecError("tokenizer", f"its ids reach {top} but the model's vocabulary has "
-                                     f"{vocab_size} rows: not this model's tokenizer")
-    return vocab_size
 
 
 @dataclass
@@ -336,14 +302,23 @@ class _Run:
     stack_path: str
     trained: bool
     weights: str
+    #: trained-looking weights beside a fresh init (:class:`~.vs_init.BesideInit`)
+    side: Any = None
 
 
 def _measure(model, s: _Setup, *, seeds: int, device: str,
-             on_seed: Callable[[int], None] | None) -> _Run:
+             on_seed: Callable[[int], None] | None, vs_init: bool = False) -> _Run:
     """The draws: the ``nn.Module`` given as it is (in eval mode, its mode restored after),
     else a model at init per seed ``seed``, ``seed + 1`` ... (a folder's weights replace the
-    init: then one draw). ``on_seed`` is called after each draw."""
+    init: then one draw, checked against a fresh init beside it). ``on_seed`` is called after
+    each draw."""
     from .. import models as hf
+    from .vs_init import beside_init
+
+    def side_of(m, inputs, stack_path):
+        return beside_init(m, s.config, seed=s.seed, vocab=s.vocab, mapped=s.mapped,
+                           stack_path=stack_path, vs_init=vs_init,
+                           draw_fn=lambda f, path: _draw(f, inputs, path, s, first=False))
 
     if s.module is not None:  # the user's model, as it is
         was_training = s.module.training
@@ -353,13 +328,15 @@ def _measure(model, s: _Setup, *, seeds: int, device: str,
                 s.module, s.config, device=next(s.module.parameters()).device, **s.made)
             s.notes += notes
             draw = _draw(s.module, inputs, stack_path, s, first=True)
+            side = side_of(s.module, inputs, stack_path)
         finally:
             s.module.train(was_training)
         if on_seed is not None:
             on_seed(0)
-        return _Run(draws=[draw], stack_path=stack_path, trained=True, weights="module")
+        return _Run(draws=[draw], stack_path=stack_path, trained=True, weights="module",
+                    side=side)
     folder = model_folder(model)  # a model folder's weights replace the init
-    draws, trained = [], False
+    draws, trained, side = [], False, None
     for k in range(seeds):
         # unmapped families: eager attention (probabilities returned as the model forms them,
         # biases and soft-capping included; some families have no SDPA path)
@@ -371,13 +348,15 @@ def _measure(model, s: _Setup, *, seeds: int, device: str,
             inputs, stack_path, notes = model_inputs(m, s.config, device=device, **s.made)
             s.notes += notes
         draws.append(_draw(m, inputs, stack_path, s, first=k == 0))
+        if trained:
+            side = side_of(m, inputs, stack_path)
         del m
         if on_seed is not None:
             on_seed(k)
         if trained:  # the folder's weights replace every draw: one realisation to measure
             break
     return _Run(draws=draws, stack_path=stack_path, trained=trained,
-                weights="folder" if trained else "init")
+                weights="folder" if trained else "init", side=side)
 
 
 def _draw(m, inputs: dict, stack_path: str, s: _Setup, first: bool) -> _Draw:
@@ -491,7 +470,8 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
         memory=merge_memory([d.memory for d in run.draws if d.memory is not None]))
     heads = _with_bounds(with_weight_heads(heads, table, spec), [d.bounds for d in run.draws])
     layer_rows: list[dict] = []
-    trained, roles = run.trained, None
+    state, check = _weights_state(run, notes)
+    trained, roles = state in ("trained", "mixed"), None
     if mapped:
         theory = depth.propagate(spec, rho0=rho0)
         theory = position_resolved(theory, spec, s.kind, [d.gram for d in run.draws],
@@ -523,7 +503,38 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
                      notes=notes, seeds=len(probes), sequences=s.sequences, seed=s.seed,
                      weights=run.weights, layers=layer_rows, stack=s.stack,
                      cross=_cross_rows(run.draws), stack_path=run.stack_path, inputs=s.inputs,
-                     roles=roles)
+                     roles=roles, weights_state=state, weights_check=check,
+                     vs_init=_vs_init(run, meas, heads, spec, s))
+
+
+def _weights_state(run: _Run, notes: list[str]):
+    """``(state, InitCheck or None)``: ``init`` for a model this run initialised; else the
+    check against a fresh init (``trained``, ``mixed`` or ``init``), with its notes; a
+    folder or module whose check could not run counts as trained."""
+    side = run.side
+    if not run.trained:
+        return "init", None
+    if side is not None:
+        notes += list(side.notes)
+    check = None if side is None else side.check
+    if check is None:
+        return "trained", None
+    notes += [f"weights: {n}" for n in check.notes]
+    if check.state == "init":
+        notes.append("weights: every matrix of the measured blocks matches a fresh init "
+                     "within its noise: the at-init theory and verdict apply")
+    return check.state, check
+
+
+def _vs_init(run: _Run, meas, heads, spec: ArchSpec, s: _Setup):
+    """The fresh init's measurement beside this one (:func:`.vs_init.compare`), or None."""
+    from .vs_init import compare
+
+    fresh = None if run.side is None else run.side.draw
+    if fresh is None:
+        return None
+    meas0, heads0, _ = _measured([fresh.probe], spec, s.name)
+    return compare(meas, heads, meas0, heads0, spec.seq_len, s.seed)
 
 
 def _at_seen_length(s: _Setup, gram: InputGram) -> ArchSpec:

@@ -65,6 +65,14 @@ class Diagnosis(Result):
     #: per head, on trained weights: its role (sink, positional, diffuse, content,
     #: collapsed; :func:`sigprop.analysis.anatomy.head_roles`), None where not measured
     roles: Any = None
+    #: ``init``, ``trained`` or ``mixed``: the measured blocks' matrices against a fresh init
+    #: of the config (:mod:`sigprop.measurement.weights_init`; ``init`` for a model this run
+    #: initialised)
+    weights_state: str = "init"
+    #: the per-matrix check behind ``weights_state`` (an ``InitCheck``), None when not run
+    weights_check: Any = None
+    #: with ``vs_init``: the trained and the fresh model side by side (``VsInit``), else None
+    vs_init: Any = None
 
     @property
     def embed_q(self) -> float | None:
@@ -146,7 +154,10 @@ def to_json(d: Diagnosis, *, timing: bool = True) -> dict:
             "failing_heads": d.failing_heads, "recommendations": d.recommendations,
             "rho0": d.rho0, "trained_weights": d.trained, "notes": d.notes,
             "seeds": d.seeds, "sequences": d.sequences, "seed": d.seed,
-            "weights": d.weights, "inputs": d.inputs, "stack": d.stack,
+            "weights": d.weights, "weights_state": d.weights_state,
+            "weights_check": None if d.weights_check is None else d.weights_check.to_dict(),
+            "vs_init": None if d.vs_init is None else d.vs_init.to_dict(),
+            "inputs": d.inputs, "stack": d.stack,
             "stack_path": d.stack_path,
             "layers": d.layers,
             "cross_attention": [] if d.cross is None else trajectory.to_rows(d.cross),

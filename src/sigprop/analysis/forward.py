@@ -257,3 +257,42 @@ def settle_inputs(m, config, kind: str, enc_dec: bool, decoder: bool, prefer: st
         notes.append(f"composite model: sub-models {', '.join(subs[:6])}; --stack NAME "
                      "diagnoses one as a model of its own")
     return st.names, best, notes
+
+
+def model_tokens(model, module, kind: str, sequences: int, T: int, seed: int, notes: list[str], *,
+            text, tokenizer):
+    """``(TokenBatch or None, what the model reads in words)``: real text through the
+    model's tokenizer for trained weights or when ``text`` / ``tokenizer`` is given, else
+    the at-init default (sigprop's built-in ids)."""
+    from ..data.model_text import find_tokenizer, token_batch
+    from ..models.loading import has_weights
+
+    folder = model_folder(model)
+    trained = module is not None or (folder is not None and has_weights(folder))
+    asked = text is not None or tokenizer is not None
+    at_init = ("sigprop's built-in token ids (its own stories' word ids modulo the "
+               "vocabulary; the at-init default)")
+    if kind != "text":
+        if text is not None:
+            raise SpecError("text", f"this model reads {kind} inputs, not text")
+        return None, f"{kind} input (sigprop's own, see the notes)"
+    if not (trained or asked):
+        return None, at_init
+    tok = find_tokenizer(module if module is not None else model, tokenizer, notes)
+    if tok is None:
+        if text is not None:
+            raise SpecError("text", "needs the model's tokenizer: none comes with the model "
+                                    "(give --tokenizer DIR|NAME)")
+        return None, at_init + "; no tokenizer comes with the model"
+    batch = token_batch(tok, sequences, T, text=text, seed=seed)
+    return batch, batch.describe()
+
+
+def token_vocab(vocab_size: int, tokens) -> int:
+    """The embedding rows to build when the model reads its tokenizer's ids: all of them (a
+    SpecError when the tokenizer's ids exceed the model's vocabulary)."""
+    top = int(tokens.input_ids.max())
+    if top >= vocab_size:
+        raise SpecError("tokenizer", f"its ids reach {top} but the model's vocabulary has "
+                                     f"{vocab_size} rows: not this model's tokenizer")
+    return vocab_size

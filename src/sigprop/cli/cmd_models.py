@@ -38,6 +38,9 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
                                              "built-in stories for trained weights)"),
              tokenizer: str | None = typer.Option(None, "--tokenizer", help="DIR|NAME: the "
                                                   "tokenizer (default: the model folder's)"),
+             vs_init: bool = typer.Option(False, "--vs-init", help="trained weights: also "
+                                          "measure a fresh init of the same config on the "
+                                          "same inputs (what training changed)"),
              fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt,
              wide: bool = WideOpt) -> None:
     """A real HuggingFace architecture, at init or trained: measured per layer, theory beside
@@ -51,7 +54,8 @@ def diagnose(model: str = typer.Argument("bert-base-uncased",
     with progress(fmt, f"measuring {model}", seeds) as tick:
         d = dg.diagnose(model, seq_len=seq_len, seeds=seeds, sequences=sequences,
                         device=device, seed=seed, stack=stack, text=text,
-                        tokenizer=tokenizer, on_seed=tick and (lambda s: tick()))
+                        tokenizer=tokenizer, vs_init=vs_init,
+                        on_seed=tick and (lambda s: tick()))
     if report is not None:
         write_report_file(report, d)
     if fmt == Fmt.json:

@@ -229,6 +229,8 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
     where = "" if d.first_failing_layer is None else f" from layer {d.first_failing_layer}"
     heads = f", heads {d.failing_heads}" if d.failing_heads else ""
     console.print(f"verdict: [{_VERDICT_STYLE[d.verdict]}]{d.verdict}[/]{where}{heads}")
+    if getattr(d, "vs_init", None) is not None:
+        console.print(_vs_init_table(d.vs_init))
     if d.recommendations:
         console.print("[bold]recommendations[/]")
         for r in d.recommendations:
@@ -238,6 +240,19 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
         for n in d.notes:
             console.print(f"  • {n}")
     console.print(f"{d.seconds:.1f} s")
+
+
+def _vs_init_table(v):
+    """Per layer: trained -> fresh init on the same inputs (cos, entropy, RMS sigma_s)."""
+    names = ("layer", "cos trained", "cos init", "entropy trained", "entropy init",
+             "σs trained", "σs init")
+    t = tables.table(*names, right=names)
+    for _, r in v.layers.iterrows():
+        t.add_row(str(int(r["layer"])), *(tables.fmt(r.get(c), 3) for c in (
+            "cos_trained", "cos_init", "entropy_trained", "entropy_init", "sigma_s_trained",
+            "sigma_s_init")))
+    t.title = f"what training changed (a fresh init, seed {v.seed}, on the same inputs)"
+    return t
 
 
 def _provenance_lines(d) -> list[str]:
