@@ -17,7 +17,8 @@ what is flagged ``info["approximate"]``): :mod:`.probe_recompute`. Neither repro
 flagged: logit soft-capping (Gemma 2), sliding windows that exist only inside a kernel.
 
 ``T x Tk`` maps are formed transiently (chunks of heads) and reduced to per-head ``ipr,
-ipr_cross, entropy, wmax`` (``gap``, ``s2_sqrtT`` with ``spectral=True``); ``keep_probs=True``
+ipr_cross, entropy, wmax`` (``gap``, ``s2_sqrtT`` with ``spectral=True``; with
+``anatomy=True`` where each head's mass goes, :mod:`.anatomy_stats`); ``keep_probs=True``
 keeps them. Padding query rows count in the statistics (padded keys do not): measure unpadded
 batches. The probe never changes ``model.training``: call ``model.eval()`` first.
 """
@@ -34,6 +35,7 @@ from torch import nn
 
 from .. import trajectory as _traj
 from . import observables as obs
+from .anatomy_stats import ANATOMY_STATS
 from .handles import HookHandles
 from .probe_recompute import RecomputeMixin
 from .probe_sites import (
@@ -112,6 +114,11 @@ class Probe(RecomputeMixin, HookHandles):
     ``dtype`` is the precision of the recomputation and of every statistic (float64 default);
     ``repeats``: each block is applied this many times in a row per forward pass (weight
     sharing, ALBERT), and every application is one layer (``len(blocks) * repeats`` layers).
+    ``anatomy=True`` adds per head ``sink, special, prev, self, next, content_mass,
+    content_entropy, max_logit`` (:mod:`.anatomy_stats`; what a layer's maps leave out is
+    said in ``info[i]["anatomy"]``); ``special_keys``: bool ``(B, Tk)`` (or ``(Tk,)``) of the
+    keys [CLS] / [SEP] / BOS sit on, read at each forward call (set ``probe.special_keys``
+    between calls of different inputs); None: ``special`` is not recorded.
 
     After the forward pass(es): ``hidden`` (L+1 tensors, layer 0 = embeddings),
     ``hidden_stats`` (L+1 dicts name -> tensor over the leading dims), ``attention_stats``
@@ -123,9 +130,13 @@ class Probe(RecomputeMixin, HookHandles):
     def __init__(self, model: nn.Module, layers=None, attention="auto", *, keep_probs=False,
                  keep_hidden=True, probs="auto", causal: bool | None = None, rope=True,
                  spectral=False, hidden_stats: Sequence[str] = HIDDEN_STATS,
-                 dtype=torch.float64, repeats: int = 1, batch: int | None = None):
+                 dtype=torch.float64, repeats: int = 1, batch: int | None = None,
+                 anatomy: bool = False, special_keys=None):
         if probs not in ("auto", "returned", "recomputed"):
             raise ValueError(f"probs must be auto, returned or recomputed (got {probs!r})")
+        if special_keys is not None and not anatomy:
+            raise ValueError("special_keys are read only with anatomy=True")
+        self.anatomy, self.special_keys = bool(anatomy), special_keys
         self.model, self.keep_probs, self.keep_hidden = model, keep_probs, keep_hidden
         self.probs_mode, self.rope, self.spectral, self.dtype = probs, rope, spectral, dtype
         self.hidden_stat_names = tuple(hidden_stats)
@@ -309,17 +320,17 @@ class Probe(RecomputeMixin, HookHandles):
         if use_returned:
             A = _heads_third_last(ret.detach().to(self.dtype), s.n_heads)
             allowed, _ = self._mask(s, pend.get("mask"), A.shape[-2], A.shape[-1], A.device)
-            stats = self._stats(A, allowed)
-            info.update(source="returned", rope=None, bias=None, approximate=False)
-            if "q" in pend and "k" in pend:  # the score std, from the same q and k
-                try:
-                    stats.update(self._recompute(i, s, pend, scores_only=True))
-                except (RuntimeError, ValueError):  # q / k of a layout we cannot split
-                    pass
             if info.get("causal") is None and A.shape[-1] == A.shape[-2] > 1:
                 T = A.shape[-1]
                 upper = torch.ones(T, T, dtype=torch.bool, device=A.device).triu(1)
                 info["causal"] = bool(A.masked_select(upper).abs().max() == 0)
+            stats = self._stats(A, allowed, i, s)
+            info.update(source="returned", rope=None, bias=None, approximate=False)
+            if "q" in pend and "k" in pend:  # the score std (and max_logit), same q and k
+                try:
+                    stats.update(self._recompute(i, s, pend, scores_only=True))
+                except (RuntimeError, ValueError):  # q / k of a layout we cannot split
+                    pass
         else:
             stats = self._recompute(i, s, pend)
         for k, v in stats.items():
@@ -365,9 +376,10 @@ def to_trajectory(probe_results, spec=None, source: str = "measured", per_head: 
 
     Rows per layer: ``cos``, ``q``, ``stable_rank`` of the hidden states and, for attention
     layers, ``ipr``, ``ipr_cross``, ``entropy``, ``wmax`` (``gap`` with an extra column
-    ``s2_sqrtT`` when measured). Attention statistics are averaged over heads within each
-    sequence first. One probe (one initialisation): mean and ``stderr = std(ddof=1)/sqrt(n)``
-    over its sequences (every leading dimension). A list of probes (one per seed): each seed's
+    ``s2_sqrtT`` when measured; ``sigma_s`` and the anatomy statistics where recorded).
+    Attention statistics are averaged over heads within each sequence first. One probe (one
+    initialisation): mean and ``stderr = std(ddof=1)/sqrt(n)`` over its sequences (every
+    leading dimension). A list of probes (one per seed): each seed's
     sequence mean is one sample, and the stderr is over seeds, since sequences that share
     weights are not independent draws of the initialisation (as ``measure.engine``). NaN stderr
     (JSON null) when there is one sample. ``per_head=True`` adds rows with a ``head`` column.
@@ -392,7 +404,7 @@ def to_trajectory(probe_results, spec=None, source: str = "measured", per_head: 
         if not st[0]:
             continue
         H = st[0]["ipr"].shape[-1]
-        for name in (*ATTENTION_STATS, "sigma_s", "gap"):
+        for name in (*ATTENTION_STATS, "sigma_s", "gap", *ANATOMY_STATS):
             if name not in st[0] or any(name not in d or d[name].numel() % H for d in st):
                 continue  # absent, or of another layout than the maps' heads
             extra = {}

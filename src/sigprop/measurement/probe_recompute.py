@@ -1,7 +1,7 @@
 """Attention probabilities recomputed from captured Q/K, and the per-head statistics of
 probability maps: the part of :class:`~sigprop.measurement.probe.Probe` that works on attention
 maps (a mixin reading the probe's settings ``dtype``, ``rope``, ``spectral``, ``keep_probs``,
-``model_has_rope`` and writing ``info``).
+``model_has_rope``, ``anatomy``, ``special_keys`` and writing ``info``).
 
 ``softmax(q k^T * scale + mask)``: grouped-query KV heads are repeated as HF ``repeat_kv``
 does; mask: the module's ``attention_mask`` argument (bool or 0/1 integer "visible", or
@@ -18,10 +18,12 @@ T5), which is not added (``info["bias"] == "missing"``).
 
 from __future__ import annotations
 
+import functools
 from collections import defaultdict
 
 import torch
 
+from . import anatomy_stats as anat
 from . import observables as obs
 from .probe_sites import AttentionSite
 from .threads import cpu_settings, map_tasks
@@ -73,14 +75,17 @@ def _score_rms_gram(q: torch.Tensor, k: torch.Tensor, scale: float) -> torch.Ten
     return (total.clamp_min(0.0) / max(n, 1)).sqrt() * abs(scale)
 
 
-def softmax_stats(sc: torch.Tensor, keys: torch.Tensor | None, want_probs: bool = False
-                  ) -> tuple[dict, torch.Tensor | None]:
+def softmax_stats(sc: torch.Tensor, keys: torch.Tensor | None, want_probs: bool = False,
+                  extra=None) -> tuple[dict, torch.Tensor | None]:
     """``ipr, ipr_cross, wmax, entropy`` (per map: the leading dims of ``sc``) of
     ``softmax(sc)`` over its last dim, from the logits ``sc`` (..., T, Tk) whose masked entries
     hold the dtype's most negative finite value (they then get probability exactly 0, as in HF
     eager). ``sc`` is overwritten (``sc - rowmax``). ``keys``: visible keys per row
     (broadcastable to (..., T); None: Tk); rows with fewer than two keys are left out of the
-    entropy. Also the probabilities when ``want_probs``.
+    entropy. Also the probabilities when ``want_probs``. ``extra(mx, d, e, rz, ed)``, if
+    given, adds its dict of statistics from the row maxima, ``d``, ``e``, ``1 / Z`` and
+    ``sum_b e_ab d_ab`` below (it must leave ``e`` as it found it): the anatomy of
+    :mod:`.anatomy_stats`.
 
     One exponential per entry, no logarithm of a probability: with ``m_a`` the row maximum,
     ``e = exp(z - m)`` and ``Z_a = sum_b e_ab``, the largest weight is ``1 / Z_a`` (e = 1 at
@@ -91,13 +96,15 @@ def softmax_stats(sc: torch.Tensor, keys: torch.Tensor | None, want_probs: bool 
     (float32 at |z| ~ 300: ~1e-5 nats); each row is clamped to [0, log n_a], the range its
     exact value lies in (tests/measurement/test_probe_precision.py compares with float64)."""
     T, Tk = sc.shape[-2], sc.shape[-1]
-    d = sc.sub_(sc.amax(-1, keepdim=True))
+    mx = sc.amax(-1, keepdim=True)
+    d = sc.sub_(mx)
     e = d.exp()
     rz = e.sum(-1).reciprocal()
     # a row's squared norm as vector_norm's square: vecdot(e, e) measured 4x slower (it
     # forms the elementwise product first)
     row_sq = torch.linalg.vector_norm(e, dim=-1).square_() * rz.square()
-    h = torch.linalg.vecdot(e, d).mul_(rz).neg_().sub_(rz.log())
+    ed = torch.linalg.vecdot(e, d)
+    h = (ed.mul_(rz) if extra is None else ed * rz).neg_().sub_(rz.log())
     n = torch.full((), float(Tk), dtype=sc.dtype, device=sc.device) if keys is None \
         else torch.broadcast_to(keys.to(sc.dtype), h.shape)
     h = torch.minimum(h.clamp_min(0.0), torch.log(n.clamp_min(1.0)))
@@ -108,6 +115,8 @@ def softmax_stats(sc: torch.Tensor, keys: torch.Tensor | None, want_probs: bool 
         cross = torch.full(sc.shape[:-2], float("nan"), dtype=sc.dtype, device=sc.device)
     out = {"ipr": row_sq.mean(-1), "ipr_cross": cross, "wmax": rz.mean(-1),
            "entropy": obs.normalised_row_mean(h, n)}
+    if extra is not None:
+        out.update(extra(mx, d, e, rz, ed))
     return out, (e.mul_(rz.unsqueeze(-1)) if want_probs else None)
 
 
@@ -132,17 +141,51 @@ class RecomputeMixin:
             allowed = vis if allowed is None else allowed & vis
         return allowed, bias
 
-    def _stats(self, A, allowed):
-        """Statistics of probability maps ``A`` (..., T, Tk) a module returned."""
+    def _stats(self, A, allowed, i=None, s=None):
+        """Statistics of probability maps ``A`` (..., T, Tk) a module returned (with the
+        anatomy of layer ``i``, site ``s`` when ``anatomy``)."""
         keys = None if allowed is None else allowed.sum(-1)
         with cpu_settings(threads=1):
-            out = {"ipr": obs.ipr(A), "ipr_cross": obs.ipr_cross(A), "wmax": obs.wmax(A),
-                   "entropy": obs.entropy(A, n_keys=keys)}
+            out = {"ipr": obs.ipr(A), "ipr_cross": obs.ipr_cross(A), "wmax": obs.wmax(A)}
+            if self.anatomy and i is not None:  # the terms A log A shared with the anatomy
+                alog = torch.xlogy(A, A)
+                n = torch.full(A.shape[-2:-1], A.shape[-1], device=A.device) if keys is None \
+                    else keys  # as obs.entropy: the same operations, the same values
+                out["entropy"] = obs.normalised_row_mean(-alog.sum(dim=-1), n)
+                out.update(self._map_anatomy(i, s, A, allowed, alog))
+            else:
+                out["entropy"] = obs.entropy(A, n_keys=keys)
             if self.spectral:
                 out["gap"], out["s2_sqrtT"] = obs.gap(A)
         if self.keep_probs:
             out["_probs"] = A.float()
         return out
+
+    def _anatomy_plan(self, i, s, allowed, lead, T, Tk, device):
+        """The layer's :class:`~.anatomy_stats.AnatomyPlan` (None without ``anatomy``), the
+        previous layer's when nothing it depends on changed (``special_keys``: the same
+        tensor object, held by the cache, at the same in-place version; keys of another kind
+        are read again); its note goes to ``info[i]["anatomy"]``."""
+        if not self.anatomy:
+            return None
+        causal = bool(s.causal or self.info[i].get("causal")) or anat.is_causal(allowed, T, Tk)
+        sk = self.special_keys
+        key = (getattr(sk, "_version", None), tuple(lead), T, Tk, causal, str(device),
+               self.dtype)
+        cached = getattr(self, "_plan_cache", None)
+        if cached is None or cached[0] is not sk or cached[1] != key or not (
+                sk is None or torch.is_tensor(sk)):
+            cached = self._plan_cache = (sk, key, anat.plan(sk, lead, T, Tk, causal, device,
+                                                            self.dtype))
+        self.info[i]["anatomy"] = cached[2].note
+        return cached[2]
+
+    def _map_anatomy(self, i, s, A, allowed, alog):
+        """The anatomy statistics of returned maps ``A`` (*lead, H, T, Tk), ``alog`` their
+        terms ``A log A``."""
+        plan = self._anatomy_plan(i, s, allowed, A.shape[:-3], A.shape[-2], A.shape[-1],
+                                  A.device)
+        return anat.from_probs(A, allowed, plan, alog)
 
     def _recompute(self, i, s: AttentionSite, pend, scores_only: bool = False):
         """Statistics of ``softmax(q k^T scale + mask)`` from the captured q, k;
@@ -167,11 +210,13 @@ class RecomputeMixin:
         T, Tk, H = q.shape[-2], k.shape[-2], s.n_heads
         lead = q.shape[:-3]
         allowed, bias = self._mask(s, pend.get("mask"), T, Tk, q.device)
+        plan = (self.anatomy or None) if scores_only else self._anatomy_plan(
+            i, s, allowed, lead, T, Tk, q.device)
         workers = max(1, torch.get_num_threads())  # the caller's threads, as workers
         with cpu_settings(threads=1):
             out = self._chunked(q.reshape(-1, H, T, s.head_dim),
                                 k.reshape(-1, H, Tk, s.head_dim), s.scale, allowed, bias,
-                                lead, scores_only, workers)
+                                lead, scores_only, workers, plan)
         if scores_only:
             return out
         bias_missing = bool(pend.get("bias"))
@@ -179,9 +224,12 @@ class RecomputeMixin:
                             else None, approximate=rope == "missing" or bias_missing)
         return out
 
-    def _chunked(self, q, k, scale, allowed, bias, lead, scores_only, workers: int = 1):
+    def _chunked(self, q, k, scale, allowed, bias, lead, scores_only, workers: int = 1,
+                 plan=None):
         """:meth:`_recompute` on q (N, H, T, dh), k (N, H, Tk, dh): per sequence and chunk of
-        heads, the scores, ``sigma_s`` and (unless ``scores_only``) :func:`softmax_stats`;
+        heads, the scores, ``sigma_s`` and (unless ``scores_only``) :func:`softmax_stats`,
+        with the anatomy statistics of ``plan`` (``scores_only``: ``max_logit`` alone, for
+        any ``plan`` but None);
         results reshaped to ``(*lead, H)`` (``_probs``: ``(*lead, H, T, Tk)``). On CPU the
         chunks are shared among ``workers`` threads, each running torch on one thread
         (bert-base, 2 x 12 x 512 x 512 per layer on the 2-core machine: ~1.7x faster than
@@ -203,7 +251,7 @@ class RecomputeMixin:
         step = max(1, CHUNK // max(1, T * Tk))
         want = self.spectral or self.keep_probs
         qs, kt = q * scale, k.transpose(-1, -2)
-        tasks = [] if al is None and scores_only else [
+        tasks = [] if al is None and scores_only and plan is None else [
             (n, h0, min(H, h0 + step)) for n in range(N) for h0 in range(0, H, step)]
 
         def chunk(n, h0, h1):
@@ -215,12 +263,19 @@ class RecomputeMixin:
                 cnt = kp.sum((-1, -2)).clamp_min(1).to(sc.dtype)
                 out["sigma_s"] = torch.linalg.vecdot(sq, sq).sum(-1).div(cnt).sqrt()
             if scores_only:
+                if plan is not None:  # the logits as they enter the softmax
+                    z = sc if bi is None else sc + bi[n, h0:h1]
+                    out["max_logit"] = anat.max_logit(z, None if al is None else al[n, h0:h1])
                 return out
             if bi is not None:
                 sc = sc + bi[n, h0:h1]
             if al is not None:  # finfo.min as HF eager: a fully masked row stays finite
                 sc = sc.masked_fill(~al[n, h0:h1], torch.finfo(sc.dtype).min)
-            stats, A = softmax_stats(sc, None if keys is None else keys[n, h0:h1], want)
+            kn = None if keys is None else keys[n, h0:h1]
+            extra = None if plan is None else functools.partial(
+                anat.from_logits, keys=kn, allowed=None if al is None else al[n, h0:h1],
+                plan_=plan, n=n)
+            stats, A = softmax_stats(sc, kn, want, extra)
             if self.spectral:
                 stats["gap"], stats["s2_sqrtT"] = obs.gap(A)
             if self.keep_probs:
