@@ -187,3 +187,48 @@ def test_mixed_weights_and_vs_init(encoder, tmp_path):
     # layer 1 is trained: its score scale left the init's (~0.02 x sqrt(d_head) scale) far
     assert float(v.loc[v.layer == 1, "sigma_s_trained"].iloc[0]) > \
         3 * float(v.loc[v.layer == 1, "sigma_s_init"].iloc[0])
+
+
+def _roles(rows):
+    import pandas as pd
+
+    return pd.DataFrame(rows, columns=["layer", "head", "role"])
+
+
+def test_sharp_by_design_is_not_collapse_and_collapsed_heads_are():
+    """The verdict on trained weights reads the roles: a layer of sink and positional heads
+    (low entropy by design) is not entropy-collapsed; a layer where most heads are collapsed
+    is, with exactly those heads failing."""
+    import pandas as pd
+
+    from sigprop.analysis.trained import verdict_trained
+    from sigprop.spec import ArchSpec
+
+    spec = ArchSpec(depth=2, d_model=64, heads=4, seq_len=64)
+    meas = pd.DataFrame({"layer": [0, 1, 2, 1, 2], "observable": ["cos"] * 3 + ["entropy"] * 2,
+                         "source": "measured", "value": [0.3, 0.4, 0.5, 0.05, 0.05]})
+    heads = pd.DataFrame(columns=["layer", "head", "observable", "source", "value"])
+    by_design = _roles([(1, 0, "sink"), (1, 1, "positional"), (1, 2, "sink"),
+                        (1, 3, "positional"), (2, 0, "sink"), (2, 1, "collapsed"),
+                        (2, 2, "positional"), (2, 3, "content")])
+    assert verdict_trained(spec, meas, heads, by_design) == ("trainable", None, [])
+    sick = _roles([(1, 0, "sink"), (1, 1, "content"), (1, 2, "diffuse"), (1, 3, "content"),
+                   (2, 0, "collapsed"), (2, 1, "collapsed"), (2, 2, "sink"),
+                   (2, 3, "collapsed")])
+    assert verdict_trained(spec, meas, heads, sick) == ("entropy_collapse", 2, [0, 1, 3])
+    high = meas.assign(value=[0.3, 0.95, 0.99, 0.5, 0.5])
+    assert verdict_trained(spec, high, heads, by_design) == ("rank_collapse", 1, [])
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_every_head_of_a_trained_model_has_a_role(diagnosed, kind):
+    from sigprop.analysis.anatomy import ROLES
+
+    j = to_json(diagnosed[kind], timing=False)
+    heads = j["per_head"]
+    assert len(heads) == 8 and all(h["role"] in ROLES and h["role_why"] for h in heads)
+    assert all(h["max_logit"] is not None and h["max_logit"] > 0 for h in heads)
+    collapsed = {h["head"] for h in heads
+                 if h["layer"] == j["first_failing_layer"] and h["role"] == "collapsed"}
+    if j["verdict"] == "entropy_collapse":
+        assert set(j["failing_heads"]) == collapsed

@@ -20,6 +20,10 @@ from .spec import ArchSpec
 OBSERVABLES = (
     "cos", "q", "ipr", "ipr_cross", "entropy", "wmax", "stable_rank", "gap",
     "grad_qk", "grad_v", "loss", "sigma_s",
+    # the per-head anatomy (measurement.anatomy_stats): mass on the first token, on special
+    # tokens, on the previous / own / next position, on content keys and its entropy, and the
+    # largest logit
+    "sink", "special", "prev", "self", "next", "content_mass", "content_entropy", "max_logit",
 )
 SOURCES = ("theory", "theory_asymptotic", "measured", "weights")
 CORE_COLUMNS = ["layer", "observable", "source", "value", "stderr"]

@@ -12,9 +12,8 @@ sums over <= 16 keys), logits at 1e-6 relative; the returned (eager) and recompu
 paths of one model agree within 1e-5 (the brief's bound; seen: ~1e-7).
 
 The trained fixtures (``sigprop.models.tiny_trained``) are trained once per session, which is
-minutes on a loaded machine: that test is in the slow suite. ``to_trajectory`` rows of the
-anatomy need ``sigprop.trajectory.OBSERVABLES`` to list them; until it does, that one test is
-an expected failure and the roles' tests build the same per-head rows themselves.
+minutes on a loaded machine: that test is in the slow suite (tests/test_trained.py measures
+the same fixtures through ``diagnose`` in the default suite).
 """
 
 from __future__ import annotations
@@ -30,7 +29,6 @@ from torch import nn
 from sigprop.analysis.anatomy import ROLES, head_roles, summary
 from sigprop.measurement import anatomy_stats as anat
 from sigprop.measurement.probe import Probe, to_trajectory
-from sigprop.trajectory import OBSERVABLES
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -425,8 +423,6 @@ def test_head_roles_rules_on_chosen_values():
     assert summary(got)[3]["content"] == 2
 
 
-@pytest.mark.xfail("sink" not in OBSERVABLES, strict=True,
-                   reason="sigprop.trajectory.OBSERVABLES does not list the anatomy names yet")
 def test_to_trajectory_lists_the_anatomy_rows():
     p = _run(_heads("sink", "prev", "uniform", "content"), causal=True)
     traj = to_trajectory(p, per_head=True)

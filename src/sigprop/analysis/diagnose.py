@@ -49,6 +49,7 @@ from . import trained as tr
 from .diagnosis import Diagnosis
 from .forward import (
     find_sub_model,
+    has_weights_folder,
     model_folder,
     model_inputs,
     model_tokens,
@@ -204,6 +205,10 @@ class _Setup:
     #: what the model reads, in words (:class:`~sigprop.data.model_text.TokenBatch` or the
     #: at-init default)
     inputs: str = ""
+    #: record the per-head anatomy (trained-looking weights or real text), and the special
+    #: tokens' positions ((sequences, T) bool) where the tokenizer placed them
+    anatomy: bool = False
+    special: Any = None
 
 
 def _setup(model, seq_len: int | None, sequences: int, seed: int, stack: str, *,
@@ -259,10 +264,12 @@ def _setup(model, seq_len: int | None, sequences: int, seed: int, stack: str, *,
                      "theory treats the applications as independent draws: re-applying the "
                      "same weights is outside it, ~0.08 on cos after 6 applications at "
                      "d = 256)")
+    anatomy = tokens is not None or module is not None or has_weights_folder(model)
     return _Setup(module=module, config=config, name=name, mapped=mapped, spec=spec, info=info,
                   notes=notes, kind=kind, vocab=vocab, enc_dec=enc_dec, decoder=decoder,
                   repeats=repeats, stack=stack, sequences=sequences, seed=seed, made=made,
-                  inputs=inputs)
+                  inputs=inputs, anatomy=anatomy and not decoder,
+                  special=None if tokens is None else tokens.special)
 
 
 @dataclass
@@ -371,8 +378,10 @@ def _draw(m, inputs: dict, stack_path: str, s: _Setup, first: bool) -> _Draw:
     from ..measurement.weights import WeightReader
     from ..models.methods import runtime_effect
 
+    special = None if s.special is None else s.special.to(next(m.parameters()).device)
     p = Probe(m, layers=blocks_of(m, stack_path), keep_hidden=False, repeats=s.repeats,
-              dtype=getattr(torch, STATS_DTYPE), batch=s.sequences)
+              dtype=getattr(torch, STATS_DTYPE), batch=s.sequences, anatomy=s.anatomy,
+              special_keys=special if s.anatomy else None)
     w = WeightReader(m, blocks=p.blocks, sites=p.sites, repeats=s.repeats)
     memory = EncoderMemory(m) if s.decoder else None
     gram = InputGram(p.blocks[0][1], p)
@@ -471,7 +480,8 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
     heads = _with_bounds(with_weight_heads(heads, table, spec), [d.bounds for d in run.draws])
     layer_rows: list[dict] = []
     state, check = _weights_state(run, notes)
-    trained, roles = state in ("trained", "mixed"), None
+    trained = state in ("trained", "mixed")
+    roles = _roles(heads) if trained else None
     if mapped:
         theory = depth.propagate(spec, rho0=rho0)
         theory = position_resolved(theory, spec, s.kind, [d.gram for d in run.draws],
@@ -505,6 +515,17 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
                      cross=_cross_rows(run.draws), stack_path=run.stack_path, inputs=s.inputs,
                      roles=roles, weights_state=state, weights_check=check,
                      vs_init=_vs_init(run, meas, heads, spec, s))
+
+
+def _roles(heads):
+    """Each head's role (:func:`sigprop.analysis.anatomy.head_roles`), or None where the
+    anatomy was not recorded."""
+    from .anatomy import head_roles
+
+    meas = heads[heads.source == "measured"]
+    if not len(meas) or "content_entropy" not in set(meas.observable):
+        return None
+    return head_roles(meas)
 
 
 def _weights_state(run: _Run, notes: list[str]):

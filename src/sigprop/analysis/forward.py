@@ -259,16 +259,22 @@ def settle_inputs(m, config, kind: str, enc_dec: bool, decoder: bool, prefer: st
     return st.names, best, notes
 
 
+def has_weights_folder(model) -> bool:
+    """True for a model folder holding weight files (a trained model to be read as it is)."""
+    from ..models.loading import has_weights
+
+    folder = model_folder(model)
+    return folder is not None and has_weights(folder)
+
+
 def model_tokens(model, module, kind: str, sequences: int, T: int, seed: int, notes: list[str], *,
             text, tokenizer):
     """``(TokenBatch or None, what the model reads in words)``: real text through the
     model's tokenizer for trained weights or when ``text`` / ``tokenizer`` is given, else
     the at-init default (sigprop's built-in ids)."""
     from ..data.model_text import find_tokenizer, token_batch
-    from ..models.loading import has_weights
 
-    folder = model_folder(model)
-    trained = module is not None or (folder is not None and has_weights(folder))
+    trained = module is not None or has_weights_folder(model)
     asked = text is not None or tokenizer is not None
     at_init = ("sigprop's built-in token ids (its own stories' word ids modulo the "
                "vocabulary; the at-init default)")

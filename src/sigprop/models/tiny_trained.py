@@ -136,20 +136,19 @@ def train_tiny(kind: str, folder, *, seed: int = 0, **settings) -> Path:
 def cached(kind: str, *, seed: int = 0, **settings) -> Path:
     """:func:`train_tiny`'s folder for these settings under sigprop's cache directory
     (``$SIGPROP_CACHE_DIR`` or ``~/.cache/sigprop``, ``trained/``), trained on first use;
-    concurrent callers (test workers) train into their own folder and the first to finish
-    is kept."""
+    concurrent callers (test workers) wait for the one that trains (a file lock)."""
     from ..data.tokenizer import cache_dir
 
     key = json.dumps({"kind": kind, "seed": seed, **DEFAULTS, **settings, "v": 1},
                      sort_keys=True)
     name = f"{kind}-{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+    from filelock import FileLock
+
     final = cache_dir() / "trained" / name
-    if (final / "sigprop_training.json").exists():
-        return final
-    tmp = final.with_name(f"{name}.{os.getpid()}.tmp")
-    train_tiny(kind, tmp, seed=seed, **settings)
-    try:
-        os.replace(tmp, final)
-    except OSError:  # another worker finished first: keep its folder
-        shutil.rmtree(tmp, ignore_errors=True)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    with FileLock(str(final) + ".lock"):  # concurrent workers: one trains, the others wait
+        if not (final / "sigprop_training.json").exists():
+            tmp = final.with_name(f"{name}.{os.getpid()}.tmp")
+            train_tiny(kind, tmp, seed=seed, **settings)
+            os.replace(tmp, final)
     return final
