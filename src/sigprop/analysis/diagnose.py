@@ -479,9 +479,9 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
         memory=merge_memory([d.memory for d in run.draws if d.memory is not None]))
     heads = _with_bounds(with_weight_heads(heads, table, spec), [d.bounds for d in run.draws])
     layer_rows: list[dict] = []
-    state, check = _weights_state(run, notes)
-    trained = state in ("trained", "mixed")
-    roles = _roles(heads) if trained else None
+    state, check = tr.weights_state(run.trained, run.side, notes)
+    trained = state in ("trained", "mixed") and getattr(run.side, "structured", True) is not False
+    roles = tr.roles_of(heads) if trained else None
     if mapped:
         theory = depth.propagate(spec, rho0=rho0)
         theory = position_resolved(theory, spec, s.kind, [d.gram for d in run.draws],
@@ -515,36 +515,6 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
                      cross=_cross_rows(run.draws), stack_path=run.stack_path, inputs=s.inputs,
                      roles=roles, weights_state=state, weights_check=check,
                      vs_init=_vs_init(run, meas, heads, spec, s))
-
-
-def _roles(heads):
-    """Each head's role (:func:`sigprop.analysis.anatomy.head_roles`), or None where the
-    anatomy was not recorded."""
-    from .anatomy import head_roles
-
-    meas = heads[heads.source == "measured"]
-    if not len(meas) or "content_entropy" not in set(meas.observable):
-        return None
-    return head_roles(meas)
-
-
-def _weights_state(run: _Run, notes: list[str]):
-    """``(state, InitCheck or None)``: ``init`` for a model this run initialised; else the
-    check against a fresh init (``trained``, ``mixed`` or ``init``), with its notes; a
-    folder or module whose check could not run counts as trained."""
-    side = run.side
-    if not run.trained:
-        return "init", None
-    if side is not None:
-        notes += list(side.notes)
-    check = None if side is None else side.check
-    if check is None:
-        return "trained", None
-    notes += [f"weights: {n}" for n in check.notes]
-    if check.state == "init":
-        notes.append("weights: every matrix of the measured blocks matches a fresh init "
-                     "within its noise: the at-init theory and verdict apply")
-    return check.state, check
 
 
 def _vs_init(run: _Run, meas, heads, spec: ArchSpec, s: _Setup):

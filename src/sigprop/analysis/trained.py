@@ -208,3 +208,37 @@ def _context_extension(spec: ArchSpec, derived: dict) -> Recommendation:
              f"and {log_n:.3g} with log-n scaling from T={T} (beta_c={derived['beta_c']:.3g}); "
              f"the entropy band per layer on long inputs: sigprop longctx MODEL --lengths "
              f"{T},{4 * T},{long_t}")
+
+
+def roles_of(heads):
+    """Each head's role (:func:`sigprop.analysis.anatomy.head_roles`), or None where the
+    anatomy was not recorded."""
+    from .anatomy import head_roles
+
+    meas = heads[heads.source == "measured"]
+    if not len(meas) or "content_entropy" not in set(meas.observable):
+        return None
+    return head_roles(meas)
+
+
+def weights_state(loaded: bool, side, notes: list[str]):
+    """``(state, InitCheck or None)``: ``init`` for a model this run initialised (``loaded``
+    False); else the check against a fresh init beside it (``side``: a
+    :class:`~sigprop.analysis.vs_init.BesideInit`; ``trained``, ``mixed`` or ``init``), with
+    its notes; a folder or module whose check could not run counts as trained."""
+    if not loaded:
+        return "init", None
+    if side is not None:
+        notes += list(side.notes)
+    check = None if side is None else side.check
+    if check is None:
+        return "trained", None
+    notes += [f"weights: {n}" for n in check.notes]
+    if check.state == "init":
+        notes.append("weights: every matrix of the measured blocks matches a fresh init "
+                     "within its noise: the at-init theory and verdict apply")
+    elif side.structured is False:
+        notes.append("weights: the matrices that left the init law were only rescaled (their "
+                     "spectrum keeps the init's shape): i.i.d. weights, so the theory read from "
+                     "the weights and the at-init verdict apply (docs/theory.md §2.8)")
+    return check.state, check

@@ -105,6 +105,10 @@ class BesideInit:
     check: Any = None
     draw: Any = None
     notes: tuple[str, ...] = ()
+    #: some matrix departs from the init law in shape (its spectrum or values), not only in
+    #: scale; False for an init whose matrices were only rescaled (the weights-first theory
+    #: of such i.i.d. weights holds, docs/theory.md §2.8), None when not checked
+    structured: bool | None = None
 
 
 def _fresh_path(stack_path: str, model, fresh) -> str:
@@ -143,9 +147,31 @@ def beside_init(model, config, *, seed: int, vocab: int, mapped: bool, stack_pat
         check = None
         notes.append(f"weights: not compared with a fresh init ({type(err).__name__}: "
                      f"{str(err).splitlines()[0][:120] if str(err) else ''})")
+    structured = None if check is None else _structured(model, fresh, check)
     draw = None
     if vs_init and draw_fn is not None:
         with torch.no_grad():
             draw = draw_fn(fresh, _fresh_path(stack_path, model, fresh))
     del fresh
-    return BesideInit(check=check, draw=draw, notes=tuple(notes))
+    return BesideInit(check=check, draw=draw, notes=tuple(notes), structured=structured)
+
+
+#: matrices whose spectral test is re-run when only the scale test fired on them
+RECHECK = 4
+
+
+def _structured(model, fresh, check) -> bool:
+    """True when a trained matrix departs in shape: its spectral or value test fired, or, for
+    matrices only the scale test flagged (the spectral test is skipped on big ones already
+    found trained), the spectral test on up to :data:`RECHECK` of them fires."""
+    from ..measurement.weights_init import check_against_init
+
+    fired = [c for c in check.matrices if c.trained]
+    if any(set(c.why.split("+")) - {"std"} for c in fired):
+        return True
+    unseen = [c.name for c in fired if c.edge_ratio is None][:RECHECK]
+    if not unseen:
+        return False
+    again = check_against_init(model, fresh, names=lambda n: n in unseen, vectors=False,
+                               spectrum=True)
+    return any("spectrum" in c.why.split("+") for c in again.matrices if c.trained)
