@@ -283,6 +283,7 @@ def test_cli_json_and_errors(tmp_path):
     assert nospec.exit_code == 2 and "--layers" in nospec.output
 
 
+@pytest.mark.slow  # ~20 s (a stream to 131072 keys); the fuzz and CLI tests check the JSON too
 def test_to_json_has_no_nan_and_spread_exponent_is_reported():
     r = lm.run(LLAMA, [1024, 16384, 131072], queries=16, seed=0)
     text = json.dumps(r.to_json())

@@ -126,24 +126,26 @@ def test_diagram_alpha_crit_unchanged(reference):
     assert new.point["rho_L"] == pytest.approx(old.point["rho_L"], abs=1e-9)
 
 
-def test_node_tables_equal_single_tables():
+# T = 512 (~12 s of table builds) runs in the slow suite; T = 128 covers every region
+@pytest.mark.parametrize("T, d, h", [(128, 1024, 1),
+                                     pytest.param(512, 64, 12, marks=pytest.mark.slow)])
+def test_node_tables_equal_single_tables(T, d, h):
     """Every region of the single tables: v below the grid (analytic), on it, above it
     (extended table / exact Yx), rho at both ends."""
     v = np.concatenate([[0.0, 1e-5, 5e-4], np.geomspace(1e-3, 1e4, 40), [3e4, 1e6]])
     rho = np.linspace(0.0, 1.0, v.size)
-    for T, d, h in ((128, 1024, 1), (512, 64, 12)):  # tables the other tests build too
-        nodes, _ = ta.causal_position_nodes(T)
-        y2, yx = positions.node_tables(v, rho, nodes, d)
-        for i, t in enumerate(nodes):
-            ref2 = rem.y2_table(int(t), d)(v) if t > 1 else 1.0
-            refx = rem.yx_table(int(t), d)(v, rho) if t > 1 else 1.0
-            np.testing.assert_allclose(y2[i], ref2, rtol=1e-13, atol=0)
-            np.testing.assert_allclose(yx[i], refx, rtol=1e-13, atol=0)
-        kappa = np.linspace(-0.1, 1.1, nodes.size * v.size).reshape(nodes.size, v.size)
-        r = positions.ln_nodes(v, kappa, nodes, d, h)
-        for i, t in enumerate(nodes):
-            ref = fluct.ln_factor(v, kappa[i], int(t), d, h) if t > 1 else 1.0
-            np.testing.assert_allclose(r[i], ref, rtol=1e-13, atol=0)
+    nodes, _ = ta.causal_position_nodes(T)
+    y2, yx = positions.node_tables(v, rho, nodes, d)
+    for i, t in enumerate(nodes):
+        ref2 = rem.y2_table(int(t), d)(v) if t > 1 else 1.0
+        refx = rem.yx_table(int(t), d)(v, rho) if t > 1 else 1.0
+        np.testing.assert_allclose(y2[i], ref2, rtol=1e-13, atol=0)
+        np.testing.assert_allclose(yx[i], refx, rtol=1e-13, atol=0)
+    kappa = np.linspace(-0.1, 1.1, nodes.size * v.size).reshape(nodes.size, v.size)
+    r = positions.ln_nodes(v, kappa, nodes, d, h)
+    for i, t in enumerate(nodes):
+        ref = fluct.ln_factor(v, kappa[i], int(t), d, h) if t > 1 else 1.0
+        np.testing.assert_allclose(r[i], ref, rtol=1e-13, atol=0)
 
 
 @pytest.mark.parametrize("T", [2, 3, 100, 512, 4096])
