@@ -232,3 +232,13 @@ def test_every_head_of_a_trained_model_has_a_role(diagnosed, kind):
                  if h["layer"] == j["first_failing_layer"] and h["role"] == "collapsed"}
     if j["verdict"] == "entropy_collapse":
         assert set(j["failing_heads"]) == collapsed
+
+
+def test_report_of_a_trained_model_shows_its_roles(diagnosed, tmp_path):
+    from sigprop.report.html import write_report
+
+    out = tmp_path / "r.html"
+    write_report(diagnosed["decoder"], out)
+    page = out.read_text()
+    assert "Head roles on this text" in page and 'alt="head roles"' in page
+    assert "inputs: real text" in page and "(trained)" in page

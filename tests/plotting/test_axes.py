@@ -69,6 +69,12 @@ def _heads() -> pd.DataFrame:
                          for la in (1, 2) for h in range(3)])
 
 
+def _roles() -> pd.DataFrame:
+    roles = ["sink", "positional", "collapsed", "content", "diffuse", "sink"]
+    return pd.DataFrame([dict(layer=la, head=h, role=roles[3 * (la - 1) + h],
+                              max_logit=10.0 * h) for la in (1, 2) for h in range(3)])
+
+
 #: name -> (draw(ax), number of panels)
 PLOTS = {
     "plot_diagram": (lambda ax: figures.plot_diagram(_diagram(), ax=ax), 1),
@@ -81,6 +87,7 @@ PLOTS = {
     "plot_training": (lambda ax: training.plot_training(_training_rows(), ax=ax), 3),
     "plot_trainability": (lambda ax: training.plot_trainability(None, _table(), ax=ax), 1),
     "plot_head_heatmap": (lambda ax: heads.plot_head_heatmap(_heads(), ax=ax), 1),
+    "plot_head_roles": (lambda ax: heads.plot_head_roles(_roles(), ax=ax), 1),
 }
 
 

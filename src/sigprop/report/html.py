@@ -20,7 +20,7 @@ import math
 from typing import Any
 
 from ..plotting.figures import plot_depth, plot_diagram
-from ..plotting.heads import plot_head_heatmap
+from ..plotting.heads import plot_head_heatmap, plot_head_roles
 
 PAGE_CSS = """
 body{font-family:system-ui,-apple-system,Segoe UI,Helvetica,Arial,sans-serif;margin:2em auto;
@@ -130,9 +130,12 @@ def _diagnosis_body(d, *, diagram_grid: int = 64) -> str:
         parts.append(" (heads " + esc(", ".join(str(h) for h in d.failing_heads)) + ")")
     parts.append(f'</p><p class="muted">{esc(spec.depth)} layers, d={esc(spec.d_model)}, '
                  f'{esc(spec.heads)} heads, T={esc(spec.seq_len)}, {esc(spec.norm)}-LN, '
-                 f'{esc(spec.activation)}; {_WEIGHTS.get(d.weights, "at init")}; '
+                 f'{esc(spec.activation)}; {_WEIGHTS.get(d.weights, "at init")} '
+                 f'({esc(getattr(d, "weights_state", "init"))}); '
                  f'{esc(d.seeds)} seed(s) from {esc(d.seed)} x {esc(d.sequences)} sequence(s); '
                  f'measured in {d.seconds:.1f} s</p>')
+    if getattr(d, "inputs", ""):
+        parts.append(f'<p class="muted">inputs: {esc(d.inputs)}</p>')
     has_theory = bool((d.trajectory["source"] == "theory").any())
     if d.recommendations:
         parts.append("<h2>Recommendations</h2><ul>")
@@ -153,6 +156,13 @@ def _diagnosis_body(d, *, diagram_grid: int = 64) -> str:
         ext = head_extremes(d.heads)
         parts.append(html_table(ext, ["layer", "min_entropy_head", "min_entropy",
                                   "max_entropy_head", "max_entropy"]))
+    roles = getattr(d, "roles", None)
+    if roles is not None and len(roles):
+        parts.append("<h2>Head roles on this text</h2>")
+        parts.append(f'<img alt="head roles" src="{svg_of(plot_head_roles, roles)}">')
+        cols = ["layer", "head", "role", "sink", "prev", "self", "entropy", "content_entropy",
+                "max_logit", "why"]
+        parts.append(html_table(roles[cols].to_dict("records"), cols, left=("role", "why")))
     if has_theory:  # a measured-only diagnosis has no spec to place on the diagram
         parts.append("<h2>Trainability diagram with this model's point</h2>")
         diag = dg.compute(spec, n_beta=diagram_grid, n_alpha=diagram_grid, rho0=d.rho0)
