@@ -390,6 +390,8 @@ def to_trajectory(probe_results, spec=None, source: str = "measured", per_head: 
     def add(layer, name, per_probe, **extra):
         v = per_probe[0] if len(per_probe) == 1 else torch.stack([x.nanmean() for x in per_probe])
         m, se = obs.summarise(v)
+        if name in ANATOMY_STATS and not torch.isfinite(torch.as_tensor(float(m))):
+            return  # undefined here (no row with two content keys, T = 2): no row, no NaN
         rows.append(dict(layer=layer, observable=name, source=source, value=float(m),
                          stderr=float(se), **extra))
 
@@ -411,7 +413,9 @@ def to_trajectory(probe_results, spec=None, source: str = "measured", per_head: 
             if name == "gap":
                 s2 = torch.cat([d["s2_sqrtT"].reshape(-1) for d in st])
                 extra["s2_sqrtT"] = float(s2.mean())
-            add(layer, name, [d[name].reshape(-1, H).mean(-1) for d in st], **extra)
+            # a head where an anatomy statistic is undefined (NaN) leaves the layer's average
+            mean = torch.nanmean if name in ANATOMY_STATS else torch.mean
+            add(layer, name, [mean(d[name].reshape(-1, H), -1) for d in st], **extra)
             if per_head:
                 for h in range(H):
                     add(layer, name, [d[name].reshape(-1, H)[:, h] for d in st], head=h)
