@@ -229,6 +229,9 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
     where = "" if d.first_failing_layer is None else f" from layer {d.first_failing_layer}"
     heads = f", heads {d.failing_heads}" if d.failing_heads else ""
     console.print(f"verdict: [{_VERDICT_STYLE[d.verdict]}]{d.verdict}[/]{where}{heads}")
+    roles = getattr(d, "roles", None)
+    if roles is not None and len(roles):
+        console.print(_roles_table(roles, wide))
     if getattr(d, "vs_init", None) is not None:
         console.print(_vs_init_table(d.vs_init))
     if d.recommendations:
@@ -240,6 +243,26 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
         for n in d.notes:
             console.print(f"  • {n}")
     console.print(f"{d.seconds:.1f} s")
+
+
+def _roles_table(roles, wide: bool):
+    """Per layer, its heads by role (``wide``: one row per head with its numbers)."""
+    if wide:
+        names = ("layer", "head", "role", "sink", "prev", "self", "entropy", "max logit")
+        t = tables.table(*names, right=("layer", "head", "sink", "prev", "self", "entropy",
+                                        "max logit"))
+        for _, r in roles.iterrows():
+            t.add_row(str(int(r["layer"])), str(int(r["head"])), r["role"],
+                      *(tables.fmt(r[c], 2) for c in ("sink", "prev", "self", "entropy")),
+                      tables.fmt(r["max_logit"], 1))
+        t.title = "head roles"
+        return t
+    t = tables.table("layer", "head roles (heads)")
+    for layer, g in roles.groupby("layer", sort=True):
+        parts = [f"{role} {', '.join(str(int(h)) for h in grp['head'])}"
+                 for role, grp in g.groupby("role", sort=False)]
+        t.add_row(str(int(layer)), "; ".join(parts))
+    return t
 
 
 def _vs_init_table(v):
