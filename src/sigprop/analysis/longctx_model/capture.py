@@ -157,7 +157,8 @@ class Capture(HookHandles):
         self._handles: list = []
         self.data = [{"q": [], "k": [], "v": [], "q_pre": [], "k_pre": [], "cos": [],
                       "pos": None, "causal": None,
-                      "bias": False, "check": None, "got": None, "call_pos": None}
+                      "bias": False, "check": None, "got": None, "call_pos": None,
+                      "check_error": None}
                      for _ in sites]
 
     def __enter__(self):
@@ -196,8 +197,11 @@ class Capture(HookHandles):
                         P = _stream_view(d["q"][-1], d["k"][-1], d["call_pos"], s, seen,
                                          module_window(s.module), self.mult)
                         diff = _mismatch(P, A[0].double().cpu())
-                    except (RuntimeError, ValueError):  # a layout the model cannot split
+                    except (RuntimeError, ValueError) as err:  # a layout it cannot split
                         diff = math.inf
+                        d["check_error"] = (f"{type(err).__name__}: "
+                                            f"{str(err).splitlines()[0][:120]}" if str(err)
+                                            else type(err).__name__)
                     d["check"] = diff if d["check"] is None else max(d["check"], diff)
 
             def x_in(m, args, d=d):
@@ -323,6 +327,12 @@ def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
             raise SpecError("model", f"attention layer {i} ({s.name}) adds a position bias "
                                      "(ALiBi or relative buckets) that the long-context stream "
                                      "does not model")
+        if d["check_error"] is not None:
+            raise SpecError("model", f"attention layer {i} ({s.name}): the stream's model of "
+                                     "it (q.k x scale, the (cos, sin) it receives, its mask) "
+                                     "could not be formed from the q and k its projections "
+                                     f"return ({d['check_error']}): a q / k layout the stream "
+                                     "does not read")
         if d["check"] is not None and not d["check"] <= MODEL_TOL:
             raise SpecError("model", f"attention layer {i} ({s.name}): its own probabilities "
                                      f"differ from the stream's model of it (q.k x scale "
