@@ -229,8 +229,9 @@ def _setup(model, seq_len: int | None, sequences: int, seed: int, stack: str, *,
                   else generic_spec_and_info(config, seq_len))
     notes = list(getattr(info, "notes", ()))
     kind = input_kind(config)
+    loaded = module is not None or has_weights_folder(model)  # weights read as they are
     tokens, inputs = model_tokens(model, module, kind, sequences, spec.seq_len, seed, notes,
-                                  text=text, tokenizer=tokenizer)
+                                  loaded=loaded, text=text, tokenizer=tokenizer)
     vocab = vocab_at_init(config, info.vocab_size) if tokens is None else token_vocab(
         info.vocab_size, tokens)
     check_memory(config, spec, sequences, vocab)
@@ -264,11 +265,10 @@ def _setup(model, seq_len: int | None, sequences: int, seed: int, stack: str, *,
                      "theory treats the applications as independent draws: re-applying the "
                      "same weights is outside it, ~0.08 on cos after 6 applications at "
                      "d = 256)")
-    anatomy = tokens is not None or module is not None or has_weights_folder(model)
     return _Setup(module=module, config=config, name=name, mapped=mapped, spec=spec, info=info,
                   notes=notes, kind=kind, vocab=vocab, enc_dec=enc_dec, decoder=decoder,
                   repeats=repeats, stack=stack, sequences=sequences, seed=seed, made=made,
-                  inputs=inputs, anatomy=anatomy and not decoder,
+                  inputs=inputs, anatomy=(tokens is not None or loaded) and not decoder,
                   special=None if tokens is None else tokens.special)
 
 

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ..spec import ArchSpec
+from ..trajectory import clean
 from .model_theory import measured_q0
 from .result import Result
 
@@ -109,7 +110,7 @@ def per_head(d: Diagnosis) -> list[dict]:
                                          values="value", aggfunc="first")
     logt = math.sqrt(math.log(d.spec.seq_len))
     bc = {r["layer"]: r["beta_c"] for r in d.layers}
-    bc_meas = {r["layer"]: r["beta_c_measured"] for r in d.layers if "beta_c_measured" in r}
+    scales = _measured_scales(d)
     roles = {} if d.roles is None or not len(d.roles) else {
         (int(r.layer), int(r.head)): r for r in d.roles.itertuples()}
     out = []
@@ -127,19 +128,28 @@ def per_head(d: Diagnosis) -> list[dict]:
                     "entropy": get("entropy:measured"), "ipr": get("ipr:measured"),
                     "entropy_bound": get("entropy_bound:bound"),
                     "entropy_bound_centred": get("entropy_bound_centred:bound")})
-        if bc_meas:  # trained weights: the measured numbers the verdict reads
-            sm, c = out[-1]["sigma_s_measured"], bc_meas.get(int(layer))
-            b = None if sm is None else sm / logt
-            out[-1].update(beta_measured=b, beta_over_beta_c_measured=None if b is None or not c
-                           else b / c)
+        if scales is not None:  # trained weights: the measured numbers the verdict reads
+            sc = scales.get((int(layer), int(head)), {})
+            out[-1].update(beta_measured=clean(sc.get("beta")),
+                           beta_over_beta_c_measured=clean(sc.get("beta_over_beta_c")))
         r = roles.get((int(layer), int(head)))
         if r is not None:
-            out[-1].update(role=r.role, role_why=r.why, max_logit=_finite(r.max_logit))
+            out[-1].update(role=r.role, role_why=r.why, max_logit=clean(r.max_logit))
     return out
 
 
-def _finite(v) -> float | None:
-    return float(v) if v is not None and np.isfinite(v) else None
+def _measured_scales(d: Diagnosis) -> dict | None:
+    """Per (layer, head), the measured beta and beta / beta_c the verdict of trained weights
+    read (:func:`sigprop.analysis.trained.head_scales`, the one place they are computed); None
+    for a diagnosis on the at-init path."""
+    from .trained import head_scales
+
+    if not any("beta_c_measured" in r for r in d.layers):
+        return None
+    traj = d.trajectory
+    sc = head_scales(d.heads, traj[traj.source == "measured"], d.spec.seq_len)
+    return {(int(a), int(b)): row for a, b, row in
+            zip(sc["layer"], sc["head"], sc.to_dict("records"), strict=True)}
 
 
 def to_json(d: Diagnosis, *, timing: bool = True) -> dict:

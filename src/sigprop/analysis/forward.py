@@ -267,14 +267,14 @@ def has_weights_folder(model) -> bool:
     return folder is not None and has_weights(folder)
 
 
-def model_tokens(model, module, kind: str, sequences: int, T: int, seed: int, notes: list[str], *,
-            text, tokenizer):
+def model_tokens(model, module, kind: str, sequences: int, T: int, seed: int,
+                 notes: list[str], *, loaded: bool, text, tokenizer):
     """``(TokenBatch or None, what the model reads in words)``: real text through the
-    model's tokenizer for trained weights or when ``text`` / ``tokenizer`` is given, else
-    the at-init default (sigprop's built-in ids)."""
+    model's tokenizer for weights read as they are (``loaded``: a module, or a folder with
+    weight files) or when ``text`` / ``tokenizer`` is given, else the at-init default
+    (sigprop's built-in ids)."""
     from ..data.model_text import find_tokenizer, token_batch
 
-    trained = module is not None or has_weights_folder(model)
     asked = text is not None or tokenizer is not None
     at_init = ("sigprop's built-in token ids (its own stories' word ids modulo the "
                "vocabulary; the at-init default)")
@@ -282,7 +282,7 @@ def model_tokens(model, module, kind: str, sequences: int, T: int, seed: int, no
         if text is not None:
             raise SpecError("text", f"this model reads {kind} inputs, not text")
         return None, f"{kind} input (sigprop's own, see the notes)"
-    if not (trained or asked):
+    if not (loaded or asked):
         return None, at_init
     tok = find_tokenizer(module if module is not None else model, tokenizer, notes)
     if tok is None:

@@ -119,7 +119,7 @@ def recommend(spec: ArchSpec, rho0: float, qk_norm: bool = False) -> list[Recomm
             predicted_verdict=depth.verdict(fixed, rho0=rho0),
             text=f"re-initialise Q/K for beta={target:.3g} (sigprop fix --beta {target:.3g})"))
     out += [_attention_residual(spec, rho0, base), _centred(spec, rho0, base),
-            _length_scaling(spec, bc)]
+            length_scaling(spec, bc)]
     return out
 
 
@@ -193,13 +193,20 @@ def _centred(spec: ArchSpec, rho0: float, base: float) -> Recommendation:
              f"): predicted final cos {base:.3g} -> {c_cos:.3g}")
 
 
-def _length_scaling(spec: ArchSpec, bc: float) -> Recommendation:
-    """beta at 16 times the context, with fixed Q/K and with log-n scaling."""
-    long_t = min(spec.seq_len * 16, 2**20)
+def length_scaling(spec: ArchSpec, bc: float, *, measured: bool = False) -> Recommendation:
+    """beta at 16 times the context, with fixed Q/K and with log-n scaling. ``measured``:
+    ``spec`` carries a trained model's measured beta (:mod:`sigprop.analysis.trained`), and the
+    text says so and names the command that measures the entropy band on long inputs."""
+    T = spec.seq_len
+    long_t = min(T * 16, 2**20)
     beta = {kind: spec.replace(seq_len=long_t, scaling=kind, scaling_param=param).beta_eff
-            for kind, param in (("none", None), ("log-n", float(spec.seq_len)))}
-    return Recommendation(
-        what="length scaling", seq_len=long_t, beta_none=beta["none"],
-        beta_log_n=beta["log-n"], beta_c=bc,
-        text=f"at T={long_t}: beta {beta['none']:.3g} with fixed Q/K, {beta['log-n']:.3g} with "
-             f"log-n scaling from T={spec.seq_len} (beta_c={bc:.3g})")
+            for kind, param in (("none", None), ("log-n", float(T)))}
+    text = (f"at T={long_t}: beta {beta['none']:.3g} with fixed Q/K, {beta['log-n']:.3g} with "
+            f"log-n scaling from T={T} (beta_c={bc:.3g})")
+    if measured:
+        text = (f"at T={long_t}: measured beta {spec.beta_eff:.3g} becomes {beta['none']:.3g} "
+                f"with fixed Q/K and {beta['log-n']:.3g} with log-n scaling from T={T} "
+                f"(beta_c={bc:.3g}); the entropy band per layer on long inputs: sigprop "
+                f"longctx MODEL --lengths {T},{4 * T},{long_t}")
+    return Recommendation(what="length scaling", seq_len=long_t, beta_none=beta["none"],
+                          beta_log_n=beta["log-n"], beta_c=bc, text=text)

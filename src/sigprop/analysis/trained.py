@@ -31,7 +31,7 @@ import math
 import numpy as np
 
 from ..spec import ArchSpec
-from .recommend import ENTROPY_MIN, Recommendation
+from .recommend import ENTROPY_MIN, Recommendation, length_scaling
 
 #: a layer whose final-cosine gap (measured - theory) stays within this still has its theory
 #: describing the trained weights; beyond it the theory is an at-init reference only (the
@@ -162,7 +162,9 @@ def recommend_trained(spec: ArchSpec, derived: dict, scales, roles=None
     length scaling for a longer context (measured beta at 16 x T with fixed Q/K and with
     log-n scaling)."""
     out = [_risky_heads(derived, scales, roles)]
-    out.append(_context_extension(spec, derived))
+    # the length scaling of the measured beta, by the at-init recommendation's own rule
+    out.append(length_scaling(spec.with_beta(derived["beta"]), derived["beta_c"],
+                              measured=True))
     return out
 
 
@@ -191,23 +193,6 @@ def _risky_heads(derived: dict, scales, roles) -> Recommendation:
             f"beta_c). For continued training or fine-tuning: QK-norm or a temperature on "
             f"them, or scale their W_Q and W_K by {factor:.3g} each (beta -> beta_c), and a "
             "lower learning rate on Q/K (sigprop fix --method qk-norm)"))
-
-
-def _context_extension(spec: ArchSpec, derived: dict) -> Recommendation:
-    """Measured beta at 16 x the measured length, with fixed Q/K (beta ~ 1/sqrt(log T): the
-    rows spread out) and with log-n scaling from this length (beta ~ sqrt(log T))."""
-    T = spec.seq_len
-    long_t = min(T * 16, 2**20)
-    beta = derived["beta"]
-    fixed = beta * math.sqrt(math.log(T) / math.log(long_t))
-    log_n = fixed * math.log(long_t) / math.log(T)
-    return Recommendation(
-        what="length scaling", seq_len=long_t, beta_none=fixed, beta_log_n=log_n,
-        beta_c=derived["beta_c"],
-        text=f"at T={long_t}: measured beta {beta:.3g} becomes {fixed:.3g} with fixed Q/K "
-             f"and {log_n:.3g} with log-n scaling from T={T} (beta_c={derived['beta_c']:.3g}); "
-             f"the entropy band per layer on long inputs: sigprop longctx MODEL --lengths "
-             f"{T},{4 * T},{long_t}")
 
 
 def roles_of(heads):

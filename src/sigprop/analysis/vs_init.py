@@ -38,16 +38,10 @@ class VsInit:
     seed: int
 
     def to_dict(self) -> dict:
-        return {"seed": self.seed, "layers": _records(self.layers),
-                "heads": _records(self.heads)}
+        from ..trajectory import to_rows
 
-
-def _records(df) -> list[dict]:
-    out = []
-    for row in df.to_dict("records"):
-        out.append({k: (None if isinstance(v, float) and not math.isfinite(v) else
-                        int(v) if k in ("layer", "head") else v) for k, v in row.items()})
-    return out
+        return {"seed": self.seed, "layers": to_rows(self.layers),
+                "heads": to_rows(self.heads)}
 
 
 def _per_layer(meas, heads, seq_len: int):
@@ -82,6 +76,7 @@ def _side_by_side(trained, init, index):
         a, b = trained[c], init[c].reindex(trained.index)
         cols[f"{c}_trained"], cols[f"{c}_init"], cols[f"{c}_change"] = a, b, a - b
     out = pd.DataFrame(cols, index=trained.index).reset_index()
+    out[index] = out[index].astype(int)  # a head index read from float rows is an integer
     return out.sort_values(index).reset_index(drop=True)
 
 

@@ -261,17 +261,18 @@ def normalised_row_mean(h: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
     return ratio.sum(dim=-1) / count  # NaN only when no row has two keys (documented)
 
 
-def entropy(A: torch.Tensor, causal: bool = False, n_keys=None) -> torch.Tensor:
+def entropy(A: torch.Tensor, causal: bool = False, n_keys=None, alog=None) -> torch.Tensor:
     """Normalised row entropy ``H(A_a) / log(#keys of row a)``, mean over rows (docs/theory.md §1).
 
     ``H = -sum_b A_ab log A_ab`` with ``0 log 0 = 0`` (``torch.xlogy``), so exact zeros (causal
     masks, underflow) are harmless. ``#keys``: ``Tk`` for full attention; ``t`` for the t-th
     (1-based) row when ``causal``; or an explicit ``n_keys`` tensor broadcastable to
     ``(..., T)`` (e.g. from a padding mask). Rows with a single key (entropy 0 / log 1) are
-    skipped. 1 means uniform attention, 0 one-hot attention.
+    skipped. 1 means uniform attention, 0 one-hot attention. ``alog``: the terms
+    ``xlogy(A, A)`` when the caller has formed them already (the probe's anatomy shares them).
     """
     T, Tk = A.shape[-2], A.shape[-1]
-    h = -torch.xlogy(A, A).sum(dim=-1)
+    h = -(torch.xlogy(A, A) if alog is None else alog).sum(dim=-1)
     return normalised_row_mean(h, _row_keys(T, Tk, causal, n_keys, A.device))
 
 

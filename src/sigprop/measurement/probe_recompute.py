@@ -147,14 +147,11 @@ class RecomputeMixin:
         keys = None if allowed is None else allowed.sum(-1)
         with cpu_settings(threads=1):
             out = {"ipr": obs.ipr(A), "ipr_cross": obs.ipr_cross(A), "wmax": obs.wmax(A)}
-            if self.anatomy and i is not None:  # the terms A log A shared with the anatomy
-                alog = torch.xlogy(A, A)
-                n = torch.full(A.shape[-2:-1], A.shape[-1], device=A.device) if keys is None \
-                    else keys  # as obs.entropy: the same operations, the same values
-                out["entropy"] = obs.normalised_row_mean(-alog.sum(dim=-1), n)
+            # the terms A log A, shared by the entropy and the anatomy
+            alog = torch.xlogy(A, A) if self.anatomy and i is not None else None
+            out["entropy"] = obs.entropy(A, n_keys=keys, alog=alog)
+            if alog is not None:
                 out.update(self._map_anatomy(i, s, A, allowed, alog))
-            else:
-                out["entropy"] = obs.entropy(A, n_keys=keys)
             if self.spectral:
                 out["gap"], out["s2_sqrtT"] = obs.gap(A)
         if self.keep_probs:

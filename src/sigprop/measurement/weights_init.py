@@ -105,6 +105,7 @@ import torch
 from torch import nn
 
 from ..spec import SpecError
+from ..trajectory import clean
 
 __all__ = ["EXACT_DIM", "InitCheck", "MIN_NUMEL", "MatrixCheck", "SV_FLOOR", "SV_Z",
            "TRAINED_SLACK", "Z_STD", "check_against_init", "edge_sd", "top_singular_value"]
@@ -168,7 +169,7 @@ class MatrixCheck:
 
     def to_dict(self) -> dict:
         """JSON-ready: every float finite or None."""
-        out = {k: _finite(v) for k, v in asdict(self).items()}
+        out = {k: clean(v) for k, v in asdict(self).items()}
         out["shape"] = list(self.shape)
         return out
 
@@ -219,16 +220,10 @@ class InitCheck:
         return {"state": self.state,
                 "thresholds": {"z_std": self.z_std, "sv_z": self.sv_z,
                                "sv_floor": self.sv_floor, "slack": self.slack},
-                "untrained_share": _finite(self.untrained_share),
+                "untrained_share": clean(self.untrained_share),
                 "matrices": len(mats), "trained": sum(c.trained for c in mats),
                 "checks": [c.to_dict() for c in self.checks],
                 "skipped": list(self.skipped), "notes": list(self.notes)}
-
-
-def _finite(v):
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
 
 
 # ---------------------------------------------------------------- the statistics
