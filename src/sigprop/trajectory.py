@@ -24,6 +24,7 @@ OBSERVABLES = (
     # tokens, on the previous / own / next position, on content keys and its entropy, and the
     # largest logit
     "sink", "special", "prev", "self", "next", "content_mass", "content_entropy", "max_logit",
+    "top_key", "copy", "induction",
 )
 SOURCES = ("theory", "theory_asymptotic", "measured", "weights")
 CORE_COLUMNS = ["layer", "observable", "source", "value", "stderr"]

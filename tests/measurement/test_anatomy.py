@@ -110,8 +110,9 @@ def _heads(*kinds):
 
 
 def _run(S, causal=False, eager=False, mask=None, special=None, batch=2, **kw):
+    n = S.shape[-1]  # T, unless a test builds longer maps
     model = _Stack(S.float(), causal, eager).eval()
-    x = torch.eye(T).expand(batch, T, T).clone()
+    x = torch.eye(n).expand(batch, n, n).clone()
     p = Probe(model, anatomy=True, special_keys=special, dtype=torch.float32, **kw)
     with p, torch.no_grad():
         model(x, attention_mask=mask)
@@ -131,6 +132,8 @@ def _reference(S, visible, special_cols=()):
            "max_logit": S.masked_fill(~visible, -math.inf).amax((-1, -2))}
     if special_cols:
         out["special"] = A[..., list(special_cols)].sum(-1).mean(-1)
+    col = A[..., content].sum(-2)  # each content key's column over all rows
+    out["top_key"] = col.amax(-1) / col.sum(-1)
     ents = torch.zeros(S.shape[0], dtype=torch.float64)
     for h in range(S.shape[0]):
         rows = []
@@ -210,11 +213,13 @@ def test_returned_and_recomputed_paths_agree(causal):
     mask[1, ..., -2:] = False  # sequence 1: its last two keys are padding
     special = torch.zeros(2, T, dtype=torch.bool)
     special[:, 0] = special[0, 4] = special[1, 7] = True
-    a = _run(S, causal=causal, mask=mask, special=special)
-    b = _run(S, causal=causal, mask=mask, special=special, eager=True)
+    ids = torch.tensor([[5, 1, 2, 1, 2, 1, 3, 3, 2, 4], [5, 1, 1, 1, 2, 2, 3, 1, 2, 1]])
+    a = _run(S, causal=causal, mask=mask, special=special, token_ids=ids)
+    b = _run(S, causal=causal, mask=mask, special=special, eager=True, token_ids=ids)
     assert (a.info[0]["source"], b.info[0]["source"]) == ("recomputed", "returned")
     sa, sb = a.attention_stats[0], b.attention_stats[0]
-    assert set(sa) == set(sb) and {"special", "max_logit", "content_entropy"} <= set(sa)
+    assert set(sa) == set(sb) and {"special", "max_logit", "content_entropy", "top_key",
+                                   "copy", "induction"} <= set(sa)
     for k in sa:
         err = (sa[k].double() - sb[k].double()).abs()
         scale = sa[k].double().abs().clamp_min(1.0) if k == "max_logit" else 1.0
@@ -308,6 +313,148 @@ def test_special_keys_of_another_shape_are_noted_not_guessed():
         Probe(_Stack(_heads("sink")), special_keys=torch.ones(1, T, dtype=torch.bool))
 
 
+# ---- key concentration, copy and induction: one key for all queries or one each ----------
+TL = 32  # the repeat maps: a first segment of 15 tokens, its copy, one more token
+#: token ids of the repeat maps: BOS 0, tokens 1..15, the same 15 again, token 16
+IDS = torch.tensor([0, *range(1, 16), *range(1, 16), 16])
+
+
+def _targets(kind: str) -> list[int]:
+    """Each query's key. ``permutation``: row a on key a - 2 (rows 1, 2 on key 1, row 0 on
+    key 0), never the previous token or itself from row 3 on; ``induction``: the same, but
+    the rows 16..30 of the copied segment on the key after their token's earlier copy (a - 14);
+    ``copy``: those rows on the earlier copy itself (a - 15); ``shared``: every row on key 1."""
+    tgt = [0, 1, 1] + [a - 2 for a in range(3, TL)]
+    if kind == "induction":
+        tgt[16:31] = [a - 14 for a in range(16, 31)]
+    elif kind == "copy":
+        tgt[16:31] = [a - 15 for a in range(16, 31)]
+    elif kind == "shared":
+        tgt = [1] * TL
+    return tgt
+
+
+def _repeat_maps(*kinds):
+    S = torch.zeros(len(kinds), TL, TL, dtype=torch.float64)
+    for h, kind in enumerate(kinds):
+        S[h, torch.arange(TL), torch.tensor(_targets(kind))] = SHARP
+    return S
+
+
+@pytest.mark.parametrize("eager", [False, True])
+@pytest.mark.parametrize("causal", [False, True])
+def test_key_concentration_copy_and_induction_by_hand(causal, eager):
+    """One-hot heads on 32 tokens (leakage ~31 e^-30 ~ 3e-12): ``shared`` puts every query on
+    key 1, ``top_key`` = 1 (causal: row 0 sees key 0 only and holds no content); the others
+    give each content row one key, so ``top_key`` is the most rows on one key over the 31 rows
+    with content (row 0's target is key 0): ``permutation`` rows 1, 2, 3 on key 1 -> 3 / 31;
+    ``induction`` the same (keys 2..13 hold two rows each); ``copy`` rows 1, 2, 3 and 16 on
+    key 1 -> 4 / 31. ``induction``: the 15 rows 16..30 on the key after their token's earlier
+    copy, 15 / 32, nothing else (the first segment's tokens are new); ``copy``: those rows on
+    the copy, 15 / 32. Causal or not the targets are earlier keys, so the values agree."""
+    S = _repeat_maps("shared", "permutation", "induction", "copy")
+    p = _run(S, causal=causal, eager=eager, token_ids=IDS)
+    assert p.info[0]["source"] == ("returned" if eager else "recomputed")
+    st = {k: v[0] for k, v in p.attention_stats[0].items()}  # sequence 0 (both the same)
+    want = {"top_key": [1.0, 3 / 31, 3 / 31, 4 / 31],
+            "induction": [0.0, 0.0, 15 / TL, 0.0],
+            "copy": [1 / TL, 0.0, 0.0, 15 / TL]}  # shared: row 16 (token 1) on key 1
+    for k, v in want.items():
+        got = st[k].double()
+        assert (got - torch.tensor(v, dtype=torch.float64)).abs().max() <= PROB_TOL, (k, got)
+    # every statistic against the float64 textbook one (top_key included)
+    vis = torch.ones(TL, TL, dtype=torch.bool)
+    _check_long(st, S, vis.tril() if causal else vis)
+    # the roles: shared is collapsed, the rest selective, the induction head named
+    rows = head_roles(_rows(p))
+    assert rows["role"].tolist() == ["collapsed", "selective", "selective", "selective"]
+    where = "an earlier" if causal else "another"
+    assert rows["why"][2].endswith(f"47% of the mass on the key after {where} copy of the "
+                                   "query's token: an induction head"), rows["why"][2]
+    assert rows["why"][3].endswith(f"47% of the mass on {where} copy of the query's token: a "
+                                   "copy head"), rows["why"][3]
+    assert "100% of it on one key shared by the queries" in rows["why"][0]
+
+
+def _check_long(st, S, visible):
+    """Sink, positions, content mass and top_key of maps over TL keys against float64."""
+    A = torch.softmax(S.masked_fill(~visible, -math.inf), -1)
+    col = A[..., 1:].sum(-2)
+    want = {"sink": A[..., 0].mean(-1), "self": A.diagonal(0, -2, -1).mean(-1),
+            "prev": A.diagonal(-1, -2, -1).mean(-1),
+            "content_mass": A[..., 1:].sum(-1).mean(-1),
+            "top_key": col.amax(-1) / col.sum(-1)}
+    _check(st, want)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_key_concentration_of_a_uniform_head(causal):
+    """Uniform rows: each content key's column is T / Tk of the content's T (Tk - 1) / Tk
+    (bidirectional): 1 / (T - 1), 1 / (T - 2) with key 4 flagged too; causal, row t spread
+    over t + 1 keys: key 1's column sum_{t >= 1} 1 / (t + 1) = H_T - 1 over the content's
+    sum_t t / (t + 1) = T - H_T (flagging key 4 removes its column H_T - H_4 and the
+    same amount from the total)."""
+    H_T = sum(1 / (t + 1) for t in range(T))
+    flags = torch.zeros(T, dtype=torch.bool)
+    flags[[0, 4]] = True
+    for special, want in ((None, 1 / (T - 1)), (flags, 1 / (T - 2))):
+        if causal:
+            total = T - H_T - (0.0 if special is None else H_T - sum(1 / (t + 1)
+                                                                   for t in range(4)))
+            want = (H_T - 1) / total
+        for eager in (False, True):
+            st = _run(_heads("uniform"), causal=causal, eager=eager,
+                      special=special).attention_stats[0]
+            assert abs(float(st["top_key"][0, 0]) - want) <= PROB_TOL, (special, eager)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+def test_two_tokens_and_a_masked_row_give_no_nan(causal):
+    """T = 2: one content key, ``top_key`` = 1 exactly; tokens (7, 7): row 1's key 0 is a
+    copy, key 1 is itself (neither copy nor induction). A fully masked query row (the uniform
+    row of HF eager) and padding keys: every statistic finite, both paths equal."""
+    S = torch.tensor([[[0.0, 1.0], [2.0, 0.5]]], dtype=torch.float64)
+    for eager in (False, True):
+        st = _run(S, causal=causal, eager=eager, token_ids=torch.tensor([7, 7])) \
+            .attention_stats[0]
+        for k in ("top_key", "copy", "induction", "content_mass", "sink"):
+            assert torch.isfinite(st[k]).all(), (k, st[k])
+        assert (st["top_key"] == 1.0).all()
+        assert (st["induction"] == 0.0).all()
+        # copy: row 1 on key 0; bidirectional row 0 on key 1 too
+        p10 = 1 / (1 + math.exp(0.5 - 2.0))  # row 1: logits 2 (key 0), 0.5 (key 1)
+        p01 = 0.0 if causal else 1 / (1 + math.exp(-1.0))  # row 0: 0 and 1
+        assert abs(float(st["copy"][0, 0]) - (p10 + p01) / 2) <= PROB_TOL
+    mask = torch.ones(2, 1, T, T, dtype=torch.bool)
+    mask[:, :, 5] = False  # query row 5 sees nothing
+    mask[1, ..., -2:] = False  # sequence 1: two padding keys
+    ids = torch.tensor([3, 1, 2, 1, 2, 1, 3, 3, 2, 4])
+    S = _heads("sink", "prev", "uniform", "content")
+    got = [_run(S, causal=causal, eager=e, mask=mask, token_ids=ids).attention_stats[0]
+           for e in (False, True)]
+    for k in ("top_key", "copy", "induction", "content_mass", "sink", "self", "prev"):
+        for st in got:
+            assert torch.isfinite(st[k]).all(), (k, st[k])
+        assert (got[0][k] - got[1][k]).abs().max() <= PATHS_TOL, k
+
+
+def test_token_ids_of_another_shape_are_noted():
+    plan = anat.plan(None, (2,), 5, 5, False, "cpu", token_ids=torch.zeros(3, 5, dtype=torch.long))
+    assert plan.tokens is None and "token_ids (3, 5)" in plan.note
+    plan = anat.plan(None, (2,), 4, 6, False, "cpu", token_ids=torch.zeros(2, 4, dtype=torch.long))
+    assert plan.tokens is None and "copy, induction not recorded" in plan.note
+    plan = anat.plan(None, (2,), 4, 4, True, "cpu", token_ids=torch.arange(4))
+    assert plan.tokens.shape == (2, 4) and plan.note is None
+    copy, ind = anat.repeat_keys(torch.tensor([1, 2, 1, 2]))
+    assert copy.int().tolist() == [[0, 0, 1, 0], [0, 0, 0, 1], [1, 0, 0, 0], [0, 1, 0, 0]]
+    # induction [a, b]: token b - 1 is token a, b not a or a + 1
+    assert ind.int().tolist() == [[0, 0, 0, 1], [0, 0, 0, 0], [0, 1, 0, 0], [0, 0, 1, 0]]
+    with pytest.raises(ValueError, match="anatomy=True"):
+        Probe(_Stack(_heads("sink")), token_ids=torch.zeros(1, T, dtype=torch.long))
+    p = _run(_heads("uniform"))
+    assert not {"copy", "induction"} & set(p.attention_stats[0])
+
+
 # ---- anatomy off: the probe as before -----------------------------------------------------
 @pytest.mark.parametrize("impl", ["sdpa", "eager"])
 def test_anatomy_off_leaves_the_statistics_as_they_were(impl):
@@ -330,7 +477,7 @@ def test_anatomy_off_leaves_the_statistics_as_they_were(impl):
     off, on = probes
     for so, sn in zip(off.attention_stats, on.attention_stats, strict=True):
         assert set(so) == {"ipr", "ipr_cross", "wmax", "entropy", "sigma_s"}
-        assert set(sn) - set(so) == set(anat.ANATOMY_STATS) - {"special"}
+        assert set(sn) - set(so) == set(anat.ANATOMY_STATS) - {"special", "copy", "induction"}
         for k in so:
             assert torch.equal(so[k], sn[k]), k
     assert all("anatomy" not in i for i in off.info)
@@ -390,16 +537,20 @@ def test_head_roles_of_hand_made_heads():
     causal = head_roles(_rows(_run(S, causal=True)))
     assert list(bidir.columns) == ["layer", "head", "role", "sink", "special", "prev", "self",
                                    "next", "entropy", "content_entropy", "content_mass",
-                                   "sigma_s", "max_logit", "why"]
-    assert bidir["role"].tolist() == ["sink", "positional", "diffuse", "collapsed"]
+                                   "top_key", "copy", "induction", "sigma_s", "max_logit",
+                                   "why"]
+    # the content head: one key per query, CONTENT_KEY's 9 distinct keys (key 6 twice): at
+    # most 2 / 10 of the content mass on one key, sharp by design
+    assert bidir["role"].tolist() == ["sink", "positional", "diffuse", "selective"]
+    assert abs(bidir["top_key"][3] - 2 / T) <= PROB_TOL
     # causal rows of <= 10 keys: the uniform head's self + prev is H_10 / 10 + (H_10 - 1) / 9
     # = 0.51, positional by the rules (as a short causal map is); so is the content head's
     assert causal["role"].tolist()[:3] == ["sink", "positional", "positional"]
     assert bidir["why"][0] == "90% of the mass on the first token"
     assert bidir["why"][1] == "100% of the mass on the previous token"
     assert bidir["special"].isna().all()
-    assert summary(bidir) == {1: {"sink": 1, "positional": 1, "collapsed": 1, "diffuse": 1,
-                                  "content": 0}}
+    assert summary(bidir) == {1: {"sink": 1, "positional": 1, "selective": 1, "collapsed": 0,
+                                  "diffuse": 1, "content": 0}}
 
 
 def test_head_roles_rules_on_chosen_values():

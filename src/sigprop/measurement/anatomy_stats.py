@@ -17,13 +17,38 @@ Per map (one head of one sequence), for self-attention maps (``T == Tk``) unless
 * ``content_entropy``: each row restricted to its content keys and renormalised, its entropy
   over ``log(#content keys)``, averaged over the rows with at least two content keys (1:
   uniform over the content, 0: all of it on one key);
+* ``top_key``: the key concentration, the largest share of the map's content mass that lands
+  on one content key: with ``C_b = sum_a A[a, b]`` the column sums over all rows,
+  ``max_b C_b / sum_b C_b`` over the content keys ``b`` (the mean over rows of ``A[a, b]``,
+  maximised over ``b``, over the mean content mass). 1: every query puts its content mass on
+  the same key (the head's output is one vector for all tokens, rank collapse); ``1/m`` when
+  the content mass is spread evenly over ``m`` keys as a whole -- a head whose queries each
+  pick their own key (copy, induction, previous occurrence) reads ``~1/T``, however sharp
+  each row is. Uniform rows: ``1/n_c`` over ``n_c`` content keys (bidirectional); causal,
+  key 0 the only excluded one, ``(H_T - 1) / (T - H_T)`` (``H_T`` the harmonic number: key 1,
+  seen by every row but row 0, gets the largest column). The causal triangle: a key ``b`` is
+  seen by the ``T - b`` rows ``a >= b`` only, and ``C_b`` is *not* divided by that count:
+  per-key means would read a previous-token head as concentrated (the last key, seen by one
+  or two rows, holds all of their mass), whereas the share of the total counts each key's
+  mass once, so a causal head on "its own previous token" reads ``1/(T - 2)`` (rows 0 and 1
+  on key 0, the others on a key each). The rows'
+  weight is their content mass (rows mostly on a sink count little). NaN where the content
+  holds no mass at all (no content key, or its weights underflow);
+* ``copy`` and ``induction``, only when the caller gives ``token_ids`` (``(B, T)`` ids of the
+  maps' sequences, ``T == Tk``): mean over rows of the probability on the keys ``b != a``
+  holding the query's token (``ids[b] == ids[a]``), and on the keys ``b`` whose previous
+  token holds it (``ids[b - 1] == ids[a]``; ``b`` neither ``a`` nor ``a + 1``, which are
+  positions, not repeats). Any key counts, excluded ones included; a causal map's later keys
+  hold no mass;
 * ``max_logit``: the largest logit (``q.k * scale`` plus an additive attention mask's bias,
   as it enters the softmax) over the visible entries; in every map, ``T != Tk`` included.
 
-``sink``, ``special``, ``content_*`` and ``max_logit`` apply to ``T != Tk`` maps too (cross
-attention, a KV prefix); ``prev``, ``self``, ``next`` are then not recorded, and the probe says
-so in ``info[i]["anatomy"]``. Masked entries are probability 0 exactly as for the other
-statistics (a fully masked row: the uniform row HF eager gives it, with no content keys).
+``sink``, ``special``, ``content_*``, ``top_key`` and ``max_logit`` apply to ``T != Tk`` maps
+too (cross attention, a KV prefix); ``prev``, ``self``, ``next``, ``copy``, ``induction`` are
+then not recorded, and the probe says so in ``info[i]["anatomy"]``. Masked entries are
+probability 0 exactly as for the other statistics (a fully masked row: the uniform row HF
+eager gives it, with no content keys; its mass counts in ``top_key``'s columns and in
+``copy`` / ``induction`` as in ``content_mass``).
 
 Exactness: from logits (the recomputed maps) each statistic is exact to rounding. The content
 entropy's numerator is the row's ``sum e d`` (which ``softmax_stats`` forms anyway) less the
@@ -34,9 +59,10 @@ underflow) has its content entropy recomputed from its logits relative to the co
 maximum. From returned probabilities nothing can be recomputed: rows whose content mass is
 below :data:`CONTENT_FLOOR` are left out of ``content_entropy`` there.
 
-Cost: on top of the seven passes of ``softmax_stats`` over a chunk of exponentials, one
-(the content's sum, a matrix-vector product) and O(T) work for the columns and diagonals; the
-returned maps' path shares the entropy's ``A log A`` and adds three matrix-vector passes. No
+Cost: on top of the seven passes of ``softmax_stats`` over a chunk of exponentials, two
+(the content's sum, a matrix-vector product, and the column sums of ``top_key``) and O(T)
+work for the columns and diagonals, one more each for ``copy`` and ``induction``; the
+returned maps' path shares the entropy's ``A log A`` and adds four matrix-vector passes. No
 ``T x Tk`` tensor outlives its chunk. At short sequences (T ~ 64) the anatomy's few dozen
 small operations per chunk, not the passes, are what it costs.
 """
@@ -52,11 +78,11 @@ import torch.nn.functional as F
 from . import observables as obs
 
 __all__ = ["ANATOMY_STATS", "CONTENT_FLOOR", "AnatomyPlan", "from_logits", "from_probs",
-           "max_logit", "plan"]
+           "max_logit", "plan", "repeat_keys"]
 
 #: the per-head statistics, in the order :func:`sigprop.measurement.probe.to_trajectory` lists them
 ANATOMY_STATS = ("sink", "special", "prev", "self", "next", "content_mass", "content_entropy",
-                 "max_logit")
+                 "top_key", "copy", "induction", "max_logit")
 
 #: a row whose content keys hold less than this fraction of the top key's weight has its
 #: content entropy taken from its logits again (float32 exponentials below exp(-87) lose
@@ -73,7 +99,8 @@ class AnatomyPlan:
     when the content is not recorded), ``special[n]`` the flagged columns and
     ``special_mask[n]`` their 0/1 indicator (None: ``special`` not recorded); ``positions``:
     ``T == Tk``; ``next``: and not causal; ``note``: what was left out and why (None:
-    nothing)."""
+    nothing); ``tokens``: the sequences' token ids ``(N, T)`` (None: ``copy`` and
+    ``induction`` not recorded)."""
 
     excluded: tuple
     content: torch.Tensor | None
@@ -82,14 +109,17 @@ class AnatomyPlan:
     positions: bool
     next: bool
     note: str | None
+    tokens: torch.Tensor | None = None
 
 
 def plan(special_keys, lead, T: int, Tk: int, causal: bool, device,
-         dtype=torch.float32) -> AnatomyPlan:
+         dtype=torch.float32, token_ids=None) -> AnatomyPlan:
     """The :class:`AnatomyPlan` of maps ``(*lead, H, T, Tk)`` in ``dtype``; ``special_keys``:
     None, or bool ``(N, Tk)`` (one row per sequence, ``N = prod(lead)``) or ``(Tk,)`` (every
-    sequence). Keys of another shape leave ``special`` and ``content_*`` unrecorded (a
-    content that silently ignored the flags would be another statistic) with a note."""
+    sequence). Keys of another shape leave ``special``, ``content_*`` and ``top_key``
+    unrecorded (a content that silently ignored the flags would be another statistic) with a
+    note. ``token_ids``: None, or integer ``(N, T)`` / ``(T,)`` ids for ``copy`` and
+    ``induction`` (self-attention maps only; another shape: not recorded, with a note)."""
     N = math.prod(lead)
     notes = [] if T == Tk else ["T != Tk: prev, self, next not recorded"]
     zero = torch.zeros(1, dtype=torch.long, device=device)
@@ -111,8 +141,32 @@ def plan(special_keys, lead, T: int, Tk: int, causal: bool, device,
         content = torch.ones(N, Tk, dtype=dtype, device=device)
         for n, cols in enumerate(excluded):
             content[n, cols] = 0.0
+    tokens = None
+    if token_ids is not None:
+        ids = torch.as_tensor(token_ids, device=device)
+        if ids.ndim == 1:
+            ids = ids.expand(N, -1)
+        if T != Tk or ids.ndim != 2 or tuple(ids.shape) != (N, T) or ids.is_floating_point():
+            notes.append(f"token_ids {tuple(ids.shape)} {ids.dtype} do not match the maps' "
+                         f"{N} sequences x {T} queries x {Tk} keys: copy, induction not "
+                         "recorded")
+        else:
+            tokens = ids
     return AnatomyPlan(excluded, content, special, special_mask, T == Tk,
-                       T == Tk and not causal, "; ".join(notes) or None)
+                       T == Tk and not causal, "; ".join(notes) or None, tokens)
+
+
+def repeat_keys(ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The ``copy`` and ``induction`` key indicators of token ids ``ids`` (..., T), bool
+    (..., T, T): ``[a, b]`` is ``ids[b] == ids[a]`` with ``b != a``, and ``ids[b - 1] ==
+    ids[a]`` with ``b >= 1`` and ``b`` neither ``a`` nor ``a + 1``."""
+    T = ids.shape[-1]
+    same = ids.unsqueeze(-1) == ids.unsqueeze(-2)
+    band = torch.ones(T, T, dtype=torch.bool, device=ids.device)
+    near = band.triu(0) & band.tril(1)  # b = a, a + 1
+    copy = same & ~near.tril(0)
+    induction = F.pad(same[..., :-1], (1, 0)) & ~near
+    return copy, induction
 
 
 def is_causal(allowed: torch.Tensor | None, T: int, Tk: int) -> bool:
@@ -159,10 +213,16 @@ def from_logits(mx, d, e, rz, ed, *, keys, allowed, plan_: AnatomyPlan, n: int) 
         if plan_.next:
             cols.append(F.pad(e.diagonal(1, -2, -1), (0, 1)))
             counts.append(T - 1)
+    if plan_.tokens is not None:  # per row, sum(e) over the copies / induction targets
+        for name, m in zip(("copy", "induction"), repeat_keys(plan_.tokens[n]), strict=True):
+            names.append(name)
+            cols.append(torch.linalg.vecdot(e, m.to(e.dtype)))
+            counts.append(T)
     out = {}
     if plan_.content is not None:
         zc = e @ plan_.content[n]  # the content's share of sum(e), summed directly
         out["content_entropy"] = _content_entropy(d, e, zc, ed, keys, allowed, plan_, n)
+        out["top_key"] = _top_key((rz.unsqueeze(-2) @ e).squeeze(-2), plan_.content[n])
         names.append("content_mass")
         cols.append(zc)
         counts.append(T)
@@ -173,6 +233,15 @@ def from_logits(mx, d, e, rz, ed, *, keys, allowed, plan_: AnatomyPlan, n: int) 
     out["max_logit"] = top if keys is None else top.masked_fill(
         top <= torch.finfo(top.dtype).min / 2, math.nan)
     return out
+
+
+def _top_key(col: torch.Tensor, content: torch.Tensor) -> torch.Tensor:
+    """``top_key`` from the column sums ``col`` (..., Tk) of the maps and the content's 0/1
+    indicator (Tk or broadcastable): NaN where the content holds no mass."""
+    cc = col * content
+    total = cc.sum(-1)
+    top = cc.amax(-1)
+    return torch.where(total > 0, top / total.where(total > 0, 1.0), math.nan)
 
 
 #: the content's entropy numerator ``sum_content e d`` is ``ed`` less the excluded keys'
@@ -245,9 +314,15 @@ def from_probs(A: torch.Tensor, allowed: torch.Tensor | None, plan_: AnatomyPlan
     if plan_.special is not None:
         out["special"] = rows(A, plan_.special_mask).mean(-1)
     out.update(_positions(lambda k: A.diagonal(k, -2, -1).mean(-1), plan_))
+    if plan_.tokens is not None:  # (N, T, T) indicators, each sequence's heads at once
+        A4 = A.reshape(N, H, T, Tk)
+        for name, m in zip(("copy", "induction"), repeat_keys(plan_.tokens), strict=True):
+            out[name] = torch.linalg.vecdot(A4, m.unsqueeze(1).to(A.dtype)).mean(-1) \
+                .reshape(*lead, H)
     if plan_.content is None:
         return out
     c = plan_.content
+    out["top_key"] = _top_key(A.sum(-2), c.reshape(*lead, 1, Tk))
     mass, alogp = rows(A, c), rows(alog, c)
     if allowed is None:
         n_c = c.sum(-1).reshape(*lead, 1, 1)

@@ -115,10 +115,12 @@ class Probe(RecomputeMixin, HookHandles):
     ``repeats``: each block is applied this many times in a row per forward pass (weight
     sharing, ALBERT), and every application is one layer (``len(blocks) * repeats`` layers).
     ``anatomy=True`` adds per head ``sink, special, prev, self, next, content_mass,
-    content_entropy, max_logit`` (:mod:`.anatomy_stats`; what a layer's maps leave out is
-    said in ``info[i]["anatomy"]``); ``special_keys``: bool ``(B, Tk)`` (or ``(Tk,)``) of the
-    keys [CLS] / [SEP] / BOS sit on, read at each forward call (set ``probe.special_keys``
-    between calls of different inputs); None: ``special`` is not recorded.
+    content_entropy, top_key, copy, induction, max_logit`` (:mod:`.anatomy_stats`; what a
+    layer's maps leave out is said in ``info[i]["anatomy"]``); ``special_keys``: bool
+    ``(B, Tk)`` (or ``(Tk,)``) of the keys [CLS] / [SEP] / BOS sit on, read at each forward
+    call (set ``probe.special_keys`` between calls of different inputs); None: ``special`` is
+    not recorded. ``token_ids``: the input ids ``(B, T)`` (or ``(T,)``), read the same way;
+    None: ``copy`` and ``induction`` are not recorded.
 
     After the forward pass(es): ``hidden`` (L+1 tensors, layer 0 = embeddings),
     ``hidden_stats`` (L+1 dicts name -> tensor over the leading dims), ``attention_stats``
@@ -131,12 +133,15 @@ class Probe(RecomputeMixin, HookHandles):
                  keep_hidden=True, probs="auto", causal: bool | None = None, rope=True,
                  spectral=False, hidden_stats: Sequence[str] = HIDDEN_STATS,
                  dtype=torch.float64, repeats: int = 1, batch: int | None = None,
-                 anatomy: bool = False, special_keys=None):
+                 anatomy: bool = False, special_keys=None, token_ids=None):
         if probs not in ("auto", "returned", "recomputed"):
             raise ValueError(f"probs must be auto, returned or recomputed (got {probs!r})")
         if special_keys is not None and not anatomy:
             raise ValueError("special_keys are read only with anatomy=True")
+        if token_ids is not None and not anatomy:
+            raise ValueError("token_ids are read only with anatomy=True")
         self.anatomy, self.special_keys = bool(anatomy), special_keys
+        self.token_ids = token_ids
         self.model, self.keep_probs, self.keep_hidden = model, keep_probs, keep_hidden
         self.probs_mode, self.rope, self.spectral, self.dtype = probs, rope, spectral, dtype
         self.hidden_stat_names = tuple(hidden_stats)

@@ -160,22 +160,22 @@ class RecomputeMixin:
 
     def _anatomy_plan(self, i, s, allowed, lead, T, Tk, device):
         """The layer's :class:`~.anatomy_stats.AnatomyPlan` (None without ``anatomy``), the
-        previous layer's when nothing it depends on changed (``special_keys``: the same
-        tensor object, held by the cache, at the same in-place version; keys of another kind
-        are read again); its note goes to ``info[i]["anatomy"]``."""
+        previous layer's when nothing it depends on changed (``special_keys`` and ``token_ids``:
+        the same tensor objects, held by the cache, at the same in-place versions; keys of
+        another kind are read again); its note goes to ``info[i]["anatomy"]``."""
         if not self.anatomy:
             return None
         causal = bool(s.causal or self.info[i].get("causal")) or anat.is_causal(allowed, T, Tk)
-        sk = self.special_keys
-        key = (getattr(sk, "_version", None), tuple(lead), T, Tk, causal, str(device),
-               self.dtype)
+        sk, ids = self.special_keys, getattr(self, "token_ids", None)
+        key = (getattr(sk, "_version", None), getattr(ids, "_version", None), tuple(lead), T,
+               Tk, causal, str(device), self.dtype)
         cached = getattr(self, "_plan_cache", None)
-        if cached is None or cached[0] is not sk or cached[1] != key or not (
-                sk is None or torch.is_tensor(sk)):
-            cached = self._plan_cache = (sk, key, anat.plan(sk, lead, T, Tk, causal, device,
-                                                            self.dtype))
-        self.info[i]["anatomy"] = cached[2].note
-        return cached[2]
+        if cached is None or cached[0] is not sk or cached[1] is not ids or cached[2] != key \
+                or not all(x is None or torch.is_tensor(x) for x in (sk, ids)):
+            cached = self._plan_cache = (sk, ids, key, anat.plan(
+                sk, lead, T, Tk, causal, device, self.dtype, token_ids=ids))
+        self.info[i]["anatomy"] = cached[3].note
+        return cached[3]
 
     def _map_anatomy(self, i, s, A, allowed, alog):
         """The anatomy statistics of returned maps ``A`` (*lead, H, T, Tk), ``alog`` their
