@@ -136,6 +136,20 @@ def longctx(spec: ArchSpec,
                                               "self-contained HTML report"),
             device: str = typer.Option("cpu", "--device", help="MODEL: where the stream runs, "
                                        "cpu or cuda"),
+            text: str | None = typer.Option(None, "--text", help="MODEL: real text (a .txt "
+                                            "file or a folder of them) through the model's "
+                                            "tokenizer (default on trained weights: built-in "
+                                            "stories)"),
+            tokenizer: str | None = typer.Option(None, "--tokenizer", help="MODEL: its "
+                                                 "tokenizer (folder or hub name) when none "
+                                                 "sits beside the weights"),
+            real_max: int | None = typer.Option(None, "--real-max", help="MODEL: on real text, "
+                                                "the lengths up to this are also read by the "
+                                                "model itself and set beside the stream "
+                                                "(default 4096; 0: none)"),
+            key_model: str | None = typer.Option(None, "--key-model", help="MODEL: the "
+                                                 "stream's inputs, gaussian or resampled "
+                                                 "(default: resampled on real text)"),
             plot: str | None = typer.Option(None, "--plot", help="write ipr/entropy/wmax vs T"),
             fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt,
             wide: bool = WideOpt) -> None:
@@ -151,11 +165,15 @@ def longctx(spec: ArchSpec,
     if model is not None:
         return _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len,
                               band, layers, out_queries, sequences, report, plot, fmt, seed,
-                              no_timing, wide, device, band_from)
+                              no_timing, wide, device, band_from,
+                              dict(text=text, tokenizer=tokenizer, real_max=real_max,
+                                   key_model=key_model))
     for name, val in (("--scalings", scalings), ("--train-len", train_len),
                       ("--layers", layers), ("--report", report),
                       ("--device", None if device == "cpu" else device),
-                      ("--band-from", band_from)):
+                      ("--band-from", band_from), ("--text", text),
+                      ("--tokenizer", tokenizer), ("--real-max", real_max),
+                      ("--key-model", key_model)):
         if val is not None:
             fail(f"{name}: applies to a MODEL (sigprop longctx MODEL {name} ...)")
     ts = ts or lc.default_lengths()
@@ -201,7 +219,7 @@ def _int_list(option: str, text: str | None) -> list[int] | None:
 
 def _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len, band,
                    layers, out_queries, sequences, report, plot, fmt, seed, no_timing, wide,
-                   device, band_from=None):
+                   device, band_from=None, real=None):
     """``sigprop longctx MODEL``: :func:`sigprop.analysis.longctx.longctx_model`."""
     from ..analysis.longctx import longctx_model
     from .common import check_output_file, command_line
@@ -220,6 +238,10 @@ def _longctx_model(model, spec, ts, queries, chunk, compare, scalings, train_len
                                                       if x.strip()],
               layers=_int_list("--layers", layers), chunk=chunk, seed=seed, device=device,
               bands=_bands_from(band_from))
+    real = {k: v for k, v in (real or {}).items() if v is not None}
+    if "real_max" in real and not 0 <= real["real_max"] <= 2**20:
+        fail(f"--real-max: must be an integer in [0, 2^20] (got {real['real_max']})")
+    kw.update(real)
     if kw["train_len"] is not None and not 2 <= kw["train_len"] <= 2**30:
         fail(f"--train-len: must be an integer in [2, 2^30] (got {train_len})")
     if not 1 <= sequences <= 64:

@@ -179,6 +179,53 @@ class GaussianKV(KVSource):
         return k, self._draw(1, start, stop)
 
 
+class EmpiricalKV(KVSource):
+    """Keys and values resampled from measured pairs: position ``b`` holds the pair
+    ``(k_i, v_i)`` of a pool ``k (N, H_kv, d_H)``, ``v (N, H_kv, d_V)``, ``i`` drawn
+    uniformly per position (block ``b`` of ``BLOCK`` positions seeded by ``(seed, salt, b)``,
+    as :class:`GaussianKV`). The scores of a query then follow the measured keys' own law --
+    its tails, outlier dimensions and clusters -- rather than a Gaussian of the same two
+    moments; what it leaves out is how the keys depend on position and on each other."""
+
+    def __init__(self, n: int, k: Tensor, v: Tensor, *, seed: int = 0,
+                 dtype: torch.dtype = torch.float32, device: str | torch.device = "cpu"):
+        if k.dim() != 3 or v.dim() != 3 or k.shape[:2] != v.shape[:2] or k.shape[0] < 1:
+            raise ValueError("k, v must be (N, H_kv, d) with the same N >= 1 and H_kv")
+        self.n, self.dtype, self.seed = int(n), dtype, seed
+        self.device = torch.device(device)
+        self.k, self.v = k.to(self.device, dtype), v.to(self.device, dtype)
+
+    def chunk(self, start, stop):
+        b0, b1 = start // BLOCK, -(-stop // BLOCK)
+        idx = torch.cat([torch.randint(0, self.k.shape[0], (BLOCK,), generator=torch.Generator()
+                                       .manual_seed(block_seed(self.seed, b, 17)))
+                         for b in range(b0, b1)])[start - b0 * BLOCK: stop - b0 * BLOCK]
+        idx = idx.to(self.device)
+        return self.k[idx], self.v[idx]
+
+
+class PinnedKV(KVSource):
+    """Another source with the first positions replaced by given keys and values
+    (``k (P, H_kv, d_H)``, ``v (P, H_kv, d_V)`` at positions ``0 .. P-1``): a trained model's
+    sink (its first token's key) is one vector, not a draw of the Gaussian that describes the
+    other positions."""
+
+    def __init__(self, base: KVSource, k: Tensor, v: Tensor):
+        self.base, self.n, self.dtype = base, base.n, base.dtype
+        self.device = getattr(base, "device", torch.device("cpu"))
+        self.k = k.to(self.device, self.dtype)
+        self.v = v.to(self.device, self.dtype)
+
+    def chunk(self, start, stop):
+        k, v = self.base.chunk(start, stop)
+        P = self.k.shape[0]
+        if start < P:
+            k, v = k.clone(), v.clone()
+            k[:P - start] = self.k[start:min(P, stop)]
+            v[:P - start] = self.v[start:min(P, stop)]
+        return k, v
+
+
 # ------------------------------------------------------------------------------------ kernel
 def _reduce(m, s1, s2, sx, o, out_rows):
     """Exact log-sum-exp merge along dim 0 of partial states (float64), each part's sums

@@ -100,6 +100,8 @@ def print_model_longctx(r, console=None, wide: bool = False) -> None:
                   f"recommended: [bold]{rec['label']}[/] ({rec['reason']}); re-measured: "
                   + ("[green]holds[/]" if held else "[red]does not hold[/]"))
     console.print(f"apply: {rec['fix_command']}")
+    if info.get("real"):
+        _print_real(r, console, short)
     for n in info.get("notes", []):
         console.print(f"[dim]note: {n}[/]")
     if "stream_gflops" in info:
@@ -108,3 +110,43 @@ def print_model_longctx(r, console=None, wide: bool = False) -> None:
                       f"{info['stream_gflops']:.0f} GFLOP/s = "
                       f"{100 * info['stream_fraction']:.0f}% of this machine's float32 "
                       f"matmul rate {info['matmul_gflops']:.0f} GFLOP/s)")
+
+
+def _print_real(r, console, short) -> None:
+    """The real-text check: per layer and length read by the model itself, entropy and ipr
+    of the real text beside the stream's (the model as it is) and their largest difference;
+    per layer whether that is within tolerance and whether the real entropy stays in band
+    as it is and with the recommended scaling."""
+    from . import tables
+
+    real = r.info["real"]
+    heads = ["L", "T", "H real", "H stream", "ipr real", "ipr stream", "|Δ|", "ok", "band",
+             "rec"]
+    t = tables.table(*heads, right=tuple(heads[1:7]))
+
+    def yn(x):
+        return "—" if x is None else ("[green]yes[/]" if x else "[red]no[/]")
+
+    for row in r.layers:
+        per = row.get("real") or {}
+        lens = per.get("seq_len", [])
+        for i, T in enumerate(lens):
+            er, es = per["entropy_real"][i], per["entropy_stream"][i]
+            ir, is_ = per["ipr_real"][i], per["ipr_stream"][i]
+            last = i == len(lens) - 1
+            cells = [str(row["layer"]) if i == 0 else "", short(T), f"{er:.3f}", f"{es:.3f}",
+                     f"{ir:.3f}", f"{is_:.3f}", f"{max(abs(er - es), abs(ir - is_)):.3f}"]
+            cells += [yn(row.get("real_within")), yn(row.get("real_in_band")),
+                      yn(row.get("real_recommended_in_band"))] if last else ["", "", ""]
+            t.add_row(*cells)
+    console.print(f"real text ({real['source']}, {real['sequences']} sequence(s) per length) "
+                  "read by the model itself, beside the stream (the model as it is):")
+    console.print(t)
+    held = r.recommendation.get("holds_real")
+    console.print(f"[dim]ok: every |Δ| of the layer ≤ {real['tolerance']:g}; band: the real "
+                  "entropy stays within the band of its value at the training length, as it "
+                  "is / with the recommended scaling (rec; that layer's logits scaled on its "
+                  "real inputs)[/]")
+    console.print("recommended, re-measured on real text: " + (
+        "— (no real length beyond the training length)" if held is None else
+        "[green]holds[/]" if held else "[red]does not hold[/]"))

@@ -59,6 +59,17 @@ class LayerFit:
     k_gen: sm.GaussianFit | None = None
     q_norm: Callable | None = None
     k_norm: Callable | None = None
+    #: real text: the first position's key and value (mean over the sequences, as attention
+    #: reads them: after any key norm, before RoPE), kept as they are in the stream (a sink
+    #: is one key, not a draw of the Gaussian); the fits then pool positions 1 .. T-1
+    first_k: torch.Tensor | None = None
+    first_v: torch.Tensor | None = None
+    #: the ``resampled`` input model: the measured queries and (key, value) pairs (positions
+    #: 1 .. T-1 where the first is pinned; at most :data:`POOL_MAX`), which the stream
+    #: resamples in place of the Gaussian draws (``(N, heads, d)`` each, float32)
+    pool_q: torch.Tensor | None = None
+    pool_k: torch.Tensor | None = None
+    pool_v: torch.Tensor | None = None
 
     @property
     def group(self) -> int:
@@ -272,9 +283,20 @@ def _norm_fn(module, heads: int, dh: int) -> Callable:
     return fn
 
 
-def _flat(chunks: list[torch.Tensor], width: int) -> torch.Tensor:
-    """(N, width) samples from hook outputs (..., T, width) or (..., T, heads, d)."""
+def _flat(chunks: list[torch.Tensor], width: int, skip_first: bool = False) -> torch.Tensor:
+    """(N, width) samples from hook outputs (..., T, width) or (..., T, heads, d);
+    ``skip_first``: without each sequence's first position."""
+    if skip_first:
+        chunks = [_by_position(c, width)[:, 1:] for c in chunks]
     return torch.cat([c.reshape(-1, width) for c in chunks])
+
+
+def _by_position(c: torch.Tensor, width: int) -> torch.Tensor:
+    """A hook output as ``(sequences, T, width)`` (token dimension second from the end of
+    ``(..., T, width)``, or third of ``(..., T, heads, d)``)."""
+    if c.shape[-1] != width:
+        c = c.flatten(-2)
+    return c.reshape(-1, c.shape[-2], width)
 
 
 def output_projection(site, width: int):
@@ -293,11 +315,31 @@ def output_projection(site, width: int):
     return None
 
 
+#: measured positions kept per layer for the ``resampled`` input model (a seeded subset
+#: beyond it): 16384 positions of a 4096-wide layer are 256 MB of float32
+POOL_MAX = 16384
+
+
+def _pools(q, k, v, H: int, Hkv: int, dh: int, dv: int, index: int):
+    """``(q, k, v)`` pools of at most :data:`POOL_MAX` positions (the same positions for the
+    three; a seeded subset of larger samples), float32 ``(N, heads, d)``."""
+    n = q.shape[0]
+    if n > POOL_MAX:
+        g = torch.Generator().manual_seed(sm.block_seed(index, n, 53))
+        sel = torch.randperm(n, generator=g)[:POOL_MAX].sort().values
+        q, k, v = q[sel], k[sel], v[sel]
+    return (q.float().reshape(-1, H, dh), k.float().reshape(-1, Hkv, dh),
+            v.float().reshape(-1, Hkv, dv))
+
+
 def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
-               mult: Callable | None = None) -> list[LayerFit]:
+               mult: Callable | None = None, pin_first: bool = False,
+               pools: bool = False) -> list[LayerFit]:
     """Run the reference pass (``forward(model, inputs)``) with capture hooks and fit every
     site's moments (:class:`LayerFit`); ``mult(n)``: the logit multiplier the model applies
-    itself (a recorded ``sigprop fix`` scaling), for the model check."""
+    itself (a recorded ``sigprop fix`` scaling), for the model check. ``pin_first`` (real
+    text): the first position's key and value are kept as measured and left out of the
+    fits; ``pools``: the measured positions are kept for the ``resampled`` input model."""
     cap = Capture(sites, mult=mult)
     with cap, torch.no_grad():
         forward(model, inputs)
@@ -310,6 +352,7 @@ def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
                                      "were not called inside the module")
         q, k = _flat(d["q"], H * dh), _flat(d["k"], Hkv * dh)
         n_v = sum(c.numel() for c in d["v"])
+        pin = pin_first and all(_by_position(c, Hkv * dh).shape[1] > 2 for c in d["k"])
         if k.shape[0] != q.shape[0] or n_v % max(q.shape[0], 1):
             raise SpecError("model", f"attention layer {i} ({s.name}): its Q/K/V projections "
                                      "run on other inputs too (relative embeddings?): not a "
@@ -342,10 +385,20 @@ def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
                                      "interleaved or in-module RoPE, an unexposed scale)")
         rho = float(torch.cat(d["cos"]).mean()) if d["cos"] else float("nan")
         causal = bool(s.causal) if d["causal"] is None else d["causal"]
+        if pin:
+            q, k = _flat(d["q"], H * dh, True), _flat(d["k"], Hkv * dh, True)
+            v_seq = [_by_position(c, Hkv * dv) for c in d["v"]]
+            v = torch.cat([c[:, 1:].reshape(-1, Hkv * dv) for c in v_seq])
         f = LayerFit(i, s.name, H, Hkv, dh, float(s.scale), causal, window,
                      sm.GaussianFit.from_samples(q), sm.GaussianFit.from_samples(k),
                      sm.GaussianFit.from_samples(v), None if wo is None else wo[0],
                      None if wo is None else wo[1], rho)
+        if pin:
+            k_seq = torch.cat([_by_position(c, Hkv * dh)[:, 0] for c in d["k"]])
+            f.first_k = k_seq.mean(0).view(Hkv, dh)
+            f.first_v = torch.cat([c[:, 0] for c in v_seq]).mean(0).view(Hkv, dv)
+        if pools and q.shape[0] == k.shape[0] == v.shape[0]:
+            f.pool_q, f.pool_k, f.pool_v = _pools(q, k, v, H, Hkv, dh, dv, i)
         if wo is None:
             f.notes.append(f"layer {i}: no output projection recognised: the output cosine "
                            "is that of the concatenated heads")
@@ -353,8 +406,8 @@ def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
             f.notes.append(notes_check)
         f.check = d["check"]
         if d["q_pre"] and d["k_pre"] and len(d["q_pre"]) == len(d["q"]):
-            f.q_gen = sm.GaussianFit.from_samples(_flat(d["q_pre"], H * dh))
-            f.k_gen = sm.GaussianFit.from_samples(_flat(d["k_pre"], Hkv * dh))
+            f.q_gen = sm.GaussianFit.from_samples(_flat(d["q_pre"], H * dh, pin))
+            f.k_gen = sm.GaussianFit.from_samples(_flat(d["k_pre"], Hkv * dh, pin))
             f.q_norm, f.k_norm = _norm_fn(s.q_post, H, dh), _norm_fn(s.k_post, Hkv, dh)
         if d["pos"] is not None:
             T = d["pos"][0].shape[0]
@@ -385,29 +438,40 @@ def _chosen_layers(layers, n_sites: int) -> list[int]:
     return sorted(set(layers))
 
 
-def reference_pass(module, config, *, bf16: bool, layers, seq_len: int, sequences: int,
-                   seed: int, long_T: int, mult: Callable | None
-                   ) -> tuple[list[LayerFit], list[str]]:
-    """Step 1 on a built model: ``sequences`` built-in text records of ``seq_len`` tokens
-    through ``module`` in eval mode (blocks stored in bfloat16 run in float32), every chosen
-    attention layer fitted (:func:`fit_layers`, ``index`` = its attention-layer index).
-    Returns the fits and the notes the pass adds (encoder-decoder, shared layers, the fits'
-    own)."""
+def chosen_sites(module, layers) -> tuple[list, list, list[int]]:
+    """``(blocks, chosen sites, their attention-layer indices)`` of a model (a SpecError when
+    it has no attention layer with Q/K projections or ``layers`` names one it lacks)."""
     from ...measurement.probe_sites import find_attention, find_blocks
-    from ...models.arch import input_kind
-    from .. import forward as fw
 
     blocks = find_blocks(module)
     sites = [s for s in (find_attention(b, None, n) for n, b in blocks) if s is not None]
     if not sites:
         raise SpecError("model", "no attention layer with Q/K projections found")
     chosen = _chosen_layers(layers, len(sites))
+    return blocks, [sites[i] for i in chosen], chosen
+
+
+def reference_pass(module, config, *, bf16: bool, layers, seq_len: int, sequences: int,
+                   seed: int, long_T: int, mult: Callable | None, inputs: dict | None = None,
+                   pin_first: bool = False, pools: bool = False
+                   ) -> tuple[list[LayerFit], list[str]]:
+    """Step 1 on a built model: ``sequences`` built-in text records of ``seq_len`` tokens
+    (``inputs``: the model's own tokenizer's, :func:`sigprop.data.model_text.token_batch`)
+    through ``module`` in eval mode (blocks stored in bfloat16 run in float32), every chosen
+    attention layer fitted (:func:`fit_layers`, ``index`` = its attention-layer index;
+    ``pin_first``, ``pools`` as there). Returns the fits and the notes the pass adds
+    (encoder-decoder, shared layers, the fits' own)."""
+    from ...models.arch import input_kind
+    from .. import forward as fw
+
+    blocks, sites, chosen = chosen_sites(module, layers)
     kind = input_kind(config)
     if kind != "text":
         raise SpecError("model", f"long context needs a text model ({config.model_type} "
                                  f"takes {kind} input)")
-    vocab = fw.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
-    inputs = fw.text_inputs(sequences, seq_len, vocab, seed, "cpu")
+    if inputs is None:
+        vocab = fw.vocab_at_init(config, int(getattr(config, "vocab_size", 0) or 1))
+        inputs = fw.text_inputs(sequences, seq_len, vocab, seed, "cpu")
     enc_dec = bool(getattr(config, "is_encoder_decoder", False))
     notes = []
     if enc_dec:
@@ -422,9 +486,9 @@ def reference_pass(module, config, *, bf16: bool, layers, seq_len: int, sequence
         with ExitStack() as stack:
             if bf16:
                 stack.enter_context(Float32Blocks(blocks))
-            fits = fit_layers(module, [sites[i] for i in chosen], inputs,
+            fits = fit_layers(module, sites, inputs,
                               lambda m, x: fw.forward_once(m, x, enc_dec), long_T=long_T,
-                              mult=mult)
+                              mult=mult, pin_first=pin_first, pools=pools)
     finally:
         module.train(was_training)
     for f, i in zip(fits, chosen, strict=True):

@@ -21,11 +21,14 @@ from ...spec import SpecError
 from ..result import Result
 from .capture import reference_pass
 from .model import build_model, position_limit, train_length
+from .real import DEFAULT_REAL_MAX, RealCheck, compare_layers, real_check
 from .scaling import COMPARE_ALL, Scaling, own_scaling, parse_scaling, recommend
 from .stream import LayerStream, stream_layer_lengths
 from .theory import moments
 
 DEFAULT_BAND = 0.05
+#: the stream's input models (:func:`run`'s ``key_model``)
+KEY_MODELS = ("gaussian", "resampled")
 #: a layer whose measured ipr leaves the theory by more than this gets a note saying why
 GAP_NOTE = 0.03
 MAX_QUERIES = 4096
@@ -254,12 +257,69 @@ def _check_positions(built, longest: int, notes: list[str]) -> None:
                  "stream models the attention there without position embeddings")
 
 
+def _inputs_text(key_model: str, real: bool) -> str:
+    """What the stream's keys, values and queries are, in words (``info["inputs"]``)."""
+    what = ("Gaussian keys/values/queries with each layer's measured mean and covariance"
+            if key_model == "gaussian" else
+            "each layer's measured queries and (key, value) pairs resampled per position")
+    return what + " (reference pass at seq_len" + (
+        "; real text, the first token's key and value kept as measured)" if real else ")")
+
+
+def _model_text(model, built, text, tokenizer, notes: list[str]):
+    """The model's own tokenizer where the run reads real text (trained weights, or ``text``
+    / ``tokenizer`` given), else None (sigprop's built-in token ids: the at-init default).
+    ``text`` without a tokenizer to read it is a SpecError."""
+    from ...data.model_text import find_tokenizer
+
+    if not (built.trained or text is not None or tokenizer is not None):
+        return None
+    tok = find_tokenizer(built.module if isinstance(model, torch.nn.Module) else model,
+                         tokenizer, notes)
+    if tok is None and text is not None:
+        raise SpecError("tokenizer", "--text needs the model's tokenizer: none beside the "
+                                     "weights; pass --tokenizer FOLDER|NAME")
+    if tok is None:
+        notes.append("trained weights without a tokenizer: the reference pass reads sigprop's "
+                     "built-in token ids and no real-text check is made (--tokenizer)")
+    return tok
+
+
+def _vocab_rows(module) -> int | None:
+    """The rows of the model's input embedding (None where it does not say)."""
+    emb = module.get_input_embeddings() if hasattr(module, "get_input_embeddings") else None
+    rows = getattr(emb, "num_embeddings", None)
+    return rows if isinstance(rows, int) else None
+
+
+def _token_inputs(tok, rows: int | None, sequences: int, T: int, text, seed: int):
+    """``sequences`` windows of ``T`` tokens of real text through ``tok``
+    (:func:`sigprop.data.model_text.token_batch`), checked against the model's vocabulary
+    (``rows`` embedding rows)."""
+    from ...data.model_text import token_batch
+
+    batch = token_batch(tok, sequences, T, text=text, seed=seed)
+    top = int(batch.input_ids.max())
+    if isinstance(rows, int) and top >= rows:
+        raise SpecError("tokenizer", f"its ids reach {top} but the model's vocabulary has "
+                                     f"{rows} rows: not this model's tokenizer")
+    return batch
+
+
+def _real_lengths(all_lengths: list[int], real_max: int | None, tok) -> list[int]:
+    """The lengths the model itself reads (real text, up to ``real_max``)."""
+    if tok is None or not real_max:
+        return []
+    return [T for T in all_lengths if T <= real_max]
+
+
 def run(model, lengths: Sequence[int] | None = None, *, queries: int = 128,
         out_queries: int = 32, train_len: int | None = None, seq_len: int | None = None,
         sequences: int = 2, scalings: Sequence[str] | None = None, compare: bool = False,
         band: float = DEFAULT_BAND, layers: Sequence[int] | None = None,
         bands: dict | None = None, chunk: int = 8192, seed: int = 0, device: str = "cpu",
-        workers: int | None = None,
+        workers: int | None = None, text=None, tokenizer=None,
+        real_max: int | None = DEFAULT_REAL_MAX, key_model: str | None = None,
         on_progress: Callable[[int], None] | None = None) -> ModelLongContext:
     """Every attention layer of ``model`` at every context length (package docstring).
 
@@ -269,7 +329,15 @@ def run(model, lengths: Sequence[int] | None = None, *, queries: int = 128,
     (``bands``: an earlier run's bands instead). ``queries`` rows per length (``out_queries``
     of them also form the layer output for the output cosine). ``train_len``: the length the
     model was built for (default :func:`train_length`), added to the lengths; ``seq_len``: the
-    reference pass (default ``min(512, train_len)``)."""
+    reference pass (default ``min(512, train_len)``).
+
+    Real text (trained weights, or ``text`` / ``tokenizer`` given; :func:`_model_text`): the
+    reference pass reads windows of it through the model's own tokenizer, the first token's
+    key and value are kept as measured in the stream, and every length up to ``real_max``
+    (0: none) is also read by the model itself and set beside the stream (:mod:`.real`).
+    ``key_model``: the stream's inputs, ``gaussian`` (each layer's measured mean and
+    covariance) or ``resampled`` (the measured queries and (key, value) pairs themselves);
+    default ``resampled`` on real text, else ``gaussian``."""
     import pandas as pd
 
     t0 = time.perf_counter()
@@ -280,6 +348,20 @@ def run(model, lengths: Sequence[int] | None = None, *, queries: int = 128,
     module, config, name, notes = built.module, built.config, built.name, built.notes
     tl, all_lengths, t_ref = _reference_lengths(config, lengths, train_len, seq_len)
     _check_positions(built, max(all_lengths), notes)
+    if real_max is not None and (isinstance(real_max, bool) or not isinstance(real_max, int)
+                                 or real_max < 0):
+        raise SpecError("real_max", f"must be an integer >= 0 (got {real_max!r})")
+    if key_model not in (None, *KEY_MODELS):
+        raise SpecError("key_model", f"must be one of {', '.join(KEY_MODELS)} (got "
+                                     f"{key_model!r})")
+    tok = _model_text(model, built, text, tokenizer, notes)
+    key_model = key_model or ("resampled" if tok is not None else "gaussian")
+    ref_inputs = None
+    if tok is not None:
+        rows = _vocab_rows(module)
+        batch = _token_inputs(tok, rows, sequences, t_ref, text, seed)
+        ref_inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
+        notes.append(f"inputs: {batch.describe()}")
     own = own_scaling(config, tl)
     extra = [parse_scaling(s, tl) for s in (scalings or [])]
     if compare:
@@ -287,25 +369,38 @@ def run(model, lengths: Sequence[int] | None = None, *, queries: int = 128,
     fits, pass_notes = reference_pass(module, config, bf16=built.bf16, layers=layers, seq_len=t_ref,
                                       sequences=sequences, seed=seed,
                                       long_T=max(all_lengths),
-                                      mult=None if own.kind == "none" else own.mult)
+                                      mult=None if own.kind == "none" else own.mult,
+                                      inputs=ref_inputs, pin_first=tok is not None,
+                                      pools=key_model == "resampled")
     notes += pass_notes
-    # the fits hold what the stream needs (moments, W_O, the rotary module): let a model we
-    # built go before streaming (Llama-3.2-1B: 2 GB of weights)
-    del module
-    gc.collect()
     t_fit = time.perf_counter() - t0
     moms = [moments(f) for f in fits]
     bands = given_bands(bands, [f.index for f in fits])
     rec = recommend(moms, fits, own, tl, all_lengths, band, bands)
     streamed, theory_only = _scalings_of_run(own, rec.scaling, extra, tl)
+    real = RealCheck()
+    real_lens = _real_lengths(all_lengths, real_max, tok)
+    if real_lens:
+        real = real_check(module, config, fits, real_lens, streamed,
+                          tokens_for=lambda T: _token_inputs(tok, rows, sequences, T, text,
+                                                             seed + 1),
+                          source=batch.source, layers=layers, bf16=built.bf16,
+                          sequences=sequences, queries=queries, out_queries=out_queries,
+                          seed=seed, chunk=chunk, workers=workers)
+        notes += real.notes
+    # the fits hold what the stream needs (moments, W_O, the rotary module): let a model we
+    # built go before streaming (Llama-3.2-1B: 2 GB of weights)
+    del module
+    gc.collect()
     streams = [stream_layer_lengths(f, mom, all_lengths, streamed, theory_only,
                                     queries=queries, out_queries=out_queries, seed=seed,
                                     chunk=chunk, workers=workers, device=device,
                                     on_progress=on_progress)
                for f, mom in zip(fits, moms, strict=True)]
-    traj = pd.DataFrame.from_records([r for s in streams for r in s.records])
+    traj = pd.DataFrame.from_records([r for s in streams for r in s.records] + real.records)
     layer_rows = [s.layer for s in streams]
     holds = summarise(traj, layer_rows, bands, own, rec.scaling.label, tl, band, notes)
+    holds_real = compare_layers(traj, layer_rows, own, rec.scaling.label, tl, band, notes)
     rec = rec.measured(holds, name, own)
     info = {"lengths": all_lengths, "requested_lengths": list(lengths), "train_len": tl,
             "seq_len": t_ref, "sequences": sequences, "queries": queries,
@@ -314,7 +409,9 @@ def run(model, lengths: Sequence[int] | None = None, *, queries: int = 128,
             "n_layers": len(fits), "bf16_storage": built.bf16, "notes": notes,
             **_speed(t_fit, streams, max(all_lengths), device, workers),
             "theory_only": [x.label for x in theory_only],
-            "inputs": "Gaussian keys/values/queries with each layer's measured mean and "
-                      "covariance (reference pass at seq_len)"}
-    return ModelLongContext(name, traj, layer_rows, bands, rec.to_dict(), info,
+            "key_model": key_model, "inputs": _inputs_text(key_model, tok is not None),
+            "real": real.info() if real_lens else None, "seconds_real": real.seconds}
+    rec_dict = rec.to_dict()
+    rec_dict["holds_real"] = holds_real
+    return ModelLongContext(name, traj, layer_rows, bands, rec_dict, info,
                             time.perf_counter() - t0)

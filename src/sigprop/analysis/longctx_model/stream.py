@@ -1,14 +1,18 @@
 """Steps 2 and 3, input geometry and streaming: per layer, keys and values at every position
 drawn from a Gaussian with the mean and covariance of its reference pass (queries of the
-sampled rows likewise), streamed by :func:`sigprop.measurement.stream_model.stream_layer`
+sampled rows likewise; the ``resampled`` input model instead draws measured queries and
+(key, value) pairs of the reference pass, :class:`~sigprop.measurement.stream_model.
+EmpiricalKV`), streamed by :func:`sigprop.measurement.stream_model.stream_layer`
 over the longest length with the model's rotary module at the true positions; rows of every
 length in the same pass (a length-T context is the first T positions of the longest one),
 every scaling on the same scores. Each length's measured rows are set beside the theory of
 :func:`.theory.layer_theory` (:func:`stream_layer_lengths`).
 
-What the Gaussian leaves out: the dependence of hidden states on position (e.g. the first
-token's special state) and on the context length itself (checked against real forward passes
-in ``tests/test_longctx_model.py``).
+What the Gaussian leaves out: the dependence of hidden states on position and on the context
+length itself (checked against real forward passes in ``tests/test_longctx_model.py``, and on
+trained weights by :mod:`.real` on every run). On real text the first token's key and value
+(a trained model's sink) are kept as measured (:class:`~sigprop.measurement.stream_model.
+PinnedKV`); outlier dimensions are kept by the fits' own mean and full covariance.
 """
 
 from __future__ import annotations
@@ -83,6 +87,9 @@ def sample_rows(lengths: Sequence[int], queries: int, out_queries: int, *, causa
 
 def _queries(fit: LayerFit, n: int, seed: int) -> torch.Tensor:
     """``(n, H, d_H)`` pre-RoPE queries drawn from the layer's query fit."""
+    if fit.pool_q is not None:  # the resampled input model: measured queries
+        g = torch.Generator().manual_seed(sm.block_seed(seed, fit.index, 23))
+        return fit.pool_q[torch.randint(0, fit.pool_q.shape[0], (n,), generator=g)].double()
     g = fit.q_gen or fit.q
     z = sm.random_normal(seed, 21, fit.index, n, g.rank, torch.float64)
     q = (g.mu + z @ g.F).view(n, fit.heads, fit.head_dim)
@@ -102,9 +109,15 @@ def stream_fit(fit: LayerFit, rows: Rows, scalings: Sequence[Scaling], *, seed: 
         return [_merge([p[k] for p in parts], rows) for k in range(len(scalings))]
     n_max = max(rows.lengths)
     q = _queries(fit, len(rows.pos), layer_seed)
-    src = sm.GaussianKV(n_max, fit.k_gen or fit.k, fit.v, fit.kv_heads, seed=layer_seed,
-                        dtype=dtype, device=device,
-                        k_post=fit.k_norm if fit.k_gen is not None else None)
+    if fit.pool_k is not None:  # the resampled input model: measured (key, value) pairs
+        src = sm.EmpiricalKV(n_max, fit.pool_k, fit.pool_v, seed=layer_seed, dtype=dtype,
+                             device=device)
+    else:
+        src = sm.GaussianKV(n_max, fit.k_gen or fit.k, fit.v, fit.kv_heads, seed=layer_seed,
+                            dtype=dtype, device=device,
+                            k_post=fit.k_norm if fit.k_gen is not None else None)
+    if fit.first_k is not None:  # real text: the first token's key and value as measured
+        src = sm.PinnedKV(src, fit.first_k[None], fit.first_v[None])
     mults = [s.mult(rows.n_keys) for s in scalings]
     rope = None
     if fit.rope is not None:
