@@ -70,7 +70,7 @@ def _heads() -> pd.DataFrame:
 
 
 def _roles() -> pd.DataFrame:
-    roles = ["sink", "positional", "collapsed", "content", "diffuse", "sink"]
+    roles = ["sink", "positional", "collapsed", "content", "diffuse", "selective"]
     return pd.DataFrame([dict(layer=la, head=h, role=roles[3 * (la - 1) + h],
                               max_logit=10.0 * h) for la in (1, 2) for h in range(3)])
 
@@ -150,3 +150,10 @@ def test_result_plot_takes_ax():
     res = types.SimpleNamespace(trajectory=_depth_rows(), spec=None)
     axes = Figure().subplots(1, 3)
     assert Result.plot(res, ax=axes) is axes[0].figure
+
+
+def test_every_head_role_has_a_colour():
+    """A role the anatomy gives must be drawable (a missing colour raised in the role map)."""
+    from sigprop.analysis.anatomy import ROLES
+
+    assert set(ROLES) <= set(heads.ROLE_COLOURS)

@@ -37,7 +37,7 @@ def plot_head_heatmap(heads, path=None, observable: str = "entropy", dpi: int = 
 #: one colour per head role (:data:`sigprop.analysis.anatomy.ROLES`): the pathology in red,
 #: the roles trained models are made of in calm colours
 ROLE_COLOURS = {"sink": "#4c72b0", "positional": "#55a868", "content": "#8172b2",
-                "diffuse": "#cccccc", "collapsed": "#c44e52"}
+                "selective": "#dd8452", "diffuse": "#cccccc", "collapsed": "#c44e52"}
 
 
 def plot_head_roles(roles, path=None, dpi: int = 130, *, ax=None):
