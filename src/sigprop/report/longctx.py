@@ -150,3 +150,11 @@ def _print_real(r, console, short) -> None:
     console.print("recommended, re-measured on real text: " + (
         "— (no real length beyond the training length)" if held is None else
         "[green]holds[/]" if held else "[red]does not hold[/]"))
+    holds = r.recommendation.get("real_holds") or {}
+    if holds:
+        console.print("on real text, in band in every layer: " + ", ".join(
+            f"{k} " + ("[green]yes[/]" if v else "[red]no[/]") for k, v in holds.items()))
+    pick = r.recommendation.get("real_choice")
+    if pick and not held:
+        console.print(f"on real text up to T={pick['up_to']}, the smallest change that holds: "
+                      f"[bold]{pick['label']}[/] ({pick['fix_command']})")

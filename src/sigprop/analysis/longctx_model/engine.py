@@ -10,7 +10,7 @@ import gc
 import math
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
@@ -22,7 +22,7 @@ from ..result import Result
 from .capture import reference_pass
 from .model import build_model, position_limit, train_length
 from .real import DEFAULT_REAL_MAX, RealCheck, compare_layers, real_check
-from .scaling import COMPARE_ALL, Scaling, own_scaling, parse_scaling, recommend
+from .scaling import COMPARE_ALL, Scaling, _size, own_scaling, parse_scaling, recommend
 from .stream import LayerStream, stream_layer_lengths
 from .theory import moments
 
@@ -285,6 +285,21 @@ def _model_text(model, built, text, tokenizer, notes: list[str]):
     return tok
 
 
+def _real_choice(rec, read: list[Scaling], holds: dict[str, bool], own: Scaling,
+                 lengths: list[int], train_len: int, name: str) -> dict | None:
+    """The smallest change (:func:`.scaling._size` over the real lengths) among the scalings
+    that keep every layer's real entropy in band, with its ``sigprop fix`` command; None
+    when none was read beyond the training length or none holds."""
+    span = sorted({T for T in lengths if T >= train_len} | {train_len})
+    ok = [s for s in read if holds.get(s.label)]
+    if len(span) < 2 or not ok:
+        return None
+    best = min(ok, key=lambda s: _size(s, own, span))  # ties: the order read (own first)
+    cmd = replace(rec, scaling=best).measured(True, name, own).fix_command
+    return {"label": best.label, "scaling": best.kind, "scaling_param": best.param,
+            "up_to": max(span), "size": _size(best, own, span), "fix_command": cmd}
+
+
 def _vocab_rows(module) -> int | None:
     """The rows of the model's input embedding (None where it does not say)."""
     emb = module.get_input_embeddings() if hasattr(module, "get_input_embeddings") else None
@@ -381,7 +396,9 @@ def run(model, lengths: Sequence[int] | None = None, *, queries: int = 128,
     real = RealCheck()
     real_lens = _real_lengths(all_lengths, real_max, tok)
     if real_lens:
-        real = real_check(module, config, fits, real_lens, streamed,
+        also = [parse_scaling(k, tl) for k in COMPARE_ALL]  # cheap on real text: all kinds
+        read = streamed + [x for x in also if x.label not in {y.label for y in streamed}]
+        real = real_check(module, config, fits, real_lens, read,
                           tokens_for=lambda T: _token_inputs(tok, rows, sequences, T, text,
                                                              seed + 1),
                           source=batch.source, layers=layers, bf16=built.bf16,
@@ -400,7 +417,8 @@ def run(model, lengths: Sequence[int] | None = None, *, queries: int = 128,
     traj = pd.DataFrame.from_records([r for s in streams for r in s.records] + real.records)
     layer_rows = [s.layer for s in streams]
     holds = summarise(traj, layer_rows, bands, own, rec.scaling.label, tl, band, notes)
-    holds_real = compare_layers(traj, layer_rows, own, rec.scaling.label, tl, band, notes)
+    holds_real, real_holds = compare_layers(traj, layer_rows, own, rec.scaling.label, tl,
+                                            band, notes)
     rec = rec.measured(holds, name, own)
     info = {"lengths": all_lengths, "requested_lengths": list(lengths), "train_len": tl,
             "seq_len": t_ref, "sequences": sequences, "queries": queries,
@@ -413,5 +431,8 @@ def run(model, lengths: Sequence[int] | None = None, *, queries: int = 128,
             "real": real.info() if real_lens else None, "seconds_real": real.seconds}
     rec_dict = rec.to_dict()
     rec_dict["holds_real"] = holds_real
+    rec_dict["real_holds"] = real_holds
+    rec_dict["real_choice"] = _real_choice(rec, read if real_lens else [], real_holds, own,
+                                           real.lengths, tl, name)
     return ModelLongContext(name, traj, layer_rows, bands, rec_dict, info,
                             time.perf_counter() - t0)

@@ -179,18 +179,22 @@ def _gap(per: dict, obs: str, i: int) -> float:
 
 
 def compare_layers(traj, layer_rows: list[dict], own: Scaling, recommended: str,
-                   train_len: int, band: float, notes: list[str]) -> bool | None:
+                   train_len: int, band: float, notes: list[str]
+                   ) -> tuple[bool | None, dict[str, bool]]:
     """Completes each layer's row with the real check: ``real`` (per length: the real and the
     streamed entropy and ipr of the model as it is), ``real_gap`` (the largest of those
     differences), ``real_within`` (``real_gap <= REAL_TOL``; a note states the gap
     otherwise), and whether the real entropy of the model as it is and of the
     ``recommended`` scaling stays within ``band`` of the real entropy at the training length
     (``real_in_band``, ``real_recommended_in_band``: None without a real length above the
-    training length). Returns whether the recommendation holds on real text in every layer
-    (None when it could not be judged)."""
+    training length; ``real_band``: the same for every scaling read on real text). Returns
+    whether the recommendation holds on real text in every layer (None when it could not be
+    judged) and, per scaling read, whether it holds in every layer."""
     real = traj[traj.source == "real"]
     if not len(real):
-        return None
+        return None, {}
+    labels = list(dict.fromkeys(real.scaling))
+    by_scaling: dict[str, bool] = {}
     meas = traj[traj.source == "measured"]
     verdicts = []
     for row in layer_rows:
@@ -230,7 +234,10 @@ def compare_layers(traj, layer_rows: list[dict], own: Scaling, recommended: str,
         def inside(scaling, above=above, centre=centre, val=val):
             return all(abs(val(real, "entropy", scaling, T) - centre) <= band for T in above)
 
-        row["real_in_band"] = inside(own.label)
-        row["real_recommended_in_band"] = inside(recommended)
+        row["real_band"] = {x: inside(x) for x in labels}
+        row["real_in_band"] = row["real_band"][own.label]
+        row["real_recommended_in_band"] = row["real_band"].get(recommended)
         verdicts.append(row["real_recommended_in_band"])
-    return all(verdicts) if verdicts else None
+        for x, ok in row["real_band"].items():
+            by_scaling[x] = by_scaling.get(x, True) and ok
+    return (all(verdicts) if verdicts else None), by_scaling
