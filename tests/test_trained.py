@@ -91,6 +91,7 @@ def test_at_init_keeps_its_inputs_and_numbers():
     assert "at-init default" in j["inputs"]
     assert "beta_weights" not in j["derived"]
     assert not any("theory" in r for r in j["layers"])
+    assert not any("measured" in r for r in j["recommendations"])  # trained weights only
     assert_consistent(j)
 
 
@@ -242,3 +243,132 @@ def test_report_of_a_trained_model_shows_its_roles(diagnosed, tmp_path):
     page = out.read_text()
     assert "Head roles on this text" in page and 'alt="head roles"' in page
     assert "inputs: real text" in page and "(trained)" in page
+
+
+# --- the measured effect of the advice (analysis/advice_effect.py) ---------------------------
+#: the rescale multiplies a head's scores by f^2, so its sigma_s and beta by f^2 exactly where
+#: the layer's input is unchanged (no rescaled head below): only float32 rounding separates
+#: the measured beta / beta_c after from the predicted 1 (seen: ~1e-7)
+EXACT = 1e-5
+#: above a rescaled head the layer's input moves; on the provoked decoder the layer-2 heads
+#: landed within 0.4% of 1 (a bound, not a prediction: one of four layer-1 heads changed)
+LOOSE = 0.05
+
+
+def _score_advice(j: dict) -> dict:
+    rec = j["recommendations"][0]
+    assert rec["what"] == "score scale"
+    return rec
+
+
+def _check_measured(rec: dict) -> None:
+    """Every head the advice names is measured, with its factor; heads whose layer input is
+    unchanged land on the prediction to :data:`EXACT` and their entropy rises (the entropy
+    of softmax(c z) falls with c); the others within :data:`LOOSE`; the console line is
+    under the text."""
+    named = re.findall(r"L(\d+)\.H(\d+) [0-9.]+[,;]", rec["text"])
+    heads = rec["measured"]["heads"]
+    assert [(h["layer"], h["head"]) for h in heads] == [(int(a), int(b)) for a, b in named]
+    low = min(h["layer"] for h in heads)
+    for h in heads:
+        assert h["predicted_after"] == pytest.approx(1.0, abs=1e-12)
+        assert h["beta_over_beta_c_before"] > 1
+        assert h["factor"] == pytest.approx(h["beta_over_beta_c_before"] ** -0.5, rel=1e-12)
+        if h["layer"] == low:
+            assert h["beta_over_beta_c_after"] == pytest.approx(1.0, rel=EXACT), h
+            assert h["entropy_after"] > h["entropy_before"], h
+        else:
+            assert h["beta_over_beta_c_after"] == pytest.approx(1.0, abs=LOOSE), h
+    h = heads[0]
+    assert f"\n    measured: L{h['layer']}.H{h['head']} beta/beta_c " \
+           f"{h['beta_over_beta_c_before']:.2f} -> {h['beta_over_beta_c_after']:.2f} " \
+           f"(predicted 1.00)" in rec["text"]
+
+
+@pytest.mark.parametrize("kind", ["encoder", "decoder"])
+def test_score_advice_is_measured_on_the_fixtures(diagnosed, kind):
+    """The fixtures' heads above beta_c (encoder: L1.H2, Q and K rows and biases; decoder:
+    the four L2 heads, grouped K/V: the query takes f^2) rescaled on the folder's model and
+    measured again on the same inputs: beta / beta_c lands on 1; the length scaling says it
+    is predicted only."""
+    j = json.loads(json.dumps(to_json(diagnosed[kind], timing=False), allow_nan=False))
+    rec = _score_advice(j)
+    _check_measured(rec)
+    assert ("grouped K/V" in rec["measured"]["how"]) == (kind == "decoder")
+    ls = j["recommendations"][1]
+    assert ls["what"] == "length scaling" and ls["measured"]["predicted_only"] is True
+    assert "longctx" in ls["measured"]["how"]
+
+
+def test_a_provoked_head_is_named_rescaled_and_measured(decoder):
+    """The decoder's L1.H0 with W_Q times 4 (its beta x 4, above beta_c): the advice names it
+    with the factor that takes it back to beta_c, measured on a copy (the user's module keeps
+    its weights): exact on layer 1, within :data:`LOOSE` on layer 2 whose input moved."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    m = AutoModelForCausalLM.from_pretrained(str(decoder))
+    with torch.no_grad():
+        q = m.model.layers[0].self_attn.q_proj.weight
+        q[: q.shape[0] // m.config.num_attention_heads] *= 4
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    d = diagnose(m, seq_len=64, sequences=2)
+    assert all(torch.equal(before[k], v) for k, v in m.state_dict().items())
+    j = json.loads(json.dumps(to_json(d, timing=False), allow_nan=False))
+    rec = _score_advice(j)
+    assert "L1.H0" in rec["text"]
+    h = rec["measured"]["heads"][0]
+    assert (h["layer"], h["head"]) == (1, 0) and h["beta_over_beta_c_before"] > 1.5
+    _check_measured(rec)
+    assert any(h["layer"] == 2 for h in rec["measured"]["heads"])  # the loose case is there
+    assert_consistent(j)
+
+
+def test_rescale_heads_layouts_and_refusals():
+    """Fused [q | k | v] (GPT-2's Conv1D, columns): exactly the head's q and k columns and
+    biases scale; shared layers and QK-norm are refused with the reason."""
+    import torch
+    from transformers import GPT2Config, Qwen3Config
+
+    from sigprop import models as hf
+    from sigprop.analysis.advice_effect import Unmeasured, rescale_heads
+
+    m = hf.model_at_init(GPT2Config(n_layer=2, n_embd=32, n_head=4, vocab_size=64,
+                                    n_positions=32, bos_token_id=0, eos_token_id=0), seed=0)
+    att = m.h[1].attn.c_attn
+    with torch.no_grad():
+        att.bias.normal_()  # zero at init: give the biases something to scale
+    w0, b0 = att.weight.detach().clone(), att.bias.detach().clone()
+    how = rescale_heads(m, "h", {(2, 1): 0.5})
+    assert "W_Q and W_K" in how
+    ratio = att.weight.detach() / w0
+    want = torch.ones(96)
+    want[8:16] = want[32 + 8:32 + 16] = 0.5  # head 1 of q, then of k
+    torch.testing.assert_close(ratio, want.expand_as(ratio))
+    torch.testing.assert_close(att.bias.detach(), b0 * want)
+    with pytest.raises(Unmeasured, match="shared layers"):
+        rescale_heads(m, "h", {(1, 0): 0.5}, repeats=2)
+    with pytest.raises(Unmeasured, match="no such head"):
+        rescale_heads(m, "h", {(3, 0): 0.5})
+    qw = hf.model_at_init(Qwen3Config(hidden_size=32, num_attention_heads=4,
+                                      num_key_value_heads=2, head_dim=8, num_hidden_layers=1,
+                                      intermediate_size=64, vocab_size=64), seed=0)
+    with pytest.raises(Unmeasured, match="QK-norm"):
+        rescale_heads(qw, "layers", {(1, 0): 0.5})
+
+
+def test_advice_that_cannot_be_applied_says_why(decoder, monkeypatch):
+    """Where the rescale cannot be applied (here: forced), the advice keeps its text and
+    numbers and its record says why, with no heads; the diagnosis goes on."""
+    from sigprop.analysis import advice_effect
+
+    def refuse(*a, **k):
+        raise advice_effect.Unmeasured("QK-norm: forced by the test")
+
+    monkeypatch.setattr(advice_effect, "rescale_heads", refuse)
+    j = json.loads(json.dumps(to_json(diagnose(str(decoder), seq_len=64, sequences=2),
+                                      timing=False), allow_nan=False))
+    rec = _score_advice(j)
+    assert rec["measured"] == {"heads": [], "how": "not measured: QK-norm: forced by the test"}
+    assert rec["text"].endswith("\n    measured: not measured (QK-norm: forced by the test)")
+    assert_consistent(j)

@@ -311,6 +311,10 @@ class _Run:
     weights: str
     #: trained-looking weights beside a fresh init (:class:`~.vs_init.BesideInit`)
     side: Any = None
+    #: trained weights: the measured model (the user's module, or the folder's weights this
+    #: run loaded) and its inputs, for the measured effect of the advice; released after it
+    model: Any = None
+    inputs: Any = None
 
 
 def _measure(model, s: _Setup, *, seeds: int, device: str,
@@ -341,9 +345,9 @@ def _measure(model, s: _Setup, *, seeds: int, device: str,
         if on_seed is not None:
             on_seed(0)
         return _Run(draws=[draw], stack_path=stack_path, trained=True, weights="module",
-                    side=side)
+                    side=side, model=s.module, inputs=inputs)
     folder = model_folder(model)  # a model folder's weights replace the init
-    draws, trained, side = [], False, None
+    draws, trained, side, kept = [], False, None, None
     for k in range(seeds):
         # unmapped families: eager attention (probabilities returned as the model forms them,
         # biases and soft-capping included; some families have no SDPA path)
@@ -357,20 +361,25 @@ def _measure(model, s: _Setup, *, seeds: int, device: str,
         draws.append(_draw(m, inputs, stack_path, s, first=k == 0))
         if trained:
             side = side_of(m, inputs, stack_path)
+            kept = m
         del m
         if on_seed is not None:
             on_seed(k)
         if trained:  # the folder's weights replace every draw: one realisation to measure
             break
     return _Run(draws=draws, stack_path=stack_path, trained=trained,
-                weights="folder" if trained else "init", side=side)
+                weights="folder" if trained else "init", side=side, model=kept,
+                inputs=inputs if trained else None)
 
 
-def _draw(m, inputs: dict, stack_path: str, s: _Setup, first: bool) -> _Draw:
+def _draw(m, inputs: dict, stack_path: str, s: _Setup, first: bool, extras: bool = True
+          ) -> _Draw:
     """One forward pass of model ``m`` on ``inputs`` under the probe of block list
     ``stack_path``, the weight reader, the input and memory hooks, the cross-attention probe
     (decoder stack) and the bound recorder. ``first``: read the facts of the model and the
-    weight notes. Unmapped families return their attention probabilities (eager)."""
+    weight notes. ``extras=False``: the probe alone (no weight reader, no bound recorder;
+    ``table`` and ``bounds`` None). Unmapped families return their attention probabilities
+    (eager)."""
     import torch
 
     from ..measurement.probe import Probe
@@ -382,13 +391,13 @@ def _draw(m, inputs: dict, stack_path: str, s: _Setup, first: bool) -> _Draw:
     p = Probe(m, layers=blocks_of(m, stack_path), keep_hidden=False, repeats=s.repeats,
               dtype=getattr(torch, STATS_DTYPE), batch=s.sequences, anatomy=s.anatomy,
               special_keys=special if s.anatomy else None)
-    w = WeightReader(m, blocks=p.blocks, sites=p.sites, repeats=s.repeats)
+    w = WeightReader(m, blocks=p.blocks, sites=p.sites, repeats=s.repeats) if extras else None
     memory = EncoderMemory(m) if s.decoder else None
     gram = InputGram(p.blocks[0][1], p)
     pc = cross_probe(p) if s.decoder else None
-    br = _bounds(m, p, s.spec, s.decoder)
+    br = _bounds(m, p, s.spec, s.decoder) if extras else None
     try:
-        with p, w, _or_nothing(pc), _or_nothing(br), torch.no_grad():
+        with p, _or_nothing(w), _or_nothing(pc), _or_nothing(br), torch.no_grad():
             run_forward(m, inputs, s.enc_dec, returned=s.module is None and not s.mapped,
                         decoder=s.decoder)
     finally:
@@ -398,7 +407,8 @@ def _draw(m, inputs: dict, stack_path: str, s: _Setup, first: bool) -> _Draw:
     facts = _Facts(causal_seen=causal_seen(p), position_bias=position_bias(p),
                    qk_norm=has_qk_norm(p), runtime=runtime_effect(m, s.spec.depth),
                    rope=rope_frequencies(m)) if first else None
-    return _Draw(probe=p.release(), table=_read_weights(w, s.notes if first else []),
+    table = None if w is None else _read_weights(w, s.notes if first else [])
+    return _Draw(probe=p.release(), table=table,
                  gram=gram, memory=memory, cross=None if pc is None else pc.release(),
                  bounds=None if br is None else br.bounds(), facts=facts)
 
@@ -496,6 +506,8 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
             verdict, first, bad_heads = tr.verdict_trained(spec, meas, heads, roles)
             recs = tr.recommend_trained(spec, derived, scales, roles) if recommendations \
                 else []
+            if recs:  # the score-scale advice applied and measured (one more probe draw)
+                recs[0] = _advice_effect(recs[0], run, s, spec, scales, heads, roles)
         else:
             verdict, first, bad_heads = verdict_of(spec, meas, heads, layers=layer_rows)
             derived = spec.derived(rho0)
@@ -506,6 +518,7 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
         verdict, first, bad_heads = tr.verdict_trained(spec, meas, heads, roles) if trained else \
             verdict_of(spec, meas, heads, theory=False)
         derived, recs = {}, []
+    run.model = run.inputs = None  # the measured model is no longer needed
     return Diagnosis(model=s.name, spec=spec, info=s.info, trajectory=traj, heads=heads,
                      derived=derived, verdict=verdict, first_failing_layer=first,
                      failing_heads=bad_heads, recommendations=[r.to_dict() for r in recs],
@@ -515,6 +528,51 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
                      cross=_cross_rows(run.draws), stack_path=run.stack_path, inputs=s.inputs,
                      roles=roles, weights_state=state, weights_check=check,
                      vs_init=_vs_init(run, meas, heads, spec, s))
+
+
+def _advice_effect(rec, run: _Run, s: _Setup, spec: ArchSpec, scales, heads, roles):
+    """The score-scale advice ``rec`` with its measured effect: each head at risk rescaled by
+    its factor (:func:`.advice_effect.rescale_heads`; on a deep copy of the user's module, in
+    place on the folder's model this run loaded), one probe draw on the same inputs, and per
+    head beta / beta_c and entropy before and after beside the prediction. ``rec`` as it is
+    where no head is at risk or no model was kept; where the model's layout does not allow
+    the rescale, ``measured.how`` says why (no heads)."""
+    import copy
+
+    from . import advice_effect as ae
+
+    risky = tr.risky_heads(scales, roles)
+    if not risky or run.model is None:
+        return rec
+    factors = tr.rescale_factors(risky)
+
+    def unmeasured(why: str):
+        return tr.with_measured(rec, {"heads": [], "how": f"not measured: {why}"},
+                                f"measured: not measured ({why})")
+
+    try:
+        m = copy.deepcopy(run.model) if run.weights == "module" else run.model
+    except Exception as err:  # noqa: BLE001 - a module deepcopy does not handle
+        return unmeasured(f"the model could not be copied ({type(err).__name__}: {err})")
+    was = m.training
+    try:
+        how = ae.rescale_heads(m, run.stack_path, factors, s.repeats)
+        m.eval()
+        draw = _draw(m, run.inputs, run.stack_path, s, first=False, extras=False)
+    except ae.Unmeasured as err:
+        return unmeasured(str(err))
+    except Exception as err:  # noqa: BLE001 - the advice's check must not end the diagnosis
+        return unmeasured(f"the rescaled model did not run ({type(err).__name__}: {err})")
+    finally:
+        m.train(was)
+    meas1, heads1, _ = _measured([draw.probe], spec, s.name)
+    rows = ae.effect(risky, factors, scales, heads, tr.head_scales(heads1, meas1, spec.seq_len),
+                     heads1)
+    return tr.with_measured(rec, {"heads": rows, "how": (
+        f"the advised factors applied to {'a copy of ' if run.weights == 'module' else ''}the "
+        f"model ({how}), one probe draw on the same inputs; after: the draw's measured beta "
+        "over beta_c of its own measured input cosine (exact up to float rounding where no "
+        "head below was rescaled)")}, ae.line(rows))
 
 
 def _vs_init(run: _Run, meas, heads, spec: ArchSpec, s: _Setup):

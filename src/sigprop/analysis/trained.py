@@ -22,11 +22,18 @@ The verdict on trained weights (:func:`verdict_trained`) reads the heads' roles
 or a position are sharp by design; a layer is entropy-collapsed when most of its heads are
 ``collapsed`` (near-zero entropy on content keys with no such reason). Rank collapse is read
 as at init, on the measured cosine of real text.
+
+The advice (:func:`recommend_trained`) names the content heads above beta_c with a factor
+each on W_Q and W_K (:func:`risky_heads`, :func:`rescale_factors`); the diagnosis applies it
+and measures its effect with one more probe draw (:mod:`sigprop.analysis.advice_effect`,
+:class:`TrainedAdvice` ``measured``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -154,45 +161,84 @@ def verdict_trained(spec: ArchSpec, meas, heads, roles) -> tuple[str, int | None
     return "trainable", None, []
 
 
+@dataclass(frozen=True, kw_only=True)
+class TrainedAdvice(Recommendation):
+    """A :class:`Recommendation` on trained weights, with its measured effect where one was
+    measured (``measured``: for the score-scale advice ``heads``, per rescaled head its factor,
+    beta / beta_c before, after and ``predicted_after``, entropy before and after, and ``how``;
+    for the length scaling ``predicted_only`` and ``how``; JSON-safe). Written last by
+    :meth:`Recommendation.to_dict`, left out where None."""
+
+    measured: dict | None = None
+
+
 def recommend_trained(spec: ArchSpec, derived: dict, scales, roles=None
                       ) -> list[Recommendation]:
     """Advice for trained weights, from the measured scores (never an init std): the score
     scale of the heads at risk for continued training (measured beta above beta_c and not a
-    sink or positional head: QK-norm, a temperature, or rescaling their W_Q, W_K) and the
-    length scaling for a longer context (measured beta at 16 x T with fixed Q/K and with
-    log-n scaling)."""
-    out = [_risky_heads(derived, scales, roles)]
+    sink or positional head: QK-norm, a temperature, or rescaling their W_Q, W_K, one factor
+    per head) and the length scaling for a longer context (measured beta at 16 x T with fixed
+    Q/K and with log-n scaling; predicted only: ``sigprop longctx`` measures it). The measured
+    effect of the rescale: :func:`sigprop.analysis.diagnose.diagnose` (one more probe draw)."""
+    out: list[Recommendation] = [_risky_heads(derived, scales, roles)]
     # the length scaling of the measured beta, by the at-init recommendation's own rule
-    out.append(length_scaling(spec.with_beta(derived["beta"]), derived["beta_c"],
-                              measured=True))
+    ls = length_scaling(spec.with_beta(derived["beta"]), derived["beta_c"], measured=True)
+    out.append(TrainedAdvice(**_fields(ls), measured={
+        "predicted_only": True,
+        "how": f"the entropy at T={ls.seq_len} with and without the scaling needs inputs of "
+               f"that length: sigprop longctx measures it (the command in the text)"}))
     return out
 
 
-def _risky_heads(derived: dict, scales, roles) -> Recommendation:
+def _fields(rec: Recommendation) -> dict:
+    return {f.name: getattr(rec, f.name) for f in dataclasses.fields(rec)}
+
+
+def risky_heads(scales, roles=None) -> list[tuple[int, int, float]]:
+    """``(layer, head, beta / beta_c)`` of the content heads at risk: measured beta above
+    beta_c, sink and positional heads (sharp by design) left out."""
     by_design = set()
     if roles is not None and len(roles):
         sharp = roles[roles.role.isin(("sink", "positional"))]
         by_design = {(int(a), int(b)) for a, b in zip(sharp["layer"], sharp["head"], strict=True)}
     over = scales[scales.beta_over_beta_c > 1] if len(scales) else scales
-    risky = [(int(a), int(b), float(r)) for a, b, r in
-             zip(over["layer"], over["head"], over["beta_over_beta_c"], strict=True)
-             if (int(a), int(b)) not in by_design] if len(over) else []
+    return [(int(a), int(b), float(r)) for a, b, r in
+            zip(over["layer"], over["head"], over["beta_over_beta_c"], strict=True)
+            if (int(a), int(b)) not in by_design] if len(over) else []
+
+
+def rescale_factors(risky) -> dict[tuple[int, int], float]:
+    """Per head at risk, the factor on its W_Q and W_K that brings its beta to beta_c:
+    ``sqrt(beta_c / beta)`` (the scores scale by its square)."""
+    return {(a, b): math.sqrt(1.0 / r) for a, b, r in risky}
+
+
+def _risky_heads(derived: dict, scales, roles) -> TrainedAdvice:
+    risky = risky_heads(scales, roles)
     beta, bc = derived["beta"], derived["beta_c"]
     head = (f"measured beta {beta:.3g} (beta_c(rho0) = {bc:.3g}; from the weights under the "
             f"at-init input law: {derived.get('beta_weights', beta):.3g})")
     if not risky:
-        return Recommendation(what="score scale", current=beta, limit=bc, text=head + (
+        return TrainedAdvice(what="score scale", current=beta, limit=bc, text=head + (
             ": no content head above beta_c; nothing to change for continued training"))
+    factors = rescale_factors(risky)
     names = ", ".join(f"L{a}.H{b}" for a, b, _ in risky[:8]) + (" ..." if len(risky) > 8
                                                                   else "")
+    each = ", ".join(f"L{a}.H{b} {factors[(a, b)]:.3g}" for a, b, _ in risky[:8]) + (
+        " ..." if len(risky) > 8 else "")
     worst = max(r for _, _, r in risky)
-    factor = math.sqrt(1.0 / worst)
-    return Recommendation(
+    return TrainedAdvice(
         what="score scale", current=beta, limit=bc, text=head + (
             f": {len(risky)} content head(s) above beta_c ({names}; up to {worst:.2f} x "
             f"beta_c). For continued training or fine-tuning: QK-norm or a temperature on "
-            f"them, or scale their W_Q and W_K by {factor:.3g} each (beta -> beta_c), and a "
-            "lower learning rate on Q/K (sigprop fix --method qk-norm)"))
+            f"them, or scale each one's W_Q and W_K by sqrt(beta_c / beta) ({each}; beta -> "
+            "beta_c), and a lower learning rate on Q/K (sigprop fix --method qk-norm)"))
+
+
+def with_measured(rec: Recommendation, measured: dict, line: str) -> TrainedAdvice:
+    """``rec`` with its measured effect, and the console's line under its text."""
+    return TrainedAdvice(**{**_fields(rec), "text": f"{rec.text}\n    {line}",
+                            "measured": measured})
 
 
 def roles_of(heads):
