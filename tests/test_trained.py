@@ -280,9 +280,11 @@ def _check_measured(rec: dict) -> None:
         else:
             assert h["beta_over_beta_c_after"] == pytest.approx(1.0, abs=LOOSE), h
     h = heads[0]
-    assert f"\n    measured: L{h['layer']}.H{h['head']} beta/beta_c " \
-           f"{h['beta_over_beta_c_before']:.2f} -> {h['beta_over_beta_c_after']:.2f} " \
-           f"(predicted 1.00)" in rec["text"]
+    assert rec["measured"]["line"].startswith(
+        f"measured: L{h['layer']}.H{h['head']} beta/beta_c "
+        f"{h['beta_over_beta_c_before']:.2f} -> {h['beta_over_beta_c_after']:.2f} "
+        f"(predicted 1.00)")
+    assert "measured:" not in rec["text"]
 
 
 @pytest.mark.parametrize("kind", ["encoder", "decoder"])
@@ -369,6 +371,30 @@ def test_advice_that_cannot_be_applied_says_why(decoder, monkeypatch):
     j = json.loads(json.dumps(to_json(diagnose(str(decoder), seq_len=64, sequences=2),
                                       timing=False), allow_nan=False))
     rec = _score_advice(j)
-    assert rec["measured"] == {"heads": [], "how": "not measured: QK-norm: forced by the test"}
-    assert rec["text"].endswith("\n    measured: not measured (QK-norm: forced by the test)")
+    assert rec["measured"] == {"heads": [], "how": "not measured: QK-norm: forced by the test",
+                               "line": "measured: not measured (QK-norm: forced by the test)"}
     assert_consistent(j)
+
+
+def test_heads_sharp_by_design_are_not_at_risk():
+    """A head above beta_c is advised only when its role is not sink, positional or selective
+    (copy / induction-like: sharp on a different key per query)."""
+    import pandas as pd
+
+    from sigprop.analysis.trained import risky_heads
+
+    scales = pd.DataFrame({"layer": [1, 1, 1, 1, 2], "head": [0, 1, 2, 3, 0],
+                           "beta_over_beta_c": [2.0, 1.5, 1.2, 3.0, 0.9]})
+    roles = pd.DataFrame({"layer": [1, 1, 1, 1, 2], "head": [0, 1, 2, 3, 0],
+                          "role": ["sink", "positional", "selective", "collapsed", "content"]})
+    assert risky_heads(scales, roles) == [(1, 3, 3.0)]
+    assert [x[:2] for x in risky_heads(scales)] == [(1, 0), (1, 1), (1, 2), (1, 3)]
+
+
+def test_real_text_anatomy_reaches_the_json(diagnosed):
+    """On real text the probe reads the tokenizer's ids: each head's key concentration and
+    its copy and induction mass are in per_head, as fractions of the mass."""
+    j = to_json(diagnosed["decoder"], timing=False)
+    for h in j["per_head"]:
+        for k in ("top_key", "copy", "induction"):
+            assert h[k] is not None and 0.0 <= h[k] <= 1.0, (k, h)

@@ -209,6 +209,9 @@ class _Setup:
     #: tokens' positions ((sequences, T) bool) where the tokenizer placed them
     anatomy: bool = False
     special: Any = None
+    #: the tokenizer's ids ((sequences, T)) where the model reads real text: the anatomy's
+    #: copy and induction mass
+    token_ids: Any = None
 
 
 def _setup(model, seq_len: int | None, sequences: int, seed: int, stack: str, *,
@@ -269,7 +272,8 @@ def _setup(model, seq_len: int | None, sequences: int, seed: int, stack: str, *,
                   notes=notes, kind=kind, vocab=vocab, enc_dec=enc_dec, decoder=decoder,
                   repeats=repeats, stack=stack, sequences=sequences, seed=seed, made=made,
                   inputs=inputs, anatomy=(tokens is not None or loaded) and not decoder,
-                  special=None if tokens is None else tokens.special)
+                  special=None if tokens is None else tokens.special,
+                  token_ids=None if tokens is None else tokens.input_ids)
 
 
 @dataclass
@@ -387,10 +391,13 @@ def _draw(m, inputs: dict, stack_path: str, s: _Setup, first: bool, extras: bool
     from ..measurement.weights import WeightReader
     from ..models.methods import runtime_effect
 
-    special = None if s.special is None else s.special.to(next(m.parameters()).device)
+    device = next(m.parameters()).device
+    special = None if s.special is None else s.special.to(device)
+    ids = None if s.token_ids is None else s.token_ids.to(device)
     p = Probe(m, layers=blocks_of(m, stack_path), keep_hidden=False, repeats=s.repeats,
               dtype=getattr(torch, STATS_DTYPE), batch=s.sequences, anatomy=s.anatomy,
-              special_keys=special if s.anatomy else None)
+              special_keys=special if s.anatomy else None,
+              token_ids=ids if s.anatomy else None)
     w = WeightReader(m, blocks=p.blocks, sites=p.sites, repeats=s.repeats) if extras else None
     memory = EncoderMemory(m) if s.decoder else None
     gram = InputGram(p.blocks[0][1], p)

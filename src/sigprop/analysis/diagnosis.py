@@ -101,7 +101,10 @@ def per_head(d: Diagnosis) -> list[dict]:
     ``sigma_s_measured``, ``entropy``, ``ipr``, and the entropy floors from the weights
     ``entropy_bound`` / ``entropy_bound_centred`` (None where not available). On trained
     weights also ``beta_measured`` and ``beta_over_beta_c_measured`` (beta_c of the measured
-    input cosine) and, where the anatomy was measured, ``role``, ``role_why``, ``max_logit``."""
+    input cosine) and, where the anatomy was measured, ``role``, ``role_why``, ``max_logit``,
+    ``top_key`` (the share of the head's content mass on its most-read key) and, on real
+    text, ``copy`` and ``induction`` (mass on earlier copies of the query's token / on the
+    key after one)."""
     h = d.heads
     if h is None or not len(h):
         return []
@@ -134,7 +137,10 @@ def per_head(d: Diagnosis) -> list[dict]:
                            beta_over_beta_c_measured=clean(sc.get("beta_over_beta_c")))
         r = roles.get((int(layer), int(head)))
         if r is not None:
-            out[-1].update(role=r.role, role_why=r.why, max_logit=clean(r.max_logit))
+            out[-1].update(role=r.role, role_why=r.why, max_logit=clean(r.max_logit),
+                           top_key=clean(getattr(r, "top_key", None)),
+                           copy=clean(getattr(r, "copy", None)),
+                           induction=clean(getattr(r, "induction", None)))
     return out
 
 

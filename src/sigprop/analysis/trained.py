@@ -176,10 +176,11 @@ def recommend_trained(spec: ArchSpec, derived: dict, scales, roles=None
                       ) -> list[Recommendation]:
     """Advice for trained weights, from the measured scores (never an init std): the score
     scale of the heads at risk for continued training (measured beta above beta_c and not a
-    sink or positional head: QK-norm, a temperature, or rescaling their W_Q, W_K, one factor
-    per head) and the length scaling for a longer context (measured beta at 16 x T with fixed
-    Q/K and with log-n scaling; predicted only: ``sigprop longctx`` measures it). The measured
-    effect of the rescale: :func:`sigprop.analysis.diagnose.diagnose` (one more probe draw)."""
+    sink, positional or selective head, sharp by design: QK-norm, a temperature, or
+    rescaling their W_Q, W_K, one factor per head) and the length scaling for a longer
+    context (measured beta at 16 x T with fixed Q/K and with log-n scaling; predicted
+    only: ``sigprop longctx`` measures it). The measured effect of the rescale:
+    :func:`sigprop.analysis.diagnose.diagnose` (one more probe draw)."""
     out: list[Recommendation] = [_risky_heads(derived, scales, roles)]
     # the length scaling of the measured beta, by the at-init recommendation's own rule
     ls = length_scaling(spec.with_beta(derived["beta"]), derived["beta_c"], measured=True)
@@ -196,10 +197,10 @@ def _fields(rec: Recommendation) -> dict:
 
 def risky_heads(scales, roles=None) -> list[tuple[int, int, float]]:
     """``(layer, head, beta / beta_c)`` of the content heads at risk: measured beta above
-    beta_c, sink and positional heads (sharp by design) left out."""
+    beta_c, sink, positional and selective heads (sharp by design) left out."""
     by_design = set()
     if roles is not None and len(roles):
-        sharp = roles[roles.role.isin(("sink", "positional"))]
+        sharp = roles[roles.role.isin(("sink", "positional", "selective"))]
         by_design = {(int(a), int(b)) for a, b in zip(sharp["layer"], sharp["head"], strict=True)}
     over = scales[scales.beta_over_beta_c > 1] if len(scales) else scales
     return [(int(a), int(b), float(r)) for a, b, r in
@@ -236,9 +237,9 @@ def _risky_heads(derived: dict, scales, roles) -> TrainedAdvice:
 
 
 def with_measured(rec: Recommendation, measured: dict, line: str) -> TrainedAdvice:
-    """``rec`` with its measured effect, and the console's line under its text."""
-    return TrainedAdvice(**{**_fields(rec), "text": f"{rec.text}\n    {line}",
-                            "measured": measured})
+    """``rec`` with its measured effect (``measured["line"]``: the console's line under its
+    text, which stays as it was)."""
+    return TrainedAdvice(**{**_fields(rec), "measured": {**measured, "line": line}})
 
 
 def roles_of(heads):

@@ -119,7 +119,7 @@ def _set_length_axis(ax, lengths: list[int]) -> None:
 
 def _rows(traj, asymptotic: bool):
     """The entropy and ipr rows of the drawn sources, with integer layers and lengths."""
-    sources = ["theory", "measured"] + (["theory_asymptotic"] if asymptotic else [])
+    sources = ["theory", "measured", "real"] + (["theory_asymptotic"] if asymptotic else [])
     df = traj[traj["observable"].isin([o for o, _ in ROWS])]
     df = df[df["source"].isin(sources)]
     if not len(df):
@@ -162,6 +162,11 @@ def _draw_panel(ax, sub, drawn: list[int], colour: dict, bands: dict, alpha: flo
             ax.errorbar(me["seq_len"], me["value"], yerr=me["stderr"].fillna(0.0),
                         fmt="o", ms=3.5, color=c, mec="white", mew=0.4, elinewidth=0.9,
                         capsize=0, label=f"_layer {layer} measured", zorder=3)
+        re = _series(sub, layer, "real")
+        if len(re):  # the model itself on real text (trained weights)
+            ax.errorbar(re["seq_len"], re["value"], yerr=re["stderr"].fillna(0.0),
+                        fmt="s", ms=5, color=c, mfc="none", mew=1.0, elinewidth=0.7,
+                        capsize=0, label=f"_layer {layer} real", zorder=4)
     ax.grid(alpha=0.25)
 
 
@@ -194,7 +199,7 @@ def _colour_bar(where, axes, cmap, norm, all_layers: list[int]) -> None:
         cb.update_ticks()
 
 
-def _key(measured: bool, asymptotic: bool, banded: bool) -> list:
+def _key(measured: bool, asymptotic: bool, banded: bool, real: bool = False) -> list:
     """The legend's grey handles: theory, and what else is drawn."""
     from matplotlib.lines import Line2D
     from matplotlib.patches import Patch
@@ -204,6 +209,9 @@ def _key(measured: bool, asymptotic: bool, banded: bool) -> list:
     if measured:
         handles.append(Line2D([], [], color=grey, marker="o", ls="none", ms=4,
                               label="measured ± se"))
+    if real:
+        handles.append(Line2D([], [], color=grey, marker="s", mfc="none", ls="none", ms=5,
+                              label="real text ± se"))
     if asymptotic:
         handles.append(Line2D([], [], color=grey, ls="--", lw=0.9, label="T → ∞ limit"))
     if banded:
@@ -220,7 +228,8 @@ def plot_model_longctx(traj, path=None, *, band: Mapping | None = None,
 
     ``traj``: tidy rows with columns layer, observable, source, value, stderr, seq_len,
     scaling (other columns are ignored). Theory (source ``theory``) is drawn as lines,
-    measurements as markers with standard-error bars; ``asymptotic=True`` adds the
+    measurements as markers with standard-error bars (the model itself on real text, source
+    ``real``, as hollow squares); ``asymptotic=True`` adds the
     ``theory_asymptotic`` rows as dashed lines. ``band``: ``{layer: (lo, hi)}``, the stated
     entropy band per layer, shaded faintly in that layer's colour on the entropy row.
     More than ``max_lines`` layers: an evenly spaced subset (first and last included) is
@@ -247,13 +256,15 @@ def plot_model_longctx(traj, path=None, *, band: Mapping | None = None,
     for j, scaling in enumerate(scalings):
         col = df[df["scaling"] == scaling]
         measured = bool((col["source"] == "measured").any())
+        real = bool((col["source"] == "real").any())
         for i, (obs, label) in enumerate(ROWS):
             ax = axes[i, j]
             _draw_panel(ax, col[col["observable"] == obs], drawn, colour,
                         bands if obs == "entropy" else {}, alpha, asymptotic)
             if i == 0:
                 # labels are data, not mathtext: a "$" in one must not be parsed
-                ax.set_title(str(scaling) + ("" if measured else " (theory only)"),
+                ax.set_title(str(scaling) + ("" if measured else " (theory, real text)"
+                                             if real else " (theory only)"),
                              fontsize=9, parse_math=False)
             else:
                 ax.set_xlabel("context length T")
@@ -261,7 +272,8 @@ def plot_model_longctx(traj, path=None, *, band: Mapping | None = None,
                 ax.set_ylabel(label)
     _set_axes(axes, df, drawn, bands, lengths)
     _colour_bar(host if host is not None else axes[0, 0].figure, axes, cmap, norm, all_layers)
-    handles = _key(bool((df["source"] == "measured").any()), asymptotic, bool(bands))
+    handles = _key(bool((df["source"] == "measured").any()), asymptotic, bool(bands),
+                   bool((df["source"] == "real").any()))
     if host is None:
         axes[0, -1].legend(handles=handles, fontsize=7)
         return finish(fig, path, dpi)

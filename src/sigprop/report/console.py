@@ -237,7 +237,7 @@ def print_diagnosis(d, console: Console | None = None, wide: bool = False) -> No
     if d.recommendations:
         console.print("[bold]recommendations[/]")
         for r in d.recommendations:
-            console.print(f"  • {r['text']}")
+            _print_rec(console, r)
     if d.notes:
         console.print("[bold]where the theory does not cover this model[/]")
         for n in d.notes:
@@ -337,7 +337,15 @@ def print_fix(before, rep, after, out: str, console: Console | None = None,
     if after.recommendations:
         console.print("[bold]recommendations for the fixed model[/]")
         for r in after.recommendations:
-            console.print(f"  • {r['text']}")
+            _print_rec(console, r)
+
+
+def _print_rec(console, r: dict) -> None:
+    """One recommendation, and the line of its measured effect where it has one."""
+    console.print(f"  • {r['text']}")
+    line = (r.get("measured") or {}).get("line")
+    if line:
+        console.print(f"    {line}")
 
 
 def print_compare(c, console: Console | None = None, wide: bool = False) -> None:
