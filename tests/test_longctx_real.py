@@ -145,17 +145,20 @@ def test_the_real_text_choice_holds_once_applied_to_every_layer(decoder, tmp_pat
     assert all(row["real_in_band"] for row in again.layers)
 
 
-def test_decoder_cli_at_4x_training_length_json_and_console(decoder, capsys):
+def test_decoder_cli_at_4x_training_length_json_and_console(decoder, capsys, tmp_path):
     from sigprop.cli import run
 
     code = run(["longctx", str(decoder), "--lengths", "512", "--queries", "32",
-                "--out-queries", "8", "--format", "json", "--no-timing"])
+                "--out-queries", "8", "--format", "json", "--no-timing",
+                "--report", str(tmp_path / "r.html")])
     out = json.loads(capsys.readouterr().out)
     assert code == 0
     assert out["real"]["lengths"] == [128, 512] and out["key_model"] == "resampled"
     assert {row["source"] for row in out["rows"]} >= {"measured", "theory", "real"}
     assert all("real_gap" in x and "real" in x for x in out["layers"])
     assert "holds_real" in out["recommendation"] and "seconds_real" not in out
+    html = (tmp_path / "r.html").read_text()
+    assert "Real text read by the model itself" in html and "hollow squares" in html
     code = run(["longctx", str(decoder), "--lengths", "512", "--queries", "32",
                 "--out-queries", "8", "--key-model", "gaussian", "--real-max", "256"])
     text = capsys.readouterr().out

@@ -154,6 +154,44 @@ def _layer_table(layers: list[dict] | None, band: dict | None) -> str:
     return html_table(rows, heads, left=("theory",))
 
 
+def _real_table(result) -> str:
+    """The model itself on real text beside the stream (trained weights): one row per layer
+    and length read, then which scalings hold on real text; empty without a real check."""
+    info = getattr(result, "info", None) or {}
+    real = info.get("real")
+    if not real:
+        return ""
+    rows = []
+    for d in getattr(result, "layers", None) or []:
+        per = d.get("real") or {}
+        for i, T in enumerate(per.get("seq_len", [])):
+            rows.append({"layer": d.get("layer"), "T": T,
+                         "entropy real": _cell(per["entropy_real"][i]),
+                         "entropy stream": _cell(per["entropy_stream"][i]),
+                         "ipr real": _cell(per["ipr_real"][i]),
+                         "ipr stream": _cell(per["ipr_stream"][i]),
+                         "within": _cell(d.get("real_within")),
+                         "in band": _cell(d.get("real_in_band"))})
+    heads = ["layer", "T", "entropy real", "entropy stream", "ipr real", "ipr stream",
+             "within", "in band"]
+    rec = getattr(result, "recommendation", None) or {}
+    holds = rec.get("real_holds") or {}
+    pick = rec.get("real_choice")
+    tail = ""
+    if holds:
+        tail += "<p>On real text, in band in every layer: " + ", ".join(
+            f"{esc(str(k))} {'yes' if v else 'no'}" for k, v in holds.items()) + ".</p>"
+    if pick:
+        tail += (f"<p>The smallest change that holds on real text up to T = {pick['up_to']}: "
+                 f"<b>{esc(str(pick['label']))}</b></p><pre><code>"
+                 f"{esc(str(pick['fix_command']))}</code></pre>")
+    return (f"<h2>Real text read by the model itself</h2><p class=\"muted\">"
+            f"{esc(str(real.get('source')))}, {real.get('sequences')} sequence(s) per length; "
+            f"within: every difference of the layer at most {real.get('tolerance')}; in band: "
+            "the real entropy, as it is, within the band of its value at the training "
+            "length.</p>" + html_table(rows, heads) + tail)
+
+
 def _figure(result) -> str:
     traj = getattr(result, "trajectory", None)
     if traj is None or not len(traj):
@@ -163,8 +201,10 @@ def _figure(result) -> str:
         return f"<p>{MISSING} (no entropy or ipr rows to plot)</p>"
     src = svg_of(plot_model_longctx, traj, band=getattr(result, "band", None))
     measured = bool((traj["source"] == "measured").any())
-    legend = ("lines: theory; markers: measured ± standard error; shaded: the stated entropy "
-              "band of each layer" if measured else
+    legend = ("lines: theory; markers: measured ± standard error"
+              + ("; hollow squares: the model itself on real text" if
+                 (traj["source"] == "real").any() else "")
+              + "; shaded: the stated entropy band of each layer" if measured else
               "lines: theory (no measured rows); shaded: the stated entropy band of each layer")
     return (f'<img alt="entropy and ipr per layer against context length" src="{src}">'
             f'<p class="muted">{legend}.</p>')
@@ -179,7 +219,8 @@ def render_longctx_report(result, *, command: str | None = None) -> str:
     body = [f"<h1>{esc(title)}</h1>", _header(result, command),
             _recommendation(getattr(result, "recommendation", None)),
             "<h2>Entropy and ipr against context length</h2>", _figure(result),
-            "<h2>Per layer</h2>", _layer_table(getattr(result, "layers", None), band)]
+            "<h2>Per layer</h2>", _layer_table(getattr(result, "layers", None), band),
+            _real_table(result)]
     notes = info.get("notes") or []
     if notes:
         body.append("<h2>Notes</h2><ul>" + "".join(f"<li>{esc(n)}</li>" for n in notes)
