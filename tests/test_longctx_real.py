@@ -204,3 +204,16 @@ def test_text_without_a_tokenizer_is_refused(tmp_path):
     (tmp_path / "t.txt").write_text("some words " * 200)
     with pytest.raises(SpecError, match="^tokenizer: --text needs the model's tokenizer"):
         engine.run(cfg, [256], queries=8, out_queries=4, text=str(tmp_path / "t.txt"))
+
+
+def test_a_failing_real_pass_is_a_note_and_the_stream_stands(decoder, monkeypatch):
+    from sigprop.analysis.longctx_model import real
+
+    def boom(*a, **k):
+        raise RuntimeError("forced by the test\nsecond line")
+
+    monkeypatch.setattr(real, "_read", boom)
+    r = engine.run(str(decoder), [256], queries=8, out_queries=4, sequences=1, seq_len=64)
+    assert r.info["real"]["lengths"] == []
+    assert "real text at T=128 not read: RuntimeError: forced by the test" in r.info["notes"]
+    assert "real" not in set(r.trajectory.source) and r.recommendation["holds_real"] is None

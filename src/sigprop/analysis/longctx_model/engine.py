@@ -280,8 +280,9 @@ def _model_text(model, built, text, tokenizer, notes: list[str]):
         raise SpecError("tokenizer", "--text needs the model's tokenizer: none beside the "
                                      "weights; pass --tokenizer FOLDER|NAME")
     if tok is None:
-        notes.append("trained weights without a tokenizer: the reference pass reads sigprop's "
-                     "built-in token ids and no real-text check is made (--tokenizer)")
+        notes.append("weights read as they are, but no tokenizer found: the reference pass "
+                     "reads sigprop's built-in token ids and no real-text check is made "
+                     "(--tokenizer)")
     return tok
 
 

@@ -109,6 +109,29 @@ def _layer_rows(fit: LayerFit, data: dict, T: int, streamed: Sequence[Scaling], 
     return out
 
 
+def _read(module, inputs: dict, enc_dec: bool, blocks, bf16: bool, site_fit, T: int,
+          streamed: Sequence[Scaling], *, queries: int, out_queries: int, seed: int,
+          chunk: int, workers: int | None, notes: list[str]) -> list[dict]:
+    """One forward pass at length ``T`` with capture hooks, then every layer's real rows."""
+    from .. import forward as fw
+
+    cap = Capture([s for s, _ in site_fit], check=False)
+    with ExitStack() as stack, torch.no_grad():
+        if bf16:
+            stack.enter_context(Float32Blocks(blocks))
+        stack.enter_context(cap)
+        fw.forward_once(module, inputs, enc_dec)
+    records: list[dict] = []
+    for (_, f), data in zip(site_fit, cap.data, strict=True):
+        if not data["q"] or not data["k"] or not data["v"]:
+            notes.append(f"real text at T={T}: layer {f.index} was not called")
+            continue
+        records += _layer_rows(f, data, T, streamed, queries=queries,
+                               out_queries=out_queries, seed=seed, chunk=chunk,
+                               workers=workers)
+    return records
+
+
 def real_check(module, config, fits: list[LayerFit], lengths: Sequence[int],
                streamed: Sequence[Scaling], *, tokens_for: Callable[[int], object], source: str,
                layers, bf16: bool, sequences: int, queries: int, out_queries: int, seed: int,
@@ -118,9 +141,7 @@ def real_check(module, config, fits: list[LayerFit], lengths: Sequence[int],
     :class:`~sigprop.data.model_text.TokenBatch`; a SpecError of field ``text`` -- too
     little text -- skips the length with a note), attention through SDPA where the model can
     switch to it (the captured q, k, v are what the rows need; no T x T is kept), lengths
-    whose pass would not fit in memory skipped with a note."""
-    from .. import forward as fw
-
+    whose pass would not fit in memory, or fails, skipped with a note."""
     t0 = time.perf_counter()
     out = RealCheck(source=source, sequences=sequences)
     blocks, sites, chosen = chosen_sites(module, layers)
@@ -151,19 +172,17 @@ def real_check(module, config, fits: list[LayerFit], lengths: Sequence[int],
                                  f"but {mem.gb(have)} are available")
                 continue
             inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-            cap = Capture([s for s, _ in site_fit], check=False)
-            with ExitStack() as stack, torch.no_grad():
-                if bf16:
-                    stack.enter_context(Float32Blocks(blocks))
-                stack.enter_context(cap)
-                fw.forward_once(module, inputs, enc_dec)
-            for (_, f), data in zip(site_fit, cap.data, strict=True):
-                if not data["q"] or not data["k"] or not data["v"]:
-                    out.notes.append(f"real text at T={T}: layer {f.index} was not called")
-                    continue
-                out.records += _layer_rows(f, data, T, streamed, queries=queries,
-                                           out_queries=out_queries, seed=seed, chunk=chunk,
-                                           workers=workers)
+            try:
+                records = _read(module, inputs, enc_dec, blocks, bf16, site_fit, T, streamed,
+                                queries=queries, out_queries=out_queries, seed=seed,
+                                chunk=chunk, workers=workers, notes=out.notes)
+            except Exception as err:  # noqa: BLE001 - the stream's result stands without it
+                why = mem.allocation_failure(err) or (
+                    f"{type(err).__name__}: {str(err).splitlines()[0][:160]}" if str(err)
+                    else type(err).__name__)
+                out.notes.append(f"real text at T={T} not read: {why}")
+                continue
+            out.records += records
             out.lengths.append(T)
     finally:
         module.train(was_training)
