@@ -217,3 +217,13 @@ def test_a_failing_real_pass_is_a_note_and_the_stream_stands(decoder, monkeypatc
     assert r.info["real"]["lengths"] == []
     assert "real text at T=128 not read: RuntimeError: forced by the test" in r.info["notes"]
     assert "real" not in set(r.trajectory.source) and r.recommendation["holds_real"] is None
+
+
+def test_a_model_whose_forward_needs_more_than_token_ids_is_one_line():
+    """BROS reads boxes beside the tokens: refused with the forward's own reason."""
+    from sigprop.models import zoo
+
+    cfg, _ = zoo.small_config("bros")
+    with pytest.raises(SpecError, match=r"^model: its forward pass on token ids alone failed "
+                                        r"\(ValueError: You have to specify bbox\)"):
+        engine.run(cfg, [256], queries=8, out_queries=4, sequences=1, seq_len=64)

@@ -303,7 +303,10 @@ def _real_choice(rec, read: list[Scaling], holds: dict[str, bool], own: Scaling,
 
 def _vocab_rows(module) -> int | None:
     """The rows of the model's input embedding (None where it does not say)."""
-    emb = module.get_input_embeddings() if hasattr(module, "get_input_embeddings") else None
+    try:
+        emb = module.get_input_embeddings()
+    except (AttributeError, NotImplementedError):  # composite models (CLIP-like) do not say
+        return None
     rows = getattr(emb, "num_embeddings", None)
     return rows if isinstance(rows, int) else None
 
