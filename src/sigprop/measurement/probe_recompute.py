@@ -184,13 +184,12 @@ class RecomputeMixin:
                                   A.device)
         return anat.from_probs(A, allowed, plan, alog)
 
-    def _recompute(self, i, s: AttentionSite, pend, scores_only: bool = False):
-        """Statistics of ``softmax(q k^T scale + mask)`` from the captured q, k;
-        ``scores_only``: just the per-head score RMS ``sigma_s`` (no softmax).
-
-        The maps are formed :data:`CHUNK` entries at a time (a sequence's heads), on one CPU
-        thread, each reduced at once by :func:`softmax_stats`; without a
-        mask ``sigma_s`` comes from the Gram matrices (:func:`_score_rms_gram`)."""
+    def _qk(self, s: AttentionSite, pend) -> tuple[torch.Tensor, torch.Tensor, str]:
+        """The captured q ``(..., H, T, d)`` and k ``(..., H, Tk, d)`` as attention uses them
+        (in ``self.dtype``, detached): RoPE applied from the ``(cos, sin)`` the module
+        received, grouped KV heads repeated, leading dims broadcast; and whether RoPE was
+        ``applied``, ``missing`` (the model has a rotary module, the layer got no ``(cos,
+        sin)``) or ``none``."""
         q = _heads(pend["q"].detach().to(self.dtype), s.n_heads, s.head_dim)
         k = _heads(pend["k"].detach().to(self.dtype), s.n_kv_heads, s.head_dim)
         pos, rope = pend.get("pos"), "none"
@@ -204,6 +203,16 @@ class RecomputeMixin:
         if q.shape[:-2] != k.shape[:-2]:  # leading dims broadcast, as q @ k^T would
             both = torch.broadcast_shapes(q.shape[:-2], k.shape[:-2])
             q, k = q.expand(*both, *q.shape[-2:]), k.expand(*both, *k.shape[-2:])
+        return q, k, rope
+
+    def _recompute(self, i, s: AttentionSite, pend, scores_only: bool = False):
+        """Statistics of ``softmax(q k^T scale + mask)`` from the captured q, k;
+        ``scores_only``: just the per-head score RMS ``sigma_s`` (no softmax).
+
+        The maps are formed :data:`CHUNK` entries at a time (a sequence's heads), on one CPU
+        thread, each reduced at once by :func:`softmax_stats`; without a
+        mask ``sigma_s`` comes from the Gram matrices (:func:`_score_rms_gram`)."""
+        q, k, rope = self._qk(s, pend)
         T, Tk, H = q.shape[-2], k.shape[-2], s.n_heads
         lead = q.shape[:-3]
         allowed, bias = self._mask(s, pend.get("mask"), T, Tk, q.device)
