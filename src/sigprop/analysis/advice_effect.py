@@ -34,33 +34,15 @@ class Unmeasured(Exception):  # noqa: N818 - a reason, not an error of the user'
 
 
 def _linear(m):
-    """``(module, out_axis)`` of a projection: ``nn.Linear`` (rows: axis 0), HF ``Conv1D``
-    (columns: axis 1), or a module wrapping exactly one ``nn.Linear``."""
-    from torch import nn
+    """``(module, out_axis)`` of a projection (:func:`~sigprop.models.methods.head_rows.linear_of`)
+    or :class:`Unmeasured`."""
+    from ..models.methods.head_rows import linear_of
 
-    if isinstance(m, nn.Linear):
-        return m, 0
-    if type(m).__name__ == "Conv1D" and getattr(m, "weight", None) is not None:
-        return m, 1
-    lin = [c for c in m.children() if isinstance(c, nn.Linear)]
-    if len(lin) == 1:
-        return lin[0], 0
-    raise Unmeasured(f"projection {type(m).__name__} is not a linear layer sigprop can rescale")
-
-
-def _rows(site, head: int, part: str) -> tuple[int, int]:
-    """Output features of ``part`` (``q`` or ``k``) of ``head`` (a query head for ``q``, a K/V
-    head for ``k``) in the site's projection."""
-    d = site.head_dim
-    if site.fused == "per_head":  # (H, 3, d_H): q, k, v of each head in turn
-        lo = head * 3 * d + (0 if part == "q" else d)
-    elif site.fused == "concat":  # [q heads | k heads | v heads]
-        lo = head * d if part == "q" else site.n_heads * d + head * d
-    elif part == "q" and site.q_gate == "per_head":  # (H, 2, d_H): query, then output gate
-        lo = head * 2 * d
-    else:
-        lo = head * d
-    return lo, lo + d
+    got = linear_of(m)
+    if got is None:
+        raise Unmeasured(f"projection {type(m).__name__} is not a linear layer sigprop can "
+                         "rescale")
+    return got
 
 
 def rescale_heads(model, stack_path: str, factors: dict[tuple[int, int], float],
@@ -73,6 +55,7 @@ def rescale_heads(model, stack_path: str, factors: dict[tuple[int, int], float],
     import torch
 
     from ..measurement.probe_sites import blocks_of, find_attention
+    from ..models.methods.head_rows import head_rows
     from ..nn.init import scale_linear_
 
     if repeats > 1:
@@ -93,11 +76,11 @@ def rescale_heads(model, stack_path: str, factors: dict[tuple[int, int], float],
             q, q_ax = _linear(site.q)
             if site.n_kv_heads == site.n_heads:
                 k, k_ax = _linear(site.k)
-                scale_linear_(q, f, out_slice=_rows(site, head, "q"), out_axis=q_ax)
-                scale_linear_(k, f, out_slice=_rows(site, head, "k"), out_axis=k_ax)
+                scale_linear_(q, f, out_slice=head_rows(site, head, "q"), out_axis=q_ax)
+                scale_linear_(k, f, out_slice=head_rows(site, head, "k"), out_axis=k_ax)
             else:  # the K rows are shared by the group: the query takes f^2
                 grouped = True
-                scale_linear_(q, f * f, out_slice=_rows(site, head, "q"), out_axis=q_ax)
+                scale_linear_(q, f * f, out_slice=head_rows(site, head, "q"), out_axis=q_ax)
     return ("each head's W_Q and W_K rows (and biases) times its factor" if not grouped else
             "each head's W_Q rows (and bias) times its factor squared, W_K as it is (grouped "
             "K/V: a K row block serves its group's other heads; the scores scale the same)")

@@ -25,6 +25,7 @@ from . import (  # noqa: F401 - each module registers its method
     layerscale,
     mimetic,
     own,
+    qk_clip,
     qk_norm,
     rezero,
     shaped,
