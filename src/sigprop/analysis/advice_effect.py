@@ -133,3 +133,48 @@ def line(heads: list[dict]) -> str:
         parts.append(f"{len(heads) - SHOWN} more" + (
             f" (after {min(rest):.2f} to {max(rest):.2f})" if rest else ""))
     return "measured: " + "; ".join(parts)
+
+
+def measure(rec, model, *, copy: bool, stack_path: str, repeats: int, scales, heads, roles,
+            seq_len: int, redraw):
+    """The score-scale advice ``rec`` with its measured effect: each head at risk rescaled by
+    its factor (:func:`rescale_heads`; on a deep copy of the model when ``copy`` -- a user's
+    module --, else in place on the model the run loaded), ``redraw(model)`` (one probe draw
+    on the same inputs: ``(measured rows, per-head rows)``) and per head beta / beta_c and
+    entropy before and after beside the prediction. ``rec`` as it is where no head is at risk
+    or no model was kept; where the model's layout does not allow the rescale,
+    ``measured.how`` says why (no heads)."""
+    import copy as copying
+
+    from . import trained as tr
+
+    risky = tr.risky_heads(scales, roles)
+    if not risky or model is None:
+        return rec
+    factors = tr.rescale_factors(risky)
+
+    def unmeasured(why: str):
+        return tr.with_measured(rec, {"heads": [], "how": f"not measured: {why}"},
+                                f"measured: not measured ({why})")
+
+    try:
+        m = copying.deepcopy(model) if copy else model
+    except Exception as err:  # noqa: BLE001 - a module deepcopy does not handle
+        return unmeasured(f"the model could not be copied ({type(err).__name__}: {err})")
+    was = m.training
+    try:
+        how = rescale_heads(m, stack_path, factors, repeats)
+        m.eval()
+        meas1, heads1 = redraw(m)
+    except Unmeasured as err:
+        return unmeasured(str(err))
+    except Exception as err:  # noqa: BLE001 - the advice's check must not end the diagnosis
+        return unmeasured(f"the rescaled model did not run ({type(err).__name__}: {err})")
+    finally:
+        m.train(was)
+    rows = effect(risky, factors, scales, heads, tr.head_scales(heads1, meas1, seq_len), heads1)
+    return tr.with_measured(rec, {"heads": rows, "how": (
+        f"the advised factors applied to {'a copy of ' if copy else ''}the model ({how}), one "
+        "probe draw on the same inputs; after: the draw's measured beta over beta_c of its own "
+        "measured input cosine (exact up to float rounding where no head below was "
+        "rescaled)")}, line(rows))

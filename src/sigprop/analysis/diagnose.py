@@ -31,8 +31,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
-
+from ..measurement.bounds import with_bound_rows
 from ..measurement.hooks import (
     EncoderMemory,
     InputGram,
@@ -452,29 +451,6 @@ def _or_nothing(context):
     return nullcontext() if context is None else context
 
 
-def _with_bounds(heads, bounds):
-    """``heads`` plus, per layer and head, rows ``entropy_bound`` (Zhai et al.'s floor) and
-    ``entropy_bound_centred`` (its centred refinement), source ``bound``, averaged over the
-    recorded seeds (:mod:`sigprop.measurement.bounds`)."""
-    import pandas as pd
-
-    got = [b for b in bounds if b is not None]
-    if not got or not len(heads):
-        return heads
-    rows = []
-    for i in range(len(got[0])):
-        per = [b[i] for b in got if b[i] is not None]
-        for k, name in enumerate(("entropy_bound", "entropy_bound_centred")):
-            if not per:
-                continue
-            val = np.mean(np.stack([p[k] for p in per]), axis=0)
-            rows += [{"layer": i + 1, "head": h, "observable": name, "source": "bound",
-                      "value": float(v)} for h, v in enumerate(val) if np.isfinite(v)]
-    if not rows:
-        return heads
-    return pd.concat([heads, pd.DataFrame(rows)], ignore_index=True)
-
-
 def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnosis:
     """The measured trajectory and per-head table of the draws, the theory of the spec read
     from the weights beside it, the verdict and the recommendations."""
@@ -494,7 +470,7 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
         causal_seen=facts.causal_seen, position_bias=facts.position_bias,
         rope=probes[0].model_has_rope, runtime=facts.runtime,
         memory=merge_memory([d.memory for d in run.draws if d.memory is not None]))
-    heads = _with_bounds(with_weight_heads(heads, table, spec), [d.bounds for d in run.draws])
+    heads = with_bound_rows(with_weight_heads(heads, table, spec), [d.bounds for d in run.draws])
     layer_rows: list[dict] = []
     state, check = tr.weights_state(run.trained, run.side, notes)
     trained = state in ("trained", "mixed") and getattr(run.side, "structured", True) is not False
@@ -538,48 +514,19 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
 
 
 def _advice_effect(rec, run: _Run, s: _Setup, spec: ArchSpec, scales, heads, roles):
-    """The score-scale advice ``rec`` with its measured effect: each head at risk rescaled by
-    its factor (:func:`.advice_effect.rescale_heads`; on a deep copy of the user's module, in
-    place on the folder's model this run loaded), one probe draw on the same inputs, and per
-    head beta / beta_c and entropy before and after beside the prediction. ``rec`` as it is
-    where no head is at risk or no model was kept; where the model's layout does not allow
-    the rescale, ``measured.how`` says why (no heads)."""
-    import copy
+    """The score-scale advice ``rec`` with its measured effect
+    (:func:`.advice_effect.measure`: the advised rescale, one more probe draw on the same
+    inputs)."""
+    from .advice_effect import measure
 
-    from . import advice_effect as ae
-
-    risky = tr.risky_heads(scales, roles)
-    if not risky or run.model is None:
-        return rec
-    factors = tr.rescale_factors(risky)
-
-    def unmeasured(why: str):
-        return tr.with_measured(rec, {"heads": [], "how": f"not measured: {why}"},
-                                f"measured: not measured ({why})")
-
-    try:
-        m = copy.deepcopy(run.model) if run.weights == "module" else run.model
-    except Exception as err:  # noqa: BLE001 - a module deepcopy does not handle
-        return unmeasured(f"the model could not be copied ({type(err).__name__}: {err})")
-    was = m.training
-    try:
-        how = ae.rescale_heads(m, run.stack_path, factors, s.repeats)
-        m.eval()
+    def redraw(m):
         draw = _draw(m, run.inputs, run.stack_path, s, first=False, extras=False)
-    except ae.Unmeasured as err:
-        return unmeasured(str(err))
-    except Exception as err:  # noqa: BLE001 - the advice's check must not end the diagnosis
-        return unmeasured(f"the rescaled model did not run ({type(err).__name__}: {err})")
-    finally:
-        m.train(was)
-    meas1, heads1, _ = _measured([draw.probe], spec, s.name)
-    rows = ae.effect(risky, factors, scales, heads, tr.head_scales(heads1, meas1, spec.seq_len),
-                     heads1)
-    return tr.with_measured(rec, {"heads": rows, "how": (
-        f"the advised factors applied to {'a copy of ' if run.weights == 'module' else ''}the "
-        f"model ({how}), one probe draw on the same inputs; after: the draw's measured beta "
-        "over beta_c of its own measured input cosine (exact up to float rounding where no "
-        "head below was rescaled)")}, ae.line(rows))
+        meas1, heads1, _ = _measured([draw.probe], spec, s.name)
+        return meas1, heads1
+
+    return measure(rec, run.model, copy=run.weights == "module", stack_path=run.stack_path,
+                   repeats=s.repeats, scales=scales, heads=heads, roles=roles,
+                   seq_len=spec.seq_len, redraw=redraw)
 
 
 def _vs_init(run: _Run, meas, heads, spec: ArchSpec, s: _Setup):

@@ -34,7 +34,7 @@ SIZES = ("quick", "default")
 #: the n of the n x n float32 product that rates the machine and the engine, per size
 MATMUL_N = {"quick": 512, "default": 2048}
 #: modules holding registered benchmarks (imported by :func:`benchmarks`)
-MODULES: list[str] = ["diagnose", "measure", "sweep", "theory", "training"]
+MODULES: list[str] = ["diagnose", "measure", "monitor", "sweep", "theory", "training"]
 
 
 @dataclass

@@ -157,9 +157,6 @@ def longctx(spec: ArchSpec,
     layer of a real model (its weights, norm, RoPE at the true positions), theory beside it
     and the length scaling that keeps each layer's entropy in band. Without: one layer drawn
     from the spec options (weights drawn once at --seq-len), finite-T theory beside it."""
-    from .. import trajectory
-    from ..measurement import longctx as lc
-
     ts = parse_lengths(lengths)
     check_figure_path("--plot", plot)
     if model is not None:
@@ -176,6 +173,14 @@ def longctx(spec: ArchSpec,
                       ("--key-model", key_model)):
         if val is not None:
             fail(f"{name}: applies to a MODEL (sigprop longctx MODEL {name} ...)")
+    _longctx_spec(spec, ts, queries, chunk, input, compare, plot, fmt, seed, no_timing, wide)
+
+
+def _longctx_spec(spec, ts, queries, chunk, input, compare, plot, fmt, seed, no_timing, wide):
+    """``sigprop longctx`` without a MODEL: one layer of the spec streamed over lengths."""
+    from .. import trajectory
+    from ..measurement import longctx as lc
+
     ts = ts or lc.default_lengths()
     queries = 256 if queries is None else queries
     lc.check_args(ts, queries, chunk, input, spec)

@@ -250,3 +250,25 @@ def rope_free(module: nn.Module) -> bool:
     return not any("rotary" in n or "relative_attention_bias" in n
                    for n, _ in module.named_modules())
 
+
+def with_bound_rows(heads, bounds):
+    """``heads`` plus, per layer and head, rows ``entropy_bound`` (Zhai et al.'s floor) and
+    ``entropy_bound_centred`` (its centred refinement), source ``bound``, averaged over the
+    recorded seeds (the bounds this module records per draw)."""
+    import pandas as pd
+
+    got = [b for b in bounds if b is not None]
+    if not got or not len(heads):
+        return heads
+    rows = []
+    for i in range(len(got[0])):
+        per = [b[i] for b in got if b[i] is not None]
+        for k, name in enumerate(("entropy_bound", "entropy_bound_centred")):
+            if not per:
+                continue
+            val = np.mean(np.stack([p[k] for p in per]), axis=0)
+            rows += [{"layer": i + 1, "head": h, "observable": name, "source": "bound",
+                      "value": float(v)} for h, v in enumerate(val) if np.isfinite(v)]
+    if not rows:
+        return heads
+    return pd.concat([heads, pd.DataFrame(rows)], ignore_index=True)

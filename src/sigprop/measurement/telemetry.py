@@ -29,6 +29,8 @@ What it computes, per attention call (a layer):
   ``entropy_se`` is the standard error of the entropy mean over those rows (std / sqrt(n),
   n = rows x sequences, with the finite-population correction ``sqrt((T - R) / (T - 1))``:
   zero when every row is read). Rows with fewer than two visible keys carry no entropy.
+  ``keys``: the sampled rows' mean number of visible keys (the ``n`` of beta = sigma_s /
+  sqrt(log n)).
 
 Several forward calls in one step (gradient accumulation, activation checkpointing's
 recomputation) are merged: the maximum of ``max_logit``, means of the rest. Forward calls
@@ -54,7 +56,7 @@ __all__ = ["CHUNK", "STATS", "AttentionTelemetry"]
 #: logits formed at a time for the exact maximum (float32: 8 MiB)
 CHUNK = 2**21
 #: what each layer reports per head
-STATS = ("max_logit", "entropy", "entropy_se", "ipr", "wmax", "sink", "sigma_s")
+STATS = ("max_logit", "entropy", "entropy_se", "ipr", "wmax", "sink", "sigma_s", "keys")
 
 
 class AttentionTelemetry(Probe):
@@ -192,7 +194,8 @@ class AttentionTelemetry(Probe):
         se = (var / n.clamp_min(1)).sqrt() * fpc
         return {"max_logit": best.amax(0), "entropy": mean, "entropy_se": se,
                 "ipr": st["ipr"].mean(0), "wmax": st["wmax"].mean(0),
-                "sink": A[..., 0].mean((0, -1)), "sigma_s": sigma.square().mean(0).sqrt()}
+                "sink": A[..., 0].mean((0, -1)), "sigma_s": sigma.square().mean(0).sqrt(),
+                "keys": keys.to(q.dtype).mean((0, -1))}
 
     # ---- steps -----------------------------------------------------------------------------
     def end_step(self, step: int | None = None) -> dict[int, dict[str, torch.Tensor]]:

@@ -332,6 +332,22 @@ def _pools(q, k, v, H: int, Hkv: int, dh: int, dv: int, index: int):
             v.float().reshape(-1, Hkv, dv))
 
 
+def _run_forward(forward: Callable, model, inputs: dict) -> None:
+    """``forward(model, inputs)``; a failure of the model's own forward is one SpecError."""
+    try:
+        forward(model, inputs)
+    except SpecError:
+        raise
+    except Exception as err:  # noqa: BLE001 - any failure of the user's forward: one line
+        from ...measurement.memory import allocation_failure
+
+        first = str(err).splitlines()[0][:160] if str(err) else ""
+        raise SpecError("model", allocation_failure(err) or (
+            f"its forward pass on token ids alone failed ({type(err).__name__}"
+            f"{': ' + first if first else ''}): long context reads models whose forward "
+            "takes token ids alone")) from None
+
+
 def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
                mult: Callable | None = None, pin_first: bool = False,
                pools: bool = False) -> list[LayerFit]:
@@ -342,18 +358,7 @@ def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
     fits; ``pools``: the measured positions are kept for the ``resampled`` input model."""
     cap = Capture(sites, mult=mult)
     with cap, torch.no_grad():
-        try:
-            forward(model, inputs)
-        except SpecError:
-            raise
-        except Exception as err:  # noqa: BLE001 - any failure of the user's forward: one line
-            from ...measurement.memory import allocation_failure
-
-            first = str(err).splitlines()[0][:160] if str(err) else ""
-            raise SpecError("model", allocation_failure(err) or (
-                f"its forward pass on token ids alone failed ({type(err).__name__}"
-                f"{': ' + first if first else ''}): long context reads models whose forward "
-                "takes token ids alone")) from None
+        _run_forward(forward, model, inputs)
     rotaries = rotary_modules(model)
     fits = []
     for i, (s, d) in enumerate(zip(sites, cap.data, strict=True)):

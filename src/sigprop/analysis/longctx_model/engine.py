@@ -22,7 +22,7 @@ from ..result import Result
 from .capture import reference_pass
 from .model import build_model, position_limit, train_length
 from .real import DEFAULT_REAL_MAX, RealCheck, compare_layers, real_check
-from .scaling import COMPARE_ALL, Scaling, _size, own_scaling, parse_scaling, recommend
+from .scaling import COMPARE_ALL, Scaling, change_size, own_scaling, parse_scaling, recommend
 from .stream import LayerStream, stream_layer_lengths
 from .theory import moments
 
@@ -288,17 +288,17 @@ def _model_text(model, built, text, tokenizer, notes: list[str]):
 
 def _real_choice(rec, read: list[Scaling], holds: dict[str, bool], own: Scaling,
                  lengths: list[int], train_len: int, name: str) -> dict | None:
-    """The smallest change (:func:`.scaling._size` over the real lengths) among the scalings
+    """The smallest change (:func:`.scaling.change_size` over the real lengths) among the scalings
     that keep every layer's real entropy in band, with its ``sigprop fix`` command; None
     when none was read beyond the training length or none holds."""
     span = sorted({T for T in lengths if T >= train_len} | {train_len})
     ok = [s for s in read if holds.get(s.label)]
     if len(span) < 2 or not ok:
         return None
-    best = min(ok, key=lambda s: _size(s, own, span))  # ties: the order read (own first)
+    best = min(ok, key=lambda s: change_size(s, own, span))  # ties: the order read (own first)
     cmd = replace(rec, scaling=best).measured(True, name, own).fix_command
     return {"label": best.label, "scaling": best.kind, "scaling_param": best.param,
-            "up_to": max(span), "size": _size(best, own, span), "fix_command": cmd}
+            "up_to": max(span), "size": change_size(best, own, span), "fix_command": cmd}
 
 
 def _vocab_rows(module) -> int | None:
@@ -323,6 +323,40 @@ def _token_inputs(tok, rows: int | None, sequences: int, T: int, text, seed: int
         raise SpecError("tokenizer", f"its ids reach {top} but the model's vocabulary has "
                                      f"{rows} rows: not this model's tokenizer")
     return batch
+
+
+@dataclass
+class _RealInputs:
+    """What a run reads (:func:`_real_inputs`): the tokenizer (None: sigprop's ids), the
+    stream's input model, the reference pass's inputs, the embedding rows, the text's name."""
+
+    tok: Any
+    key_model: str
+    ref_inputs: dict | None
+    rows: int | None
+    source: str
+
+
+def _real_inputs(model, built, text, tokenizer, real_max, key_model, sequences: int,
+                 t_ref: int, seed: int) -> _RealInputs:
+    """The options of real text checked, the tokenizer found and the reference pass's windows
+    of real text (a note says what they are)."""
+    if real_max is not None and (isinstance(real_max, bool) or not isinstance(real_max, int)
+                                 or real_max < 0):
+        raise SpecError("real_max", f"must be an integer >= 0 (got {real_max!r})")
+    if key_model not in (None, *KEY_MODELS):
+        raise SpecError("key_model", f"must be one of {', '.join(KEY_MODELS)} (got "
+                                     f"{key_model!r})")
+    tok = _model_text(model, built, text, tokenizer, built.notes)
+    key_model = key_model or ("resampled" if tok is not None else "gaussian")
+    if tok is None:
+        return _RealInputs(None, key_model, None, None, "")
+    rows = _vocab_rows(built.module)
+    batch = _token_inputs(tok, rows, sequences, t_ref, text, seed)
+    built.notes.append(f"inputs: {batch.describe()}")
+    return _RealInputs(tok, key_model, {"input_ids": batch.input_ids,
+                                        "attention_mask": batch.attention_mask},
+                       rows, batch.source)
 
 
 def _real_lengths(all_lengths: list[int], real_max: int | None, tok) -> list[int]:
@@ -367,20 +401,9 @@ def run(model, lengths: Sequence[int] | None = None, *, queries: int = 128,
     module, config, name, notes = built.module, built.config, built.name, built.notes
     tl, all_lengths, t_ref = _reference_lengths(config, lengths, train_len, seq_len)
     _check_positions(built, max(all_lengths), notes)
-    if real_max is not None and (isinstance(real_max, bool) or not isinstance(real_max, int)
-                                 or real_max < 0):
-        raise SpecError("real_max", f"must be an integer >= 0 (got {real_max!r})")
-    if key_model not in (None, *KEY_MODELS):
-        raise SpecError("key_model", f"must be one of {', '.join(KEY_MODELS)} (got "
-                                     f"{key_model!r})")
-    tok = _model_text(model, built, text, tokenizer, notes)
-    key_model = key_model or ("resampled" if tok is not None else "gaussian")
-    ref_inputs = None
-    if tok is not None:
-        rows = _vocab_rows(module)
-        batch = _token_inputs(tok, rows, sequences, t_ref, text, seed)
-        ref_inputs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask}
-        notes.append(f"inputs: {batch.describe()}")
+    real_in = _real_inputs(model, built, text, tokenizer, real_max, key_model, sequences,
+                           t_ref, seed)
+    tok, key_model, ref_inputs = real_in.tok, real_in.key_model, real_in.ref_inputs
     own = own_scaling(config, tl)
     extra = [parse_scaling(s, tl) for s in (scalings or [])]
     if compare:
@@ -397,18 +420,15 @@ def run(model, lengths: Sequence[int] | None = None, *, queries: int = 128,
     bands = given_bands(bands, [f.index for f in fits])
     rec = recommend(moms, fits, own, tl, all_lengths, band, bands)
     streamed, theory_only = _scalings_of_run(own, rec.scaling, extra, tl)
-    real = RealCheck()
     real_lens = _real_lengths(all_lengths, real_max, tok)
-    if real_lens:
-        also = [parse_scaling(k, tl) for k in COMPARE_ALL]  # cheap on real text: all kinds
-        read = streamed + [x for x in also if x.label not in {y.label for y in streamed}]
-        real = real_check(module, config, fits, real_lens, read,
-                          tokens_for=lambda T: _token_inputs(tok, rows, sequences, T, text,
-                                                             seed + 1),
-                          source=batch.source, layers=layers, bf16=built.bf16,
-                          sequences=sequences, queries=queries, out_queries=out_queries,
-                          seed=seed, chunk=chunk, workers=workers)
-        notes += real.notes
+    also = [parse_scaling(k, tl) for k in COMPARE_ALL]  # cheap on real text: all kinds
+    read = streamed + [x for x in also if x.label not in {y.label for y in streamed}]
+    real = RealCheck() if not real_lens else real_check(
+        module, config, fits, real_lens, read, tokens_for=lambda T: _token_inputs(
+            tok, real_in.rows, sequences, T, text, seed + 1),
+        source=real_in.source, layers=layers, bf16=built.bf16, sequences=sequences,
+        queries=queries, out_queries=out_queries, seed=seed, chunk=chunk, workers=workers)
+    notes += real.notes
     # the fits hold what the stream needs (moments, W_O, the rotary module): let a model we
     # built go before streaming (Llama-3.2-1B: 2 GB of weights)
     del module

@@ -29,7 +29,7 @@ from ...spec import SpecError
 from .capture import Capture, LayerFit, chosen_sites
 from .model import Float32Blocks
 from .scaling import Scaling
-from .stream import _out_cos, _stats, sample_rows
+from .stream import out_cos, row_stats, sample_rows
 
 #: a layer's real entropy and ipr agree with the stream's within this (head means over the
 #: sampled rows; with 2 sequences x 128 rows their standard errors are ~0.005-0.01)
@@ -98,9 +98,9 @@ def _layer_rows(fit: LayerFit, data: dict, T: int, streamed: Sequence[Scaling], 
     for k, s in enumerate(streamed):
         res = [p[k] for p in per_seq]
         for obs in ("ipr", "entropy", "wmax"):
-            v, e = _stats(torch.cat([getattr(r, obs).nanmean(dim=1) for r in res]))
+            v, e = row_stats(torch.cat([getattr(r, obs).nanmean(dim=1) for r in res]))
             out.append(dict(observable=obs, value=v, stderr=e, scaling=s.label, **base))
-        cos = [_out_cos(r.out) for r in res]
+        cos = [out_cos(r.out) for r in res]
         vals = [c[0] for c in cos if math.isfinite(c[0])]
         value = float(np.mean(vals)) if vals else math.nan
         err = float(np.std(vals) / math.sqrt(len(vals))) if len(vals) > 1 else (

@@ -109,7 +109,7 @@ def _candidates(own: Scaling, train_len: int) -> list[tuple[Scaling, Scaling, fl
     return out
 
 
-def _size(s: Scaling, own: Scaling, lengths: Sequence[int]) -> float:
+def change_size(s: Scaling, own: Scaling, lengths: Sequence[int]) -> float:
     """How large a change is: the largest |log| ratio of its multiplier to the model's own over
     the lengths from training to target."""
     n = np.asarray(lengths, dtype=np.float64)
@@ -186,7 +186,7 @@ def recommend(moms: list[LayerMoments], fits: list[LayerFit], own: Scaling, trai
                 th = layer_theory(mom, T, base.mult, causal=f.causal, window=f.window,
                                   d_head=f.head_dim, extra=factors)
                 dev[idx] = np.maximum(dev[idx], np.abs(th["entropy"] - centre) - width + band)
-    sizes = np.array([_size(c[0], own, span) for c in cands])
+    sizes = np.array([change_size(c[0], own, span) for c in cands])
     ok = dev <= band
     if ok.any():
         pick = int(np.flatnonzero(ok)[np.argmin(sizes[ok])])

@@ -160,7 +160,7 @@ def stream_flops(f: LayerFit, rows: Rows, n_scalings: int) -> float:
     return gen + scores + outs
 
 
-def _stats(values: torch.Tensor) -> tuple[float, float]:
+def row_stats(values: torch.Tensor) -> tuple[float, float]:
     v = values[~torch.isnan(values)]
     if v.numel() == 0:
         return math.nan, math.nan
@@ -168,7 +168,7 @@ def _stats(values: torch.Tensor) -> tuple[float, float]:
     return float(v.mean()), err
 
 
-def _out_cos(out: torch.Tensor) -> tuple[float, float]:
+def out_cos(out: torch.Tensor) -> tuple[float, float]:
     """Mean pairwise cosine of the output rows, stderr from the per-row means."""
     if out.shape[0] < 2:
         return math.nan, math.nan
@@ -233,16 +233,16 @@ def _length_records(f: LayerFit, mom: LayerMoments, T: int, rows: Rows, g: int,
     for s, r in zip(streamed, results, strict=True):
         th, cols = theory(s)
         for obs in ("ipr", "entropy", "wmax"):
-            v, e = _stats(getattr(r, obs)[sel].nanmean(dim=1))
+            v, e = row_stats(getattr(r, obs)[sel].nanmean(dim=1))
             records.append(dict(observable=obs, source="measured", value=v, stderr=e, **cols))
             records += _theory_records(th, cols, (obs,))
-        v, e = _out_cos(r.out[osel])
+        v, e = out_cos(r.out[osel])
         records.append(dict(observable="cos", source="measured", value=v, stderr=e, **cols))
         records += _theory_records(th, cols, ("cos",))
     for s in theory_only:
         th, cols = theory(s)
         records += _theory_records(th, cols, ("ipr", "entropy", "wmax", "cos"))
-    v, e = _stats(results[0].spread[sel].nanmean(dim=1))
+    v, e = row_stats(results[0].spread[sel].nanmean(dim=1))
     records.append(dict(observable="spread", source="measured", value=v, stderr=e,
                         scaling=streamed[0].label, **base))
     return records, v

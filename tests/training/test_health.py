@@ -1,0 +1,154 @@
+"""Attention health during training: the forecast's projection, events and warnings, scalars
+and sinks, and the reduction across two data-parallel (gloo) processes."""
+
+from __future__ import annotations
+
+import math
+import warnings
+
+import pytest
+import torch
+
+from sigprop.measurement.forecast import Trend
+from sigprop.models import loading
+from sigprop.spec import SpecError
+from sigprop.training.health import AttentionHealth, AttentionWarning
+
+pytestmark = pytest.mark.usefixtures("torch_one_thread")
+
+LLAMA = dict(model_type="llama", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=4, intermediate_size=128, vocab_size=300,
+             max_position_embeddings=256, initializer_range=0.3)
+
+
+def _model(cfg=LLAMA):
+    return loading.model_at_init(loading.load_config(cfg), seed=0, attn_implementation="sdpa")
+
+
+def _ids(seed=1, B=2, T=32):
+    return torch.randint(3, 300, (B, T), generator=torch.Generator().manual_seed(seed))
+
+
+# ------------------------------------------------------------------------------- forecast
+def test_exponential_growth_is_projected_to_its_crossing():
+    """x = 2 * 1.1^step: log-linear, so the fit is exact and the crossing of 100 is at
+    log(50) / log(1.1) = 41.04 (by hand)."""
+    tr = Trend(100.0, horizon=200)
+    for s in range(10):
+        tr.add("h", s, 2 * 1.1 ** s)
+    p = tr.project("h")
+    assert p is not None and p.at == pytest.approx(math.log(50) / math.log(1.1), rel=1e-9)
+    assert p.step == 9 and p.value == pytest.approx(2 * 1.1 ** 9)
+    near = Trend(100.0, horizon=20)  # 32 steps ahead is beyond a 20-step horizon
+    for s in range(10):
+        near.add("h", s, 2 * 1.1 ** s)
+    assert near.project("h") is None
+
+
+def test_no_clear_trend_and_falling_quantities():
+    flat = Trend(100.0)
+    for s, v in enumerate([5, 5.2, 4.9, 5.1, 5.0, 4.95, 5.05]):
+        flat.add("h", s, v)
+    assert flat.project("h") is None  # slope within noise
+    few = Trend(100.0)
+    for s in range(4):
+        few.add("h", s, 2.0 ** s)
+    assert few.project("h") is None  # fewer than min_points
+    fall = Trend(0.2, rising=False)
+    for s in range(6):
+        fall.add("h", s, 0.8 - 0.05 * s)  # reaches 0.2 at step 12 (by hand)
+    assert fall.project("h").at == pytest.approx(12.0, rel=1e-9)
+    with pytest.raises(ValueError):
+        Trend(-1.0)
+
+
+# ------------------------------------------------------------------------ health in a loop
+def test_growing_logits_are_forecast_before_they_cross():
+    """Layer 1, head 0's W_Q grows 1.1x per step, so its logits grow ~1.1x per step: the
+    forecast of its largest logit names that head before the logit reaches the limit, and
+    the crossing comes later (positive lead time); the other heads are not warned about."""
+    m = _model()
+    q = m.layers[1].self_attn.q_proj.weight
+    health = AttentionHealth(m, rows=8, logit_limit=60.0, warn=False)
+    ids = _ids()
+    for step in range(60):
+        with torch.no_grad():
+            q[:16] *= 1.1
+        m(input_ids=ids)  # the same batch: only the weights change
+        health.after_step(step)
+    fc = [e for e in health.events if e.kind == "forecast" and e.what == "max_logit"]
+    cr = [e for e in health.events if e.kind == "crossed" and e.what == "max_logit"]
+    assert [(e.layer, e.head) for e in fc] == [(1, 0)], fc
+    assert [(e.layer, e.head) for e in cr] == [(1, 0)], cr
+    assert fc[0].step < cr[0].step
+    # the head's logits grow exactly 1.1x per step (layer 1's input does not change), so the
+    # log-linear fit is exact and the projected step is where it crosses: within one step
+    assert cr[0].step - 1 <= fc[0].at <= cr[0].step
+
+
+def test_non_finite_logits_are_an_event_and_one_warning():
+    m = _model()
+    with torch.no_grad():
+        m.layers[0].self_attn.q_proj.weight[:16] = math.inf
+    health = AttentionHealth(m, rows=4)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        for step in range(3):
+            m(input_ids=_ids())
+            health.after_step(step)
+    ours = [w for w in got if issubclass(w.category, AttentionWarning)]
+    nf = [e for e in health.events if e.kind == "non_finite"]
+    # head 0 of layer 0 is infinite; its NaN output reaches every head of layer 1
+    want = {(0, 0), (1, 0), (1, 1), (1, 2), (1, 3)}
+    assert {(e.layer, e.head) for e in nf} == want and len(nf) == 5  # once each, 3 steps
+    assert len([w for w in ours if w.message.event.kind == "non_finite"]) == 5
+    assert math.isnan(health.scalars[-1]["attention/max_logit"])
+
+
+def test_scalars_sinks_and_rows():
+    m = _model()
+    seen = []
+    health = AttentionHealth(m, rows=4, every=2, per_head=True,
+                             sinks=[lambda step, frame, sc: seen.append((step, len(frame)))])
+    for step in range(4):
+        m(input_ids=_ids(step))
+        sc = health.after_step(step)
+        assert bool(sc) == (step % 2 == 0)
+    assert [s for s, _ in seen] == [0, 2]
+    keys = set(health.scalars[0])
+    assert {"attention/max_logit", "attention/min_entropy", "attention/max_logit/L0",
+            "attention/entropy/L1", "attention/beta/L0", "attention/max_logit/L1.H3"} <= keys
+    traj = health.trajectory()
+    assert set(traj.observable) >= {"max_logit", "entropy", "sink", "sigma_s"}
+    assert len(traj) == seen[0][1] + seen[1][1]
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(qk_clip=-1.0), "qk_clip"), (dict(logit_limit=0), "logit_limit"),
+    (dict(entropy_floor=1.5), "entropy_floor"), (dict(clip_alpha=2.0), "clip_alpha"),
+    (dict(window=2), "window"), (dict(beta_c=float("nan")), "beta_c")])
+def test_bad_options_are_one_line(kw, field):
+    with pytest.raises(SpecError, match=f"^{field}: "):
+        AttentionHealth(_model(), **kw)
+
+
+def test_qk_clip_keeps_every_heads_largest_logit_at_tau():
+    """A head whose W_Q grows 1.3x per step: with qk_clip=8 the clip rescales it after each
+    step it passes 8, so the next step's largest logit is at most 8 x 1.3 (one step of
+    growth past the clip; by hand), and the events name that head."""
+    m = _model(dict(LLAMA, initializer_range=0.1))  # every logit below 8 at the start
+    q = m.layers[1].self_attn.q_proj.weight
+    health = AttentionHealth(m, rows=4, qk_clip=8.0, warn=False)
+    ids = _ids()
+    worst = []
+    for step in range(25):
+        with torch.no_grad():
+            q[:16] *= 1.3
+        m(input_ids=ids)
+        sc = health.after_step(step)
+        worst.append(sc["attention/max_logit/L1"])
+    clips = [e for e in health.events if e.kind == "qk_clip"]
+    assert clips and {(e.layer, e.head) for e in clips} == {(1, 0)}
+    first = next(i for i, e in enumerate(worst) if e > 8.0)
+    assert first > 0
+    assert max(worst[first + 1:]) <= 8.0 * 1.3 * (1 + 1e-5), worst
