@@ -141,3 +141,21 @@ def test_is_a_trainer_callback():
     assert isinstance(cb, transformers.TrainerCallback) and isinstance(cb, SigpropCallback)
     with pytest.raises(ValueError, match="every"):
         SigpropCallback(every=0)
+
+
+def test_in_step_telemetry_and_qk_clip_in_a_trainer(tmp_path):
+    """telemetry on the Trainer's own batches, every step, with QK-Clip at a tau below the
+    model's logits (~0.05 at init): the scalars reach the log history and TensorBoard at each
+    step, the clipped heads are events, and after each clip the next step's largest logit is
+    back near tau (one AdamW step of growth: at lr 1e-3 far less than the 2x allowed)."""
+    trainer, cb = _trainer(tmp_path, telemetry=True, qk_clip=0.03, monitor=False)
+    trainer.train()
+    hist = [h for h in trainer.state.log_history if "attention/max_logit" in h]
+    assert len(hist) == STEPS
+    tags = _scalars(tmp_path / "out")
+    assert "train/attention/max_logit" in tags and "train/attention/entropy/L0" in tags
+    clips = [e for e in cb.health.events if e.kind == "qk_clip"]
+    assert clips and all(e.value > 0.03 for e in clips)
+    later = [h["attention/max_logit"] for h in hist[1:]]
+    assert max(later) <= 2 * 0.03, later
+    assert cb.monitor is None  # monitor=False: no held-batch measurement

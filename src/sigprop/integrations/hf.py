@@ -14,6 +14,15 @@ under ``train/sigprop/...``, since the Trainer prefixes training logs). The logg
 values at the Trainer's ``global_step``. Each measurement's rows also go to the results store
 when ``store`` is given (command ``monitor``, one record per (run, step)).
 
+Attention health on the training batch (``telemetry=True``, or ``qk_clip=tau`` which implies
+it): every optimiser step (``telemetry_every``) the in-step telemetry of
+:class:`sigprop.training.health.AttentionHealth` reads the q and k of the Trainer's own
+forward pass -- per head the largest logit, entropy, sink share, beta --, logs them through the
+same path, warns ahead of a projected crossing and, with ``qk_clip``, rescales the heads whose
+largest logit passed tau right after the optimiser step (Kimi K2's QK-Clip). It runs on every
+rank (statistics reduced across data-parallel ranks; rank 0 logs). ``monitor=False`` leaves
+out the held-batch monitor.
+
 Why ``attach``: a Trainer hands its callbacks the model, optimiser and dataloaders but not
 itself, and only ``trainer.log`` reaches both the log history and every logger. A callback
 passed as ``Trainer(callbacks=[cb])`` and never attached still measures, stores, warns and
@@ -112,10 +121,18 @@ class SigpropCallback:
                  per_head: bool = True, rho_max: float = RHO_MAX,
                  entropy_min: float = ENTROPY_MIN, loss_fn: Callable | None = None,
                  warn: bool = True, sinks: Sequence[Callable] = (),
-                 probe_kwargs: Mapping | None = None, trainer=None):
+                 probe_kwargs: Mapping | None = None, trainer=None, telemetry: bool = False,
+                 qk_clip: float | None = None, telemetry_every: int = 1,
+                 health_kwargs: Mapping | None = None, monitor: bool = True):
         if every is not None and (isinstance(every, bool) or not isinstance(every, int)
                                   or every < 1):
             raise ValueError(f"every must be a positive integer or None (got {every!r})")
+        self.health_options = None
+        if telemetry or qk_clip is not None:
+            self.health_options = dict(health_kwargs or {}, every=telemetry_every,
+                                       qk_clip=qk_clip, warn=warn)
+        self.use_monitor = bool(monitor)
+        self.health = None
         self.batch, self.every, self.store, self.run = batch, every, store, run
         self.options = dict(grads=grads, per_head=per_head, rho_max=rho_max,
                             entropy_min=entropy_min, loss_fn=loss_fn, warn=warn,
@@ -139,7 +156,9 @@ class SigpropCallback:
     def on_train_begin(self, args, state, control, model=None, train_dataloader=None,
                        **kwargs):
         self._state = state
-        if not state.is_world_process_zero:
+        if self.health_options is not None and self.health is None:  # every rank
+            self._start_health(args, model, state)
+        if not state.is_world_process_zero or not self.use_monitor:
             return
         if self.trainer is None:
             warnings.warn("SigpropCallback is not attached to its Trainer: its scalars reach "
@@ -163,10 +182,26 @@ class SigpropCallback:
                                **self.options)
         self.monitor(state.global_step)
 
+    def _start_health(self, args, model, state) -> None:
+        from ..training.health import AttentionHealth
+
+        sinks = [self._log] if state.is_world_process_zero else []
+        if self.store is not None and state.is_world_process_zero:
+            run = self.run or getattr(args, "run_name", None) or _folder_name(args)
+            sinks.append(store_sink(self.store, run, kind="telemetry"))
+        self.health = AttentionHealth(model, sinks=sinks, start=state.global_step + 1,
+                                      **self.health_options)
+
     def on_step_end(self, args, state, control, **kwargs):
+        if self.health is not None:  # after the optimiser step: QK-Clip acts on it
+            self.health.after_step(state.global_step)
         if self.monitor is not None:
             last = state.max_steps > 0 and state.global_step >= state.max_steps
             self.monitor(state.global_step, force=last)
+
+    def on_train_end(self, args, state, control, **kwargs):
+        if self.health is not None:
+            self.health.close()
 
     # ---- logging -----------------------------------------------------------------------
     def _log(self, step: int, frame, scalars: dict) -> None:
