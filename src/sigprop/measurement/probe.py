@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import weakref
 from collections import defaultdict
 from collections.abc import Sequence
 
@@ -78,9 +79,28 @@ def _returned_probs(out):
     return None
 
 
+#: the forward signatures read so far, by the function a module's forward runs (weak keys:
+#: a function that goes takes its entry with it)
+_SIGNATURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _signature(module) -> inspect.Signature:
+    """``inspect.signature(module.forward)``, read once per forward function (the hooks run it
+    at every call of every attention module)."""
+    fwd = module.forward
+    key = getattr(fwd, "__func__", fwd)
+    try:
+        sig = _SIGNATURES.get(key)
+        if sig is None:
+            sig = _SIGNATURES[key] = inspect.signature(fwd)
+        return sig
+    except TypeError:  # a callable that takes no weak reference: read it each time
+        return inspect.signature(fwd)
+
+
 def _bound(module, args, kwargs) -> dict:
     try:
-        b = inspect.signature(module.forward).bind_partial(*args, **kwargs).arguments
+        b = _signature(module).bind_partial(*args, **kwargs).arguments
     except TypeError:
         b = dict(kwargs)
     extra = b.pop("kwargs", None)
@@ -229,6 +249,8 @@ class Probe(RecomputeMixin, HookHandles):
         pends = self._pending
 
         def pre(m, args, kwargs):
+            if not self._wants():
+                return
             try:
                 b = _bound(m, args, kwargs)
             except (TypeError, ValueError):  # a signature we cannot bind: no mask, no RoPE
@@ -243,6 +265,8 @@ class Probe(RecomputeMixin, HookHandles):
 
         def grab(key, n):
             def hook(m, a, out):
+                if not self._wants():
+                    return
                 out = self._batch_first(out)
                 x = a[0] if a and torch.is_tensor(a[0]) else None
                 if torch.is_tensor(out) and out.ndim == 4 and x is not None and x.ndim >= 2:
@@ -253,6 +277,8 @@ class Probe(RecomputeMixin, HookHandles):
             return hook
 
         def grab_fused(m, a, out):
+            if not self._wants():
+                return
             pend, out = pends[self._layer(i)], self._batch_first(out)
             if not torch.is_tensor(out) or out.shape[-1] < (H + 2 * Hkv) * dh:
                 return  # not the layout read from the module: the layer is noted unreadable
@@ -271,6 +297,12 @@ class Probe(RecomputeMixin, HookHandles):
             reg((s.k_post or s.k).register_forward_hook(grab("k", Hkv)))
         reg(s.module.register_forward_hook(
             lambda m, a, out: self._attention_done(self._layer(i), s, out)))
+
+    def _wants(self) -> bool:
+        """Whether the hooks read this forward call (always, for the probe; a subclass may
+        say no -- the in-step telemetry on the steps it skips -- and the hooks then cost a
+        call)."""
+        return True
 
     def _batch_first(self, t):
         """``t`` with its batch axis first: in a time-major model (``(tokens, batch, width)``

@@ -22,10 +22,11 @@ What it computes, per attention call (a layer):
   (query, key) pair of every sequence: exact. The logits are formed in chunks of query rows
   (at most :data:`CHUNK` entries at a time), reduced to their maximum and dropped: no ``T x
   T`` softmax is kept. This is what QK-Clip reads.
-* on ``rows`` query rows per call, drawn uniformly without replacement (seeded by ``(seed,
+* on ``rows`` query rows of the first ``sequences`` (2) sequences of the batch, drawn
+  uniformly without replacement (the same positions in each; seeded by ``(seed,
   step, layer)``): the normalised ``entropy`` (row entropy over the log of its visible keys),
   ``ipr``, ``wmax``, ``sink`` (mass on the first key) and ``sigma_s`` (RMS of the row's logits
-  over its visible keys, itself left out), each averaged over the sampled rows and the batch;
+  over its visible keys, itself left out), each averaged over the sampled rows;
   ``entropy_se`` is the standard error of the entropy mean over those rows (std / sqrt(n),
   n = rows x sequences, with the finite-population correction ``sqrt((T - R) / (T - 1))``:
   zero when every row is read). Rows with fewer than two visible keys carry no entropy.
@@ -48,7 +49,6 @@ from torch import nn
 
 from ..spec import SpecError
 from .probe import Probe
-from .probe_recompute import softmax_stats
 from .probe_sites import AttentionSite
 
 __all__ = ["CHUNK", "STATS", "AttentionTelemetry"]
@@ -62,7 +62,9 @@ STATS = ("max_logit", "entropy", "entropy_se", "ipr", "wmax", "sink", "sigma_s",
 class AttentionTelemetry(Probe):
     """Per-head attention statistics of every training forward (module docstring).
 
-    ``rows``: sampled query rows per attention call (>= 1); ``every``: read the forward
+    ``rows``: sampled query rows per attention call (>= 1), in each of the first
+    ``sequences`` sequences of the batch (the largest logit reads them all); ``every``: read
+    the forward
     calls of every ``every``-th step only (step numbers as given to :meth:`end_step`; the
     hooks do nothing on the others); ``seed``: the row sampling's; ``dtype``: of the
     recomputed logits (float32 default: the maximum is exact to float32 rounding of the
@@ -71,8 +73,9 @@ class AttentionTelemetry(Probe):
     with Q/K projections is found is refused (SpecError, field ``model``)."""
 
     def __init__(self, model: nn.Module, *, rows: int = 16, every: int = 1, seed: int = 0,
-                 dtype=torch.float32, grad_only: bool = True, layers=None, start: int = 0):
-        for name, v, lo in (("rows", rows, 1), ("every", every, 1)):
+                 dtype=torch.float32, grad_only: bool = True, layers=None, start: int = 0,
+                 sequences: int = 2):
+        for name, v, lo in (("rows", rows, 1), ("every", every, 1), ("sequences", sequences, 1)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise SpecError(name, f"must be an integer >= {lo} (got {v!r})")
         if isinstance(seed, bool) or not isinstance(seed, int):
@@ -87,6 +90,8 @@ class AttentionTelemetry(Probe):
                                      "projections found (the telemetry reads q and k where "
                                      "they are projected)")
         self.rows, self.every, self.seed, self.grad_only = rows, every, seed, grad_only
+        self.sequences = sequences
+        self._causal: dict = {}  # the additive causal triangle per (T, Tk, dtype, device)
         self.step = int(start)
         self.active = self.step % every == 0
         self._now: dict[int, list[dict]] = defaultdict(list)
@@ -111,6 +116,9 @@ class AttentionTelemetry(Probe):
     def _reading(self) -> bool:
         return self.active and (torch.is_grad_enabled() or not self.grad_only)
 
+    def _wants(self) -> bool:  # the probe's hooks do nothing on the steps not read
+        return self._reading()
+
     def _attention_done(self, i, s: AttentionSite, out):
         if not self._reading():
             self._pending[i].clear()
@@ -130,72 +138,79 @@ class AttentionTelemetry(Probe):
         self.info[i].update(source="telemetry", rope=rope, approximate=rope == "missing")
         H, T, dh = s.n_heads, q.shape[-2], s.head_dim
         Tk = k.shape[-2]
-        q = q.reshape(-1, H, T, dh) * s.scale
-        k = k.reshape(-1, H, Tk, dh)
-        N = q.shape[0]
-        allowed, bias = self._mask(s, pend.get("mask"), T, Tk, q.device)
+        lead = q.shape[:-3]
+        q = q.reshape(-1, T, dh)  # (N * H, T, dh): batched matrix products
+        kt = k.reshape(-1, Tk, dh).transpose(1, 2)
+        NH, scale = q.shape[0], float(s.scale)
+        mask = pend.get("mask")
+        allowed, bias = self._mask(s, mask, T, Tk, q.device)
+        # the mask and any bias as one additive term, (T, Tk) or (N * H, T, Tk); a causal
+        # triangle alone is built once per shape
+        key = (T, Tk, bool(s.causal), q.dtype, q.device) if mask is None and bias is None \
+            else None
+        add = self._causal.get(key) if key is not None else None
+        if add is None and allowed is not None:
+            add = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(
+                ~allowed, -math.inf)
+            if key is not None:
+                self._causal[key] = add
+        if bias is not None:
+            add = bias.to(q.dtype) if add is None else add + bias.to(q.dtype)
+        if add is not None and add.dim() > 2:
+            add = torch.broadcast_to(add, (*lead, H, T, Tk)).reshape(NH, T, Tk)
 
-        def part(m, rows):  # a mask / bias broadcast to (N, H, len(rows), Tk)
-            if m is None:
-                return None
-            m = torch.broadcast_to(m, (*m.shape[:-2], T, Tk))[..., rows, :]
-            lead = m.shape[:-2]
-            if len(lead) == 0:
-                m = m[None, None]
-            elif len(lead) == 1:  # (B, rows, Tk): one mask per sequence, every head
-                m = m[:, None]
-            else:
-                m = m.reshape(-1, *m.shape[-3:])
-            return torch.broadcast_to(m, (N, H, m.shape[-2], Tk))
+        def logits(rows, maps=slice(None)):  # scale x q.k + the additive term
+            if add is None:
+                return torch.bmm(q[maps, rows], kt[maps]).mul_(scale)
+            a = add[maps] if add.dim() > 2 else add
+            return torch.baddbmm(a[..., rows, :], q[maps, rows], kt[maps], alpha=scale)
 
-        kt = k.transpose(-1, -2)
-        # the exact maximum, query rows in chunks
-        step = max(1, CHUNK // max(1, N * H * Tk))
-        best = torch.full((N, H), -math.inf, dtype=q.dtype, device=q.device)
+        # the exact maximum, query rows in chunks (no T x Tk map kept)
+        step = max(1, CHUNK // max(1, NH * Tk))
+        best = torch.full((NH,), -math.inf, dtype=q.dtype, device=q.device)
         for r0 in range(0, T, step):
-            rows = slice(r0, min(T, r0 + step))
-            sc = q[:, :, rows] @ kt
-            b = part(bias, rows)
-            if b is not None:
-                sc = sc + b
-            a = part(allowed, rows)
-            if a is not None:
-                sc = sc.masked_fill(~a, -math.inf)
-            best = torch.maximum(best, sc.amax((-1, -2)))
+            best = torch.maximum(best, logits(slice(r0, min(T, r0 + step))).amax((-1, -2)))
         # the sampled rows
         g = torch.Generator().manual_seed(hash((self.seed, self.step, i)) % 2**62)
         R = min(self.rows, T)
         idx = torch.randperm(T, generator=g)[:R].sort().values.to(q.device)
-        sc = q[:, :, idx] @ kt
-        b, a = part(bias, idx), part(allowed, idx)
-        if b is not None:
-            sc = sc + b
-        vis = torch.ones(N, H, R, Tk, dtype=torch.bool, device=q.device) if a is None else a
+        # the sampled rows of the first `sequences` sequences: (S * H, R, Tk), masked -inf
+        sc = logits(idx, slice(0, min(NH, self.sequences * H)))
+        vis = torch.isfinite(sc)
+        keys = vis.sum(-1)  # (N * H, R)
+        own = torch.zeros_like(vis)
         if T == Tk:  # sigma_s leaves each row's own key out, as the probe's
-            vis_s = vis.clone()
-            vis_s[..., torch.arange(R, device=q.device), idx] = False
-        else:
-            vis_s = vis
-        cnt = vis_s.sum(-1)
-        sq = sc.masked_fill(~vis_s, 0.0).square().sum(-1)
-        sigma = (sq.sum(-1) / cnt.sum(-1).clamp_min(1)).sqrt()  # (N, H)
-        keys = vis.sum(-1)
-        sc = sc.masked_fill(~vis, torch.finfo(sc.dtype).min)
-        st, A = softmax_stats(sc, keys, want_probs=True)
-        # per-row entropies for the standard error (softmax_stats gives the row mean)
-        logA = torch.where(A > 0, A.log(), torch.zeros_like(A))
-        h = -(A * logA).sum(-1) / torch.log(keys.clamp_min(2).to(A.dtype))
-        h = h.masked_fill(keys < 2, math.nan)  # (N, H, R)
+            own[:, torch.arange(R, device=q.device), idx] = True
+        z = sc.masked_fill(~vis | own, 0.0)
+        cnt = (vis & ~own).sum((-1, -2)).clamp_min(1)
+        sigma = (z.square().sum((-1, -2)) / cnt).sqrt()  # (N * H,)
+        # the rows' softmax: masked entries set to 0 before the exponential and to 0 after
+        # (an exponential of a very negative number takes a slow path: ~8x on this CPU)
+        mx = sc.amax(-1, keepdim=True)
+        mx = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
+        d = (sc - mx).masked_fill_(~vis, 0.0)
+        e = d.exp().masked_fill_(~vis, 0.0)
+        rz = e.sum(-1).reciprocal()  # 1 / Z; the largest weight (e = 1 at the maximum)
+        A = e * rz.unsqueeze(-1)
+        ipr = A.square().sum(-1)
+        h = (rz.log().neg() - (e * d).sum(-1) * rz).clamp_min(0.0)  # row entropy, nats
+        h = h / torch.log(keys.clamp_min(2).to(A.dtype))
+        h = h.masked_fill(keys < 2, math.nan).reshape(-1, H, R)  # (N, H, R)
         hh = h.transpose(0, 1).reshape(H, -1)  # (H, N * R)
         n = (~hh.isnan()).sum(-1)
         mean = torch.nanmean(hh, -1)
         var = torch.nanmean((hh - mean[:, None]).square(), -1) * n / (n - 1).clamp_min(1)
         fpc = math.sqrt((T - R) / (T - 1)) if T > 1 else 0.0
         se = (var / n.clamp_min(1)).sqrt() * fpc
-        return {"max_logit": best.amax(0), "entropy": mean, "entropy_se": se,
-                "ipr": st["ipr"].mean(0), "wmax": st["wmax"].mean(0),
-                "sink": A[..., 0].mean((0, -1)), "sigma_s": sigma.square().mean(0).sqrt(),
-                "keys": keys.to(q.dtype).mean((0, -1))}
+
+        def per_head(x):  # (N * H, ...) -> the mean over sequences, (H,)
+            return x.reshape(-1, H, *x.shape[1:]).mean(0)
+
+        return {"max_logit": best.reshape(-1, H).amax(0), "entropy": mean, "entropy_se": se,
+                "ipr": per_head(ipr.mean(-1)), "wmax": per_head(rz.mean(-1)),
+                "sink": per_head(A[..., 0].mean(-1)),
+                "sigma_s": per_head(sigma.square()).sqrt(),
+                "keys": per_head(keys.to(q.dtype).mean(-1))}
 
     # ---- steps -----------------------------------------------------------------------------
     def end_step(self, step: int | None = None) -> dict[int, dict[str, torch.Tensor]]:
