@@ -315,3 +315,33 @@ def test_the_models_own_logits_scale_by_gamma(kind):
     torch.testing.assert_close(new[1], old[1] / 3, rtol=0, atol=1e-4)
     for h in (0, 2, 3):
         torch.testing.assert_close(new[h], old[h], rtol=0, atol=1e-6)
+
+
+@pytest.mark.slow  # ~25 s on 2 cores (24 blocks): `make test-slow`
+def test_fix_compare_train_steps_clips_after_every_step(monkeypatch):
+    """`fix --compare --train-steps`: the qk-clip arm trains with the clip after each
+    optimizer step (a tau below the small model's logits: clips happen), the baseline arm
+    without any telemetry."""
+    from types import SimpleNamespace
+
+    from sigprop import models as hf
+    from sigprop.analysis import compare_train as ct
+    from sigprop.training import health as H
+
+    seen = []
+    orig = H.AttentionHealth.after_step
+
+    def spy(self, step=None):
+        out = orig(self, step)
+        seen.append((self.qk_clip, sum(e.kind == "qk_clip" for e in self.events)))
+        return out
+
+    monkeypatch.setattr(H.AttentionHealth, "after_step", spy)
+    cfg = hf.load_config("bert-tiny-collapse")
+    spec = hf.spec_from_config(cfg, 32)
+    gains, _ = ct.train_gains(cfg, spec, ["qk-clip"], {"qk-clip": {"tau": 0.01}},
+                              {"qk-clip": SimpleNamespace(error=None)}, steps=3)
+    assert set(gains) == {"baseline", "qk-clip"}
+    assert all(g is not None for g in gains.values())
+    assert len(seen) == 3 and all(tau == 0.01 for tau, _ in seen)  # the clip arm only
+    assert seen[-1][1] > 0

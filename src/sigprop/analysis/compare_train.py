@@ -90,6 +90,7 @@ def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]]
     from ..data.corpus import load_corpus
     from ..measurement.threads import cpu_settings
     from ..models import methods as M
+    from ..models.methods.qk_clip import recorded_clip
     from ..spec import SpecError
     from ..training.config import TrainConfig
 
@@ -119,7 +120,8 @@ def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]]
                 except SpecError:  # a fix that refuses the small model (its row says why)
                     out[name] = None
                     continue
-            out[name] = _train(m, batches, small_spec.d_model, steps, seed, device)
+            out[name] = _train(m, batches, small_spec.d_model, steps, seed, device,
+                               clip=recorded_clip(getattr(m, "config", None)))
     note = (f"train gain: {steps} steps of {task} on the built-in corpus at the model's "
             f"depth, d {WIDTH}, {HEADS} heads, T {T} (batch {BATCH}, lr {LR:g}); nats below "
             f"the unigram baseline {batches.baseline:.3f}")
@@ -127,11 +129,19 @@ def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]]
 
 
 def _train(body: nn.Module, batches, d: int, steps: int, seed: int, device: str,
-           every: int = 0, on_gain: Callable[[int, float], None] | None = None
-           ) -> float | None:
+           every: int = 0, on_gain: Callable[[int, float], None] | None = None,
+           clip: dict | None = None) -> float | None:
     """The gain after ``steps`` steps; None when the loss stops being finite. ``every`` > 0:
-    also ``on_gain(step, gain)`` every ``every`` steps (benchmarks/fixes_probe.py)."""
+    also ``on_gain(step, gain)`` every ``every`` steps (benchmarks/fixes_probe.py).
+    ``clip``: the parameters of a recorded QK-Clip (``tau``, ``alpha``), applied after every
+    optimizer step from the step's own largest logits
+    (:class:`sigprop.training.health.AttentionHealth`)."""
+    from ..training.health import AttentionHealth
+
     torch.manual_seed(seed)
+    health = None if not clip else AttentionHealth(
+        body, rows=4, qk_clip=float(clip.get("tau", 100.0)),
+        clip_alpha=float(clip.get("alpha", 0.5)), warn=False, start=1)
     model = _Readout(body.train(), d, batches.vocab, batches.unigram_logp, seed).to(device)
     opt = torch.optim.AdamW(model.parameters(), lr=LR)
     gen = torch.Generator().manual_seed(seed)
@@ -141,12 +151,18 @@ def _train(body: nn.Module, batches, d: int, steps: int, seed: int, device: str,
         return F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100)
 
     def after(step: int, _loss: torch.Tensor) -> None:
+        if health is not None:
+            health.after_step(step)
         if every and on_gain is not None and step % every == 0 and step < steps:
             on_gain(step, _gain(model, batches, device))
             model.train()
 
-    done = run(loss_at, opt, steps, after=after, finite=True,
-               on_grads=lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+    try:
+        done = run(loss_at, opt, steps, after=after, finite=True,
+                   on_grads=lambda: torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+    finally:
+        if health is not None:
+            health.close()
     if done < steps:
         return None
     gain = _gain(model, batches, device)
