@@ -18,6 +18,7 @@ import typer
 
 from ..spec import SpecError
 from .cmd_bench import bench
+from .cmd_instability import instability
 from .cmd_measure import longctx, measure, parse_lengths
 from .cmd_models import diagnose, fix_cmd, parse_alpha
 from .cmd_reproduce import reproduce
@@ -39,7 +40,7 @@ from .common import (
 
 __all__ = [
     "AsymptoticOpt", "Fmt", "bench", "FormatOpt", "SeedOpt", "TRANSLATE_KEYS", "app", "diagnose",
-    "diagram_cmd", "fail", "fix_cmd", "longctx", "main", "measure", "option_name",
+    "diagram_cmd", "fail", "fix_cmd", "instability", "longctx", "main", "measure", "option_name",
     "predict", "reproduce", "results", "run", "spec_command", "sweep", "train_cmd",
     "trainability", "translate", "translations",
     "write_figure", "write_report_file", "parse_alpha", "parse_lengths",
@@ -54,6 +55,7 @@ app.command("fix")(fix_cmd)
 app.command()(translate)
 app.command("train")(train_cmd)
 app.command()(trainability)
+app.command()(instability)
 app.command()(reproduce)
 app.command()(sweep)
 app.command()(results)

@@ -1,0 +1,116 @@
+"""``sigprop instability``: a provoked training instability, the attention health check's early
+warning against the loss spike, and the fixes (QK-Clip, QK-norm, sigma-reparam) against it
+(:mod:`sigprop.training.instability`, docs/instability.md)."""
+
+from __future__ import annotations
+
+import math
+
+import typer
+
+from .common import (
+    Fmt,
+    FormatOpt,
+    SeedOpt,
+    check_figure_path,
+    emit_json,
+    fail,
+    progress,
+    write_figure,
+)
+
+
+def parse_fixes(text: str) -> tuple[str, ...]:
+    """``--fixes``: comma-separated names among the experiment's fixes, each once."""
+    from ..training.instability import FIXES
+
+    items = [v.strip() for v in text.split(",")]
+    if not all(items):
+        fail(f"--fixes: must be comma-separated names among {','.join(FIXES)} (got {text!r})")
+    for v in items:
+        if v not in FIXES:
+            fail(f"--fixes: unknown fix {v!r} (known: {', '.join(FIXES)})")
+    if len(set(items)) != len(items):
+        fail(f"--fixes: a fix is named twice (got {text!r})")
+    return tuple(items)
+
+
+def _fmt(x, digits: int = 4) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "–"
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e6:
+        return str(int(x))
+    return f"{x:.{digits}g}"
+
+
+def print_instability(res, wide: bool = False) -> None:
+    """The per-fix table (spikes / seeds, warnings, median lead time, max logit, loss)."""
+    from ..report import tables
+
+    console = tables.console(wide)
+    c = res.config
+    console.print(f"[bold]sigprop instability[/] Llama-style LM d={c.d_model}, "
+                  f"{c.layers} layers, {c.heads} heads, T={c.seq_len}, batch {c.batch}; AdamW "
+                  f"lr 0 -> {c.lr:g} over {c.ramp} steps, {c.steps} steps; seeds "
+                  f"{','.join(str(s) for s in res.seeds)}; QK-Clip tau {c.tau:g}")
+    names = ("fix", "spikes", "warned", "lead (med)", "lead range", "spike at (med)",
+             "max logit", "min loss (med)")
+    t = tables.table(*names, right=names[1:])
+    for r in res.summary.to_dict(orient="records"):
+        rng = "–" if r["min_lead"] is None else f"{r['min_lead']}..{r['max_lead']}"
+        t.add_row(r["fix"], f"{r['spikes']}/{r['seeds']}", f"{r['warned']}/{r['seeds']}",
+                  _fmt(r["median_lead"]), rng, _fmt(r["median_spike_step"]),
+                  _fmt(r["max_logit"]), _fmt(r["median_min_loss"]))
+    console.print(t)
+    clip = res.summary[res.summary["fix"] == "qk-clip"]
+    if len(clip):
+        r = clip.iloc[0]
+        console.print(f"QK-Clip bound {'held' if r['clip_held'] else 'NOT held'}: largest "
+                      f"logit {r['clip_ratio']:.3g} x tau (bound {1 + c.clip_slack:g} x tau)")
+    console.print(res.rule)
+    for n in res.notes:
+        console.print(n)
+    console.print(f"{res.seconds:.0f} s")
+
+
+def instability(seeds: int = typer.Option(5, "--seeds", help="seeds per fix"),
+                steps: int = typer.Option(200, "--steps", help="optimizer steps per run"),
+                lr: float = typer.Option(1.0, "--lr", help="peak learning rate (AdamW), "
+                                                           "reached linearly over the run"),
+                fixes: str = typer.Option("none,qk-clip,qk-norm,sigma-reparam", "--fixes",
+                                          help="comma-separated arms"),
+                qk_clip: float = typer.Option(100.0, "--qk-clip",
+                                              help="QK-Clip threshold tau (also the early "
+                                                   "warning's logit limit)"),
+                plot: str | None = typer.Option(None, "--plot",
+                                                help="write the figure (PNG, PDF, SVG)"),
+                fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
+    """Provoke an attention-logit-growth instability in a small causal LM (AdamW ramped to
+    a very high learning rate), watch it with the attention health check and compare its
+    early warning with the loss spike, per fix and seed (docs/instability.md; the default:
+    20 runs of ~30 s on one CPU thread)."""
+    from ..training.instability import run_instability
+
+    if not 1 <= seeds <= 100:
+        fail(f"--seeds: must be an integer in [1, 100] (got {seeds})")
+    if not 1 <= steps <= 100_000:
+        fail(f"--steps: must be an integer in [1, 100000] (got {steps})")
+    if not (math.isfinite(lr) and 0 < lr <= 100):
+        fail(f"--lr: must be a number in (0, 100] (got {lr})")
+    if not (math.isfinite(qk_clip) and qk_clip > 0):
+        fail(f"--qk-clip: must be a positive number (got {qk_clip})")
+    if fmt == Fmt.csv:
+        fail("--format: must be table or json (got csv)")
+    arms = parse_fixes(fixes)
+    check_figure_path("--plot", plot)
+    with progress(fmt, "instability", seeds * len(arms) * steps) as tick:
+        res = run_instability(seeds=seeds, steps=steps, lr=lr, fixes=arms, tau=qk_clip,
+                              seed=seed, progress=tick)
+    if plot:
+        from ..plotting.instability import plot_instability
+
+        write_figure("--plot", plot, plot_instability, res)
+    if fmt == Fmt.json:
+        emit_json(res.to_dict())
+    else:
+        print_instability(res)

@@ -1,0 +1,483 @@
+"""A provoked training instability and the fixes against it (issue 37; docs/instability.md).
+
+A small Llama-style causal LM (no QK normalisation) is trained on the built-in stories with
+AdamW whose learning rate ramps linearly from 0 to a very high peak (Wortsman et al. 2023,
+"Small-scale proxies for large-scale Transformer training instabilities", scaled down to a
+CPU): the attention logits grow, the attention entropy falls, and the loss spikes. Every run
+is watched by :class:`~sigprop.training.health.AttentionHealth`, whose early warning (a
+head's largest logit projected to reach the logit limit) is compared with the spike.
+
+The arms (``fixes``):
+
+* ``none``: the model as built;
+* ``qk-clip``: the same, with QK-Clip at ``tau`` after every optimizer step
+  (``AttentionHealth(qk_clip=tau)``, :mod:`sigprop.models.methods.qk_clip`);
+* ``qk-norm``: the registered ``qk-norm`` method (RMSNorm of each head's q and k with a
+  trainable gain) applied through :func:`sigprop.models.methods.apply_methods` before training;
+* ``sigma-reparam``: the registered ``sigma-reparam`` method (W_Q, W_K divided by their
+  spectral norm at init) through the registry, and then -- because the registry's method only
+  rescales the weights at init (the written folder holds the weights at init) -- the
+  training-time reparametrisation ``W = gamma W / sigma(W)`` on W_Q and W_K (a scalar gain
+  ``gamma``, ones at init, trained; ``sigma`` by one power iteration per forward, Zhai et al.
+  2023) installed here with :mod:`torch.nn.utils.parametrize`.
+
+Spike rule (:func:`spike_step`): the first step ``t >= spike_after`` whose training loss
+exceeds ``spike_factor`` times the lowest loss of the steps before it. Warning: the first
+``forecast`` event of a head's largest logit (the threshold is ``logit_limit``, default the
+QK-Clip ``tau``, in every arm). Lead time: spike step - warning step.
+
+QK-Clip bound: QK-Clip acts after the optimizer step on the logits of the batch just seen,
+so the next step's measured largest logit may exceed ``tau`` by one step's growth. The
+tested bound: ``max_logit <= tau * (1 + clip_slack)`` on every step (``clip_slack`` default
+0.5; the measured overshoot is reported as ``max_logit / tau``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from ..spec import SpecError
+
+__all__ = ["DEFAULTS", "FIXES", "InstabilityConfig", "InstabilityResult", "build_model",
+           "run_instability", "spike_step", "train_one"]
+
+FIXES = ("none", "qk-clip", "qk-norm", "sigma-reparam")
+
+
+@dataclass(frozen=True)
+class InstabilityConfig:
+    """The recipe: model (``d_model``, ``layers``, ``heads``, ``seq_len``), data
+    (``batch``, ``documents``, ``vocab`` of the built-in corpus), optimizer (AdamW at peak
+    ``lr`` reached linearly over ``warmup`` steps (0: no ramp), ``beta2``, ``weight_decay``),
+    ``steps``; QK-Clip's ``tau`` and the warning's ``logit_limit`` (None: ``tau``), its
+    ``horizon`` and ``window``; the spike rule (``spike_factor``, ``spike_after``) and the
+    QK-Clip bound's ``clip_slack``; ``rows``: the telemetry's sampled rows."""
+
+    steps: int = 200
+    lr: float = 1.0
+    warmup: int | None = None  # None: = steps (the ramp spans the run)
+    beta2: float = 0.95
+    weight_decay: float = 0.0
+    d_model: int = 64
+    layers: int = 2
+    heads: int = 4
+    seq_len: int = 64
+    batch: int = 16
+    documents: int = 2000
+    vocab: int = 2000
+    tau: float = 100.0
+    logit_limit: float | None = None
+    horizon: int = 200
+    window: int = 20
+    spike_factor: float = 1.3
+    spike_after: int = 20
+    clip_slack: float = 0.5
+    rows: int = 16
+    z_loss: float = 1e-4
+
+    def check(self) -> InstabilityConfig:
+        def positive_int(name, lo=1):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int) or v < lo:
+                raise SpecError(name, f"must be an integer >= {lo} (got {v!r})")
+
+        def positive(name):
+            v = getattr(self, name)
+            if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) \
+                    or v <= 0:
+                raise SpecError(name, f"must be a positive number (got {v!r})")
+
+        for n in ("steps", "d_model", "layers", "heads", "seq_len", "batch", "rows"):
+            positive_int(n)
+        positive_int("documents", 2)
+        positive_int("vocab", 100)
+        positive_int("horizon")
+        positive_int("window", 5)
+        positive_int("spike_after", 0)
+        for n in ("lr", "tau", "clip_slack"):
+            positive(n)
+        if self.logit_limit is not None:
+            positive("logit_limit")
+        if self.warmup is not None:
+            positive_int("warmup", 0)
+        if not (isinstance(self.spike_factor, int | float) and self.spike_factor > 1):
+            raise SpecError("spike_factor", f"must be a number > 1 (got {self.spike_factor!r})")
+        if not (isinstance(self.beta2, int | float) and 0 < self.beta2 < 1):
+            raise SpecError("beta2", f"must be a number in (0, 1) (got {self.beta2!r})")
+        if not (isinstance(self.weight_decay, int | float) and self.weight_decay >= 0):
+            raise SpecError("weight_decay", f"must be a number >= 0 (got {self.weight_decay!r})")
+        if self.d_model % self.heads:
+            raise SpecError("heads", f"must divide d_model {self.d_model} (got {self.heads})")
+        return self
+
+    @property
+    def limit(self) -> float:
+        return float(self.logit_limit if self.logit_limit is not None else self.tau)
+
+    @property
+    def ramp(self) -> int:
+        return self.steps if self.warmup is None else self.warmup
+
+
+DEFAULTS = InstabilityConfig()
+
+
+def spike_step(losses: Sequence[float], factor: float = DEFAULTS.spike_factor,
+               after: int = DEFAULTS.spike_after) -> int | None:
+    """The spike rule: the first index ``t >= after`` (and ``t >= 1``) whose loss exceeds
+    ``factor`` times the lowest loss before it, or is not finite; None if none."""
+    best = math.inf
+    for t, v in enumerate(losses):
+        if t >= max(after, 1) and (not math.isfinite(v) or v > factor * best):
+            return t
+        if math.isfinite(v):
+            best = min(best, v)
+    return None
+
+
+# ---- the sigma-reparam training-time reparametrisation --------------------------------------
+class SigmaReparam(nn.Module):
+    """``W -> gamma W / sigma(W)`` (Zhai et al. 2023): ``gamma`` a trained scalar (1 at init),
+    ``sigma`` the spectral norm by power iteration (``u`` kept between calls, one iteration
+    per training forward, the gradient flowing through ``u^T W v`` as in their code)."""
+
+    def __init__(self, weight: torch.Tensor, seed: int = 0):
+        super().__init__()
+        g = torch.Generator().manual_seed(seed)
+        u = torch.randn(weight.shape[0], generator=g, dtype=weight.dtype)
+        w = weight.detach()
+        for _ in range(30):  # a converged u at init
+            u = nn.functional.normalize(w @ nn.functional.normalize(w.t() @ u, dim=0), dim=0)
+        self.register_buffer("u", u)
+        self.gain = nn.Parameter(torch.ones((), dtype=weight.dtype))
+
+    def forward(self, w: torch.Tensor) -> torch.Tensor:
+        with torch.no_grad():
+            v = nn.functional.normalize(w.t() @ self.u, dim=0)
+            u = nn.functional.normalize(w @ v, dim=0)
+            if self.training:
+                self.u.copy_(u)
+        sigma = u @ (w @ v)
+        return self.gain * w / sigma
+
+
+def _install_sigma_reparam(model: nn.Module, seed: int) -> list[str]:
+    from torch.nn.utils import parametrize
+
+    from ..models.methods.parts import block_parts, need
+
+    out = []
+    for i, p in enumerate(block_parts(model)):
+        for role in ("q", "k"):
+            for t in need(p, role, "sigma-reparam"):
+                m, sl = t[0], t[1]
+                if sl is not None or not isinstance(m, nn.Linear):
+                    raise SpecError("fixes", f"{p.name}: sigma-reparam's training-time "
+                                             "reparametrisation needs separate W_Q, W_K "
+                                             "linear layers")
+                parametrize.register_parametrization(m, "weight",
+                                                     SigmaReparam(m.weight, seed + 2 * i))
+                out.append(f"{p.name}.{role}")
+    return out
+
+
+# ---- the model ------------------------------------------------------------------------------
+def build_model(cfg: InstabilityConfig, vocab_size: int, fix: str = "none", seed: int = 0):
+    """The Llama-style causal LM of ``cfg`` (MHA, tied embeddings) drawn
+    with ``seed``, with ``fix``'s init-time change applied (qk-norm, sigma-reparam through
+    the registry; sigma-reparam's training-time reparametrisation). Returns (model,
+    lines describing what was applied)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from ..models import methods as M
+    from ..models.arch import spec_from_config
+
+    if fix not in FIXES:
+        raise SpecError("fixes", f"unknown fix {fix!r} (known: {', '.join(FIXES)})")
+    hf = LlamaConfig(vocab_size=vocab_size, hidden_size=cfg.d_model,
+                     num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+                     num_key_value_heads=cfg.heads, intermediate_size=4 * cfg.d_model,
+                     max_position_embeddings=2 * cfg.seq_len, rope_theta=10000.0,
+                     bos_token_id=2, eos_token_id=3, pad_token_id=0,
+                     tie_word_embeddings=True)
+    with torch.random.fork_rng():
+        torch.manual_seed(seed)
+        model = LlamaForCausalLM(hf)
+    model.config.use_cache = False
+    lines: list[str] = []
+    if fix in ("qk-norm", "sigma-reparam"):
+        spec = spec_from_config(model.config, cfg.seq_len)
+        rep = M.apply_methods(model, [fix], None, M.context_for(model, spec))
+        lines += rep.changes
+    if fix == "sigma-reparam":
+        done = _install_sigma_reparam(model, seed)
+        lines.append(f"W = gamma W / sigma(W) during training on {len(done)} projections")
+    model.train()
+    return model, lines
+
+
+# ---- one run --------------------------------------------------------------------------------
+@dataclass
+class RunRecord:
+    """One (fix, seed) run: per step ``loss``, ``lr``, ``max_logit``, ``min_entropy``; the
+    health check's events; what was applied; seconds."""
+
+    fix: str
+    seed: int
+    loss: list[float] = field(default_factory=list)
+    lr: list[float] = field(default_factory=list)
+    max_logit: list[float] = field(default_factory=list)
+    min_entropy: list[float] = field(default_factory=list)
+    events: list = field(default_factory=list)
+    applied: list[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def _corpus(cfg: InstabilityConfig):
+    from ..data.corpus import load_corpus
+
+    return load_corpus("builtin", n_documents=cfg.documents, vocab_size=cfg.vocab, seed=0)
+
+
+def train_one(cfg: InstabilityConfig, fix: str, seed: int, corpus=None,
+              on_step: Callable[[], None] | None = None) -> RunRecord:
+    """Train one arm at one seed (one CPU thread; the batches and the init depend on the
+    seed only, so every fix sees the same data)."""
+    import warnings
+
+    from ..measurement.threads import cpu_settings
+    from .health import AttentionHealth
+
+    corpus = corpus if corpus is not None else _corpus(cfg)
+    stream = torch.from_numpy(np.asarray(corpus.train, dtype=np.int64))
+    T, B = cfg.seq_len, cfg.batch
+    if len(stream) <= T + 1:
+        raise SpecError("seq_len", f"the corpus has {len(stream)} tokens; need more than {T}")
+    rec = RunRecord(fix, seed)
+    t0 = time.perf_counter()
+    with torch.random.fork_rng(), cpu_settings(threads=1), warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # transformers' advisories; the events are kept
+        model, rec.applied = build_model(cfg, corpus.vocab_size, fix, seed)
+        torch.manual_seed(seed)
+        gen = torch.Generator().manual_seed(seed)
+        health = AttentionHealth(model, rows=cfg.rows, seed=seed, warn=False,
+                                 qk_clip=cfg.tau if fix == "qk-clip" else None,
+                                 logit_limit=cfg.limit, horizon=cfg.horizon,
+                                 window=cfg.window)
+        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, cfg.beta2),
+                                weight_decay=cfg.weight_decay)
+        ramp = cfg.ramp
+        try:
+            for step in range(cfg.steps):
+                lr = cfg.lr * min(1.0, (step + 1) / ramp) if ramp > 0 else cfg.lr
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                starts = torch.randint(0, len(stream) - T, (B,), generator=gen)
+                ids = torch.stack([stream[a:a + T] for a in starts.tolist()])
+                out = model(input_ids=ids, labels=ids)
+                loss = out.loss
+                total = loss
+                if cfg.z_loss > 0:  # Wortsman et al.'s z-loss: keeps the output logits tame
+                    z = torch.logsumexp(out.logits[:, :-1].float(), dim=-1)
+                    total = loss + cfg.z_loss * z.square().mean()
+                opt.zero_grad(set_to_none=True)
+                total.backward()
+                opt.step()
+                sc = health.after_step(step)
+                rec.loss.append(float(loss.detach()))
+                rec.lr.append(lr)
+                rec.max_logit.append(float(sc.get("attention/max_logit", math.nan)))
+                rec.min_entropy.append(float(sc.get("attention/min_entropy", math.nan)))
+                if on_step is not None:
+                    on_step()
+        finally:
+            health.close()
+        rec.events = list(health.events)
+    rec.seconds = time.perf_counter() - t0
+    return rec
+
+
+# ---- the experiment -------------------------------------------------------------------------
+@dataclass
+class InstabilityResult:
+    """:func:`run_instability`'s result: ``config``; ``steps`` (tidy: fix, seed, step, lr,
+    loss, max_logit, min_entropy); ``runs`` (one row per fix and seed: spike_step,
+    warning_step, lead, max_logit (over the run), max_logit_after_spike...); ``events``
+    (every health event, fix and seed added); ``summary`` (one row per fix); ``seconds``."""
+
+    config: InstabilityConfig
+    fixes: tuple[str, ...]
+    seeds: tuple[int, ...]
+    steps: object
+    runs: object
+    events: object
+    summary: object
+    seconds: float
+    rule: str = ""
+    notes: list[str] = field(default_factory=list)
+
+    def to_dict(self, *, steps: bool = False) -> dict:
+        d = {"config": asdict(self.config), "fixes": list(self.fixes),
+             "seeds": list(self.seeds), "rule": self.rule, "notes": list(self.notes),
+             "summary": _records(self.summary), "runs": _records(self.runs),
+             "seconds": self.seconds}
+        if steps:
+            d["steps"] = _records(self.steps)
+        return d
+
+
+def _records(frame) -> list[dict]:
+    out = []
+    for r in frame.to_dict(orient="records"):
+        out.append({k: (None if isinstance(v, float) and not math.isfinite(v) else
+                        v.item() if isinstance(v, np.generic) else v) for k, v in r.items()})
+    return out
+
+
+def rule_text(cfg: InstabilityConfig) -> str:
+    return (f"spike: the first step >= {cfg.spike_after} whose loss exceeds "
+            f"{cfg.spike_factor:g}x the lowest loss before it (or is not finite); warning: "
+            f"the first forecast that a head's largest logit reaches {cfg.limit:g} within "
+            f"{cfg.horizon} steps; lead = spike step - warning step; QK-Clip holds when "
+            f"every step's largest logit <= {cfg.tau:g} x {1 + cfg.clip_slack:g}")
+
+
+def _run_row(cfg: InstabilityConfig, rec: RunRecord) -> dict:
+    spike = spike_step(rec.loss, cfg.spike_factor, cfg.spike_after)
+    warn = next((e.step for e in rec.events if e.kind == "forecast"
+                 and e.what == "max_logit"), None)
+    crossed = next((e.step for e in rec.events if e.kind == "crossed"
+                    and e.what == "max_logit"), None)
+    ml = np.asarray(rec.max_logit, dtype=float)
+    upto = ml[:spike] if spike is not None else ml
+    finite = ml[np.isfinite(ml)]
+    ent = np.asarray(rec.min_entropy, dtype=float)
+    ent = ent[np.isfinite(ent)]
+    clips = sum(e.kind == "qk_clip" for e in rec.events)
+    loss = np.asarray(rec.loss, dtype=float)
+    row = {"fix": rec.fix, "seed": rec.seed, "spiked": spike is not None,
+           "spike_step": spike, "spike_loss": float(loss[spike]) if spike is not None else None,
+           "lr_at_spike": rec.lr[spike] if spike is not None else None,
+           "warning_step": warn, "crossed_step": crossed,
+           "lead": (spike - warn) if spike is not None and warn is not None else None,
+           "max_logit": float(finite.max()) if len(finite) else math.nan,
+           "max_logit_before_spike": float(np.nanmax(upto)) if len(upto) and
+           np.isfinite(upto).any() else math.nan,
+           "non_finite": bool((~np.isfinite(ml)).any()),
+           "min_entropy": float(ent.min()) if len(ent) else math.nan,
+           "min_loss": float(np.nanmin(loss)), "final_loss": float(np.nanmean(loss[-10:])),
+           "qk_clips": clips, "events": len(rec.events), "seconds": rec.seconds}
+    if rec.fix == "qk-clip":
+        row["clip_ratio"] = row["max_logit"] / cfg.tau
+        row["clip_held"] = bool(row["max_logit"] <= cfg.tau * (1 + cfg.clip_slack)
+                                and not row["non_finite"])
+    return row
+
+
+def _summary(runs, cfg: InstabilityConfig, fixes):
+    import pandas as pd
+
+    out = []
+    for fix in fixes:
+        sub = runs[runs["fix"] == fix]
+        leads = [v for v in sub["lead"] if v is not None and not pd.isna(v)]
+        warned = [v for v in sub["warning_step"] if v is not None and not pd.isna(v)]
+        row = {"fix": fix, "seeds": len(sub), "spikes": int(sub["spiked"].sum()),
+               "warned": len(warned),
+               "median_spike_step": _median(sub["spike_step"]),
+               "median_warning_step": _median(sub["warning_step"]),
+               "median_lead": float(np.median(leads)) if leads else None,
+               "min_lead": int(min(leads)) if leads else None,
+               "max_lead": int(max(leads)) if leads else None,
+               "max_logit": float(sub["max_logit"].max()),
+               "median_min_loss": float(sub["min_loss"].median()),
+               "median_final_loss": float(sub["final_loss"].median())}
+        if fix == "qk-clip":
+            row["clip_held"] = bool(sub["clip_held"].all())
+            row["clip_ratio"] = float(sub["clip_ratio"].max())
+        out.append(row)
+    return pd.DataFrame.from_records(out)
+
+
+def _median(col):
+    import pandas as pd
+
+    vals = [v for v in col if v is not None and not pd.isna(v)]
+    return float(np.median(vals)) if vals else None
+
+
+def run_instability(seeds: int | Sequence[int] = 5, steps: int | None = None,
+                    lr: float | None = None, fixes: Sequence[str] = FIXES, *,
+                    tau: float | None = None, seed: int = 0,
+                    config: InstabilityConfig | None = None,
+                    progress: Callable[..., None] | None = None) -> InstabilityResult:
+    """Train every fix at every seed (module docstring) and compare the early warning with
+    the loss spike. ``seeds``: a count (seeds ``seed .. seed + n - 1``) or the seeds
+    themselves; ``steps``, ``lr``, ``tau`` override ``config`` (default :data:`DEFAULTS`).
+    ``progress(n=1, *, description=None)``: called after every training step (a
+    :func:`sigprop.cli.common.progress` tick takes it)."""
+    import pandas as pd
+
+    cfg = config or DEFAULTS
+    over = {k: v for k, v in (("steps", steps), ("lr", lr), ("tau", tau)) if v is not None}
+    if over:
+        from dataclasses import replace
+
+        cfg = replace(cfg, **over)
+    cfg.check()
+    if isinstance(seeds, bool) or not isinstance(seeds, int | Sequence) or \
+            isinstance(seeds, str):
+        raise SpecError("seeds", f"must be a count or a list of seeds (got {seeds!r})")
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise SpecError("seeds", f"must be an integer >= 1 (got {seeds})")
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise SpecError("seed", f"must be an integer >= 0 (got {seed!r})")
+        seeds = tuple(range(seed, seed + seeds))
+    seeds = tuple(int(s) for s in seeds)
+    if not seeds:
+        raise SpecError("seeds", "need at least one seed")
+    fixes = tuple(fixes)
+    if not fixes:
+        raise SpecError("fixes", "need at least one fix")
+    for f in fixes:
+        if f not in FIXES:
+            raise SpecError("fixes", f"unknown fix {f!r} (known: {', '.join(FIXES)})")
+    if len(set(fixes)) != len(fixes):
+        raise SpecError("fixes", "a fix is named twice")
+    t0 = time.perf_counter()
+    corpus = _corpus(cfg)
+    steps_rows, run_rows, event_rows = [], [], []
+    for s in seeds:
+        for fix in fixes:
+            if progress is not None:
+                progress(0, description=f"{fix}, seed {s}")
+            rec = train_one(cfg, fix, s, corpus, on_step=progress)
+            for t in range(len(rec.loss)):
+                steps_rows.append({"fix": fix, "seed": s, "step": t, "lr": rec.lr[t],
+                                   "loss": rec.loss[t], "max_logit": rec.max_logit[t],
+                                   "min_entropy": rec.min_entropy[t]})
+            event_rows += [{"fix": fix, "seed": s, **asdict(e)} for e in rec.events]
+            run_rows.append(_run_row(cfg, rec) | {"applied": "; ".join(rec.applied)})
+    runs = pd.DataFrame.from_records(run_rows)
+    notes = []
+    if "sigma-reparam" in fixes:
+        notes.append("sigma-reparam: the registry's method rescales W_Q, W_K to spectral "
+                     "norm 1 at init; the training-time W = gamma W / sigma(W) is installed "
+                     "by sigprop.training.instability (the registry has none)")
+    return InstabilityResult(
+        config=cfg, fixes=fixes, seeds=seeds,
+        steps=pd.DataFrame.from_records(steps_rows),
+        runs=runs,
+        events=pd.DataFrame.from_records(event_rows, columns=[
+            "fix", "seed", "step", "layer", "head", "kind", "what", "value", "threshold",
+            "at"]),
+        summary=_summary(runs, cfg, fixes), seconds=time.perf_counter() - t0,
+        rule=rule_text(cfg), notes=notes)

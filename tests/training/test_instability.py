@@ -1,0 +1,102 @@
+"""The provoked instability experiment (sigprop.training.instability, ``sigprop instability``;
+docs/instability.md): structure of the result, QK-Clip's bound, the spike rule, the CLI's
+one-line errors. Fast: a tiny model, one seed, a few steps."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from sigprop.spec import SpecError
+from sigprop.training.instability import (
+    FIXES,
+    InstabilityConfig,
+    run_instability,
+    spike_step,
+)
+
+TINY = InstabilityConfig(steps=16, lr=1e-2, warmup=0, d_model=32, layers=1, heads=2,
+                         seq_len=16, batch=4, documents=300, vocab=500, tau=1.0,
+                         spike_after=2, window=5, rows=4)
+
+
+@pytest.fixture(scope="module")
+def tiny():
+    return run_instability(1, config=TINY)
+
+
+def test_structure(tiny):
+    assert tiny.fixes == FIXES and tiny.seeds == (0,)
+    assert len(tiny.steps) == len(FIXES) * TINY.steps
+    assert {"fix", "seed", "step", "lr", "loss", "max_logit", "min_entropy"} <= \
+        set(tiny.steps.columns)
+    assert list(tiny.runs["fix"]) == list(FIXES)
+    assert list(tiny.summary["fix"]) == list(FIXES)
+    for col in ("spiked", "spike_step", "warning_step", "lead", "max_logit", "qk_clips"):
+        assert col in tiny.runs.columns
+    assert all(math.isfinite(v) for v in tiny.steps["loss"])
+    d = tiny.to_dict(steps=True)
+    json.dumps(d, allow_nan=False)  # JSON-clean
+    assert d["rule"].startswith("spike:") and len(d["steps"]) == len(tiny.steps)
+    # what the registry applied is recorded; sigma-reparam's training-time part is said
+    applied = dict(zip(tiny.runs["fix"], tiny.runs["applied"], strict=True))
+    assert "normalised" in applied["qk-norm"] and "gamma W / sigma(W)" in applied[
+        "sigma-reparam"] and applied["none"] == ""
+
+
+def test_qk_clip_bound(tiny):
+    """QK-Clip keeps every step's largest logit within one step's growth of tau (the
+    module's stated bound, tau x 1.5), where the unclipped run (same seed, same batches)
+    goes past it."""
+    clip = tiny.steps[tiny.steps["fix"] == "qk-clip"]["max_logit"]
+    none = tiny.steps[tiny.steps["fix"] == "none"]["max_logit"]
+    run = tiny.runs.set_index("fix").loc["qk-clip"]
+    assert run["qk_clips"] > 0
+    assert clip.max() <= TINY.tau * (1 + TINY.clip_slack)
+    assert bool(run["clip_held"])
+    assert none.max() > TINY.tau * (1 + TINY.clip_slack)
+    # before the first clip the two arms are the same run
+    first = int(tiny.events.query("fix == 'qk-clip' and kind == 'qk_clip'")["step"].min())
+    assert list(clip[:first + 1]) == list(none[:first + 1])
+
+
+def test_spike_rule():
+    assert spike_step([5, 4, 3, 3.1, 3.2, 4.0, 3], factor=1.3, after=2) == 5
+    assert spike_step([5, 4, 3, 3.1, 3.2, 3.8, 3], factor=1.3, after=2) is None
+    assert spike_step([5, 9, 3], factor=1.3, after=2) is None  # before ``after``
+    assert spike_step([5, 4, math.nan], factor=1.3, after=0) == 2
+
+
+def test_bad_config():
+    with pytest.raises(SpecError):
+        run_instability(1, fixes=("none", "bogus"), config=TINY)
+    with pytest.raises(SpecError):
+        run_instability(0, config=TINY)
+    with pytest.raises(SpecError):
+        run_instability(1, lr=-1.0, config=TINY)
+
+
+def test_cli_json(capsys):
+    from sigprop.cli import run
+
+    assert run(["instability", "--seeds", "1", "--steps", "3", "--fixes", "none,qk-clip",
+                "--format", "json"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert [r["fix"] for r in d["summary"]] == ["none", "qk-clip"]
+    assert len(d["runs"]) == 2 and d["config"]["steps"] == 3
+
+
+@pytest.mark.parametrize("args", [
+    ["--seeds", "0"], ["--steps", "0"], ["--lr", "-1"], ["--lr", "nan"],
+    ["--fixes", "none,bogus"], ["--fixes", "none,none"], ["--fixes", ""],
+    ["--qk-clip", "0"], ["--plot", "/nonexistent-dir/f.png"], ["--format", "csv"],
+    ["--seed", "-1"],
+])
+def test_cli_bad_options(args, capsys):
+    from sigprop.cli import run
+
+    assert run(["instability", *args]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("sigprop: error:") and "\n" not in err
