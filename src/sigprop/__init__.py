@@ -15,6 +15,7 @@ and source), whose ``.plot()`` returns a matplotlib Figure and which a notebook 
 >>> r = sigprop.sweep("predict", "beta=0.1:3:16,depth=12,48", store="runs/")  # resumable
 >>> rows = sigprop.Store("runs/").read(query="beta > 1")
 >>> m = sigprop.monitor(model, batch, every=50)  # in a training loop: m(step)
+>>> h = sigprop.AttentionHealth(model, qk_clip=100)  # every step: h.after_step(step)
 
 The package layout and where a new piece goes: ``docs/architecture.md``.
 """
@@ -34,6 +35,7 @@ from .measurement.monitor import CollapseWarning, Monitor, monitor
 from .runs.executors import SweepReport, sweep
 from .runs.store import Store
 from .spec import ArchSpec, LayerSpec, SpecError
+from .training.health import AttentionHealth, AttentionWarning
 
 try:
     __version__ = _version("sigprop")
@@ -41,7 +43,8 @@ except _NotFound:  # running from a source tree that was never installed
     __version__ = "0+unknown"
 
 __all__ = [
-    "ArchSpec", "CollapseWarning", "Comparison", "Diagnosis", "FixResult", "LayerSpec",
+    "ArchSpec", "AttentionHealth", "AttentionWarning", "CollapseWarning", "Comparison",
+    "Diagnosis", "FixResult", "LayerSpec",
     "LongContext", "ModelLongContext", "Monitor", "Prediction", "SigpropCallback", "SpecError",
     "Store", "SweepReport", "__version__", "diagnose", "fix", "longctx", "longctx_model",
     "measure", "monitor", "predict", "sweep",
