@@ -227,3 +227,34 @@ def test_a_model_whose_forward_needs_more_than_token_ids_is_one_line():
     with pytest.raises(SpecError, match=r"^model: its forward pass on token ids alone failed "
                                         r"\(ValueError: You have to specify bbox\)"):
         engine.run(cfg, [256], queries=8, out_queries=4, sequences=1, seq_len=64)
+
+
+def test_a_gated_query_model_on_real_text(decoder, tmp_path):
+    """Qwen3-Next's query projection is twice as wide (query and gate): the first position
+    cannot be split off its captures, so the layer is fitted as a whole, and the run reads
+    real text (a folder of its weights beside the fixture's tokenizer)."""
+    import shutil
+
+    from sigprop import models as hf
+    from sigprop.models import zoo
+
+    cfg, _ = zoo.small_config("qwen3_next")
+    cfg["vocab_size"] = max(int(cfg.get("vocab_size") or 0), 2000)
+    m = hf.model_at_init(hf.load_config(cfg), seed=0)
+    m.save_pretrained(tmp_path, safe_serialization=True)
+    for f in decoder.glob("tokenizer*"):
+        shutil.copy(f, tmp_path / f.name)
+    r = engine.run(str(tmp_path), [256], queries=8, out_queries=4, sequences=1, seq_len=64,
+                   real_max=256)
+    assert r.info["real"]["lengths"] and all(x["real_gap"] is not None for x in r.layers)
+
+
+def test_a_model_without_blocks_is_one_line():
+    from sigprop.analysis.longctx_model.capture import chosen_sites
+
+    with pytest.raises(SpecError, match=r"^model: no attention layer with Q/K projections "
+                                        r"found \(no list of transformer blocks\)$"):
+        chosen_sites(torch.nn.Sequential(torch.nn.Linear(4, 4)), None)
+    with pytest.raises(SpecError, match=r"^model: Sequential has no transformers config"):
+        engine.run(torch.nn.Sequential(torch.nn.Linear(4, 4)), [256], queries=8,
+                   out_queries=4)

@@ -283,6 +283,21 @@ def _norm_fn(module, heads: int, dh: int) -> Callable:
     return fn
 
 
+def _positional(d: dict, qw: int, kw: int) -> bool:
+    """Whether every captured q, k, v (and pre-norm q, k) chunk splits by position, with
+    more than two positions (the first can then be kept apart)."""
+    n_v = sum(c.numel() for c in d["v"])
+    n_q = sum(c.numel() for c in d["q"]) // qw
+    vw = n_v // max(n_q, 1)
+    parts = [(c, qw) for c in d["q"] + d["q_pre"]] + [(c, kw) for c in d["k"] + d["k_pre"]] \
+        + [(c, vw) for c in d["v"]]
+    for c, w in parts:
+        b = _by_position(c, w) if w > 0 and c.numel() % w == 0 else None
+        if b is None or b.shape[1] <= 2:
+            return False
+    return True
+
+
 def _flat(chunks: list[torch.Tensor], width: int, skip_first: bool = False) -> torch.Tensor:
     """(N, width) samples from hook outputs (..., T, width) or (..., T, heads, d);
     ``skip_first``: without each sequence's first position."""
@@ -291,10 +306,13 @@ def _flat(chunks: list[torch.Tensor], width: int, skip_first: bool = False) -> t
     return torch.cat([c.reshape(-1, width) for c in chunks])
 
 
-def _by_position(c: torch.Tensor, width: int) -> torch.Tensor:
+def _by_position(c: torch.Tensor, width: int) -> torch.Tensor | None:
     """A hook output as ``(sequences, T, width)`` (token dimension second from the end of
-    ``(..., T, width)``, or third of ``(..., T, heads, d)``)."""
+    ``(..., T, width)``, or third of ``(..., T, heads, d)``); None for another layout (a
+    gated query's projection, twice as wide)."""
     if c.shape[-1] != width:
+        if c.dim() < 4 or c.shape[-2] * c.shape[-1] != width:
+            return None
         c = c.flatten(-2)
     return c.reshape(-1, c.shape[-2], width)
 
@@ -368,7 +386,7 @@ def fit_layers(model, sites, inputs: dict, forward: Callable, *, long_T: int,
                                      "were not called inside the module")
         q, k = _flat(d["q"], H * dh), _flat(d["k"], Hkv * dh)
         n_v = sum(c.numel() for c in d["v"])
-        pin = pin_first and all(_by_position(c, Hkv * dh).shape[1] > 2 for c in d["k"])
+        pin = pin_first and _positional(d, H * dh, Hkv * dh)
         if k.shape[0] != q.shape[0] or n_v % max(q.shape[0], 1):
             raise SpecError("model", f"attention layer {i} ({s.name}): its Q/K/V projections "
                                      "run on other inputs too (relative embeddings?): not a "
@@ -459,7 +477,11 @@ def chosen_sites(module, layers) -> tuple[list, list, list[int]]:
     it has no attention layer with Q/K projections or ``layers`` names one it lacks)."""
     from ...measurement.probe_sites import find_attention, find_blocks
 
-    blocks = find_blocks(module)
+    try:
+        blocks = find_blocks(module)
+    except ValueError:  # no list of blocks at all
+        raise SpecError("model", "no attention layer with Q/K projections found (no list of "
+                                 "transformer blocks)") from None
     sites = [s for s in (find_attention(b, None, n) for n, b in blocks) if s is not None]
     if not sites:
         raise SpecError("model", "no attention layer with Q/K projections found")
