@@ -229,3 +229,18 @@ def test_non_finite_logits_are_reported_not_raised():
     st = tel.end_step(0)
     assert not math.isfinite(float(st[1]["max_logit"][0]))
     assert math.isfinite(float(st[0]["max_logit"][0]))
+
+
+def test_every_stack_is_read_in_a_multimodal_model():
+    """Gemma 3 (vision tower + language model): on token ids alone the language model's
+    layers run and are read, indexed after the tower's in module order."""
+    from sigprop.models import zoo
+
+    cfg, _ = zoo.small_config("gemma3")
+    m = loading.model_at_init(loading.load_config(cfg), seed=0)
+    tel = AttentionTelemetry(m, rows=4)
+    names = [n for n, _ in tel.blocks]
+    lang = [i for i, n in enumerate(names) if n.startswith("language_model.")]
+    assert lang and any(n.startswith("vision_tower.") for n in names)
+    m(input_ids=_ids(1, 16))
+    assert set(tel.end_step(0)) == set(lang)

@@ -69,8 +69,10 @@ class AttentionTelemetry(Probe):
     hooks do nothing on the others); ``seed``: the row sampling's; ``dtype``: of the
     recomputed logits (float32 default: the maximum is exact to float32 rounding of the
     model's own q and k); ``grad_only``: read only forward calls made with gradients
-    enabled. ``layers``: as :class:`~.probe.Probe`'s. A model in which no attention layer
-    with Q/K projections is found is refused (SpecError, field ``model``)."""
+    enabled. ``layers``: as :class:`~.probe.Probe`'s (default: the blocks of every block
+    list with attention, :func:`every_stack`; layer ``i`` is the ``i``-th of them). A model
+    in which no attention layer with Q/K projections is found is refused (SpecError, field
+    ``model``)."""
 
     def __init__(self, model: nn.Module, *, rows: int = 16, every: int = 1, seed: int = 0,
                  dtype=torch.float32, grad_only: bool = True, layers=None, start: int = 0,
@@ -81,8 +83,9 @@ class AttentionTelemetry(Probe):
         if isinstance(seed, bool) or not isinstance(seed, int):
             raise SpecError("seed", f"must be an integer (got {seed!r})")
         try:
-            super().__init__(model, layers=layers, keep_hidden=False, hidden_stats=(),
-                             probs="recomputed", dtype=dtype)
+            super().__init__(model, layers=every_stack(model) if layers is None else layers,
+                             keep_hidden=False, hidden_stats=(), probs="recomputed",
+                             dtype=dtype)
         except ValueError as err:  # no block list, or layers= naming nothing
             raise SpecError("model", f"{type(model).__name__}: {err}") from None
         if not any(s is not None for s in self.sites):
@@ -244,6 +247,26 @@ class AttentionTelemetry(Probe):
     def attention_layers(self) -> list[int]:
         """The attention-layer indices the telemetry reads (blocks with an attention site)."""
         return [i for i, s in enumerate(self.sites) if s is not None]
+
+
+def every_stack(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
+    """The blocks of every block list with attention, in module order (a multimodal model's
+    vision tower and its language model, an encoder and its decoder: whichever the training
+    forward runs); None where there is none (the probe then says why)."""
+    from .probe_sites import blocks_of, candidate_stacks, stack_has_attention
+
+    order = {n: i for i, (n, _) in enumerate(model.named_modules())}
+    names = sorted((n for n in candidate_stacks(model) if stack_has_attention(model, n)),
+                   key=order.get)
+    out, seen = [], set()
+    for n in names:
+        if any(n.startswith(m + ".") for m in names if m != n):
+            continue  # a list inside another list's block
+        for qn, b in blocks_of(model, n):
+            if id(b) not in seen:
+                seen.add(id(b))
+                out.append((qn, b))
+    return out or None
 
 
 def rows_of(stats: dict[int, dict[str, torch.Tensor]], step: int,
