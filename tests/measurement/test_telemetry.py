@@ -244,3 +244,29 @@ def test_every_stack_is_read_in_a_multimodal_model():
     assert lang and any(n.startswith("vision_tower.") for n in names)
     m(input_ids=_ids(1, 16))
     assert set(tel.end_step(0)) == set(lang)
+
+
+def test_sigprops_own_stack_is_read():
+    """sigprop's own seed-sliced stack (no projection modules): the largest logit equals the
+    one of its own scores (BatchedAttention.scores, causal mask) over every slice and
+    sequence."""
+    from sigprop.spec import ArchSpec
+    from sigprop.training.config import TrainConfig
+    from sigprop.training.task import TaskModel
+
+    spec = ArchSpec(depth=2, d_model=32, heads=2, seq_len=16, causal=True, qk_std=0.3)
+    m = TaskModel(spec, TrainConfig(task="clm", seeds=2), vocab=100)
+    tel = AttentionTelemetry(m, rows=4)
+    assert tel.attention_layers == [0, 1]
+    att = m.body.blocks[1].attn
+    got = {}
+    h = att.register_forward_pre_hook(lambda mod, a: got.update(x=a[0].detach()))
+    x = torch.randint(0, 100, (3, 16), generator=torch.Generator().manual_seed(0))
+    m.features(x).sum().backward()
+    h.remove()
+    st = tel.end_step(0)
+    sc = att.scores(got["x"])  # (S, B, H, T, T)
+    sc = sc.masked_fill(torch.ones(16, 16, dtype=torch.bool).triu(1), -math.inf)
+    want = sc.amax((-1, -2)).amax((0, 1))
+    assert torch.allclose(st[1]["max_logit"], want.detach(), rtol=1e-5, atol=0)
+    assert want.max() > 0.5

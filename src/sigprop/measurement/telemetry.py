@@ -43,6 +43,7 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 from torch import nn
@@ -88,7 +89,8 @@ class AttentionTelemetry(Probe):
                              dtype=dtype)
         except ValueError as err:  # no block list, or layers= naming nothing
             raise SpecError("model", f"{type(model).__name__}: {err}") from None
-        if not any(s is not None for s in self.sites):
+        self._own = _own_attention(self.blocks, self.sites)
+        if not any(s is not None for s in self.sites) and not self._own:
             raise SpecError("model", f"{type(model).__name__}: no attention layer with Q/K "
                                      "projections found (the telemetry reads q and k where "
                                      "they are projected)")
@@ -105,8 +107,43 @@ class AttentionTelemetry(Probe):
     def __enter__(self):
         if not self._attached:  # hooks on from construction; `with` is optional
             super().__enter__()
+            for i, att in self._own.items():
+                self._hook_own(i, att)
             self._attached = True
         return self
+
+    def _hook_own(self, i: int, att) -> None:
+        """sigprop's own stack (:class:`sigprop.nn.attention.BatchedAttention`: Q/K as weight
+        tensors, no projection modules to hook): its input is kept on the way in and its q and
+        k formed again from it after the call (``(S, B, H, T, d_H)`` for ``S`` stacked
+        initialisations, read as ``S x B`` sequences); the score factor ``m(n) / sqrt(d_H)``
+        is applied to q (per row where a length scaling makes it depend on the row)."""
+        got: dict = {}
+
+        def pre(m, args, kwargs):
+            if self._wants():
+                got["x"] = args[0] if args else kwargs.get("x")
+
+        def post(m, args, out):
+            x = got.pop("x", None)
+            if x is None or not self._reading():
+                return
+            with torch.no_grad():
+                x = m._prepare(x.detach())
+                S, B, T, d = x.shape
+                x2 = x.reshape(S, B * T, d)
+                q = m._heads(x2, m.w_q, B, T)
+                k = m._heads(x2, m.w_k, B, T)
+                q = q * m._scale(T, q.dtype, q.device)
+                H, dh = m.heads, m.d_head
+                site = _OwnSite(f"{self.blocks[i][0]} (sigprop)", H, H, dh, 1.0,
+                                bool(m.spec.causal))
+                pend = {"q": q.reshape(S * B, H, T, dh).transpose(1, 2),
+                        "k": k.reshape(S * B, H, T, dh).transpose(1, 2)}
+                self._now[i].append(self._layer_stats(i, site, pend))
+
+        self._handles.append(att.register_forward_pre_hook(pre, with_kwargs=True))
+        self._handles.append(att.register_forward_hook(post))
 
     def __exit__(self, *exc):
         self._attached = False
@@ -246,7 +283,33 @@ class AttentionTelemetry(Probe):
     @property
     def attention_layers(self) -> list[int]:
         """The attention-layer indices the telemetry reads (blocks with an attention site)."""
-        return [i for i, s in enumerate(self.sites) if s is not None]
+        return [i for i, s in enumerate(self.sites) if s is not None or i in self._own]
+
+
+@dataclass
+class _OwnSite:
+    """What the statistics read of a site, for sigprop's own attention."""
+
+    name: str
+    n_heads: int
+    n_kv_heads: int
+    head_dim: int
+    scale: float
+    causal: bool
+
+
+def _own_attention(blocks, sites) -> dict[int, nn.Module]:
+    """``{block index: BatchedAttention}`` of the blocks without an attention site that hold
+    sigprop's own attention."""
+    from ..nn.attention import BatchedAttention
+
+    out = {}
+    for i, ((_, block), site) in enumerate(zip(blocks, sites, strict=True)):
+        if site is None and block is not None:
+            att = next((m for m in block.modules() if isinstance(m, BatchedAttention)), None)
+            if att is not None:
+                out[i] = att
+    return out
 
 
 def every_stack(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
