@@ -13,11 +13,12 @@ from sigprop.spec import SpecError
 from sigprop.training.instability import (
     FIXES,
     InstabilityConfig,
+    build_model,
     run_instability,
     spike_step,
 )
 
-TINY = InstabilityConfig(steps=16, lr=1e-2, warmup=0, d_model=32, layers=1, heads=2,
+TINY = InstabilityConfig(arch="llama", steps=16, lr=1e-2, warmup=0, d_model=32, layers=1, heads=2,
                          seq_len=16, batch=4, documents=300, vocab=500, tau=1.0,
                          spike_after=2, window=5, rows=4)
 
@@ -60,6 +61,31 @@ def test_qk_clip_bound(tiny):
     # before the first clip the two arms are the same run
     first = int(tiny.events.query("fix == 'qk-clip' and kind == 'qk_clip'")["step"].min())
     assert list(clip[:first + 1]) == list(none[:first + 1])
+
+
+@pytest.mark.parametrize("arch", ["gpt2", "llama"])
+def test_sigma_reparam_training_time(arch):
+    """sigma-reparam: W_Q and W_K (GPT-2: their blocks of the fused c_attn) have spectral
+    norm 1 through the reparametrisation, W_V is untouched, and the gain is trained."""
+    import torch
+
+    cfg = InstabilityConfig(arch=arch, d_model=32, heads=2, layers=1)
+    m, lines = build_model(cfg, 100, "sigma-reparam")
+    ref, _ = build_model(cfg, 100, "none")
+    assert "gamma W / sigma(W)" in lines[-1]
+    gains = [n for n, _ in m.named_parameters() if n.endswith(".gain")]
+    assert len(gains) == 2  # W_Q and W_K of the one block
+    d = cfg.d_model
+    with torch.no_grad():
+        if arch == "gpt2":
+            w, w0 = m.transformer.h[0].attn.c_attn.weight, ref.transformer.h[0].attn.c_attn.weight
+            qk = [w[:, :d], w[:, d:2 * d]]
+            assert torch.equal(w[:, 2 * d:], w0[:, 2 * d:])
+        else:
+            a = m.model.layers[0].self_attn
+            qk = [a.q_proj.weight, a.k_proj.weight]
+        for b in qk:
+            assert abs(float(torch.linalg.matrix_norm(b, 2)) - 1) < 0.02
 
 
 def test_spike_rule():

@@ -49,7 +49,7 @@ def print_instability(res, wide: bool = False) -> None:
 
     console = tables.console(wide)
     c = res.config
-    console.print(f"[bold]sigprop instability[/] Llama-style LM d={c.d_model}, "
+    console.print(f"[bold]sigprop instability[/] {c.arch} LM d={c.d_model}, "
                   f"{c.layers} layers, {c.heads} heads, T={c.seq_len}, batch {c.batch}; AdamW "
                   f"lr 0 -> {c.lr:g} over {c.ramp} steps, {c.steps} steps; seeds "
                   f"{','.join(str(s) for s in res.seeds)}; QK-Clip tau {c.tau:g}")
@@ -74,9 +74,9 @@ def print_instability(res, wide: bool = False) -> None:
 
 
 def instability(seeds: int = typer.Option(5, "--seeds", help="seeds per fix"),
-                steps: int = typer.Option(200, "--steps", help="optimizer steps per run"),
-                lr: float = typer.Option(1.0, "--lr", help="peak learning rate (AdamW), "
-                                                           "reached linearly over the run"),
+                steps: int = typer.Option(150, "--steps", help="optimizer steps per run"),
+                lr: float = typer.Option(0.75, "--lr", help="peak learning rate (AdamW), "
+                                                            "reached linearly over the run"),
                 fixes: str = typer.Option("none,qk-clip,qk-norm,sigma-reparam", "--fixes",
                                           help="comma-separated arms"),
                 qk_clip: float = typer.Option(100.0, "--qk-clip",

@@ -1,5 +1,5 @@
 """The figure of ``sigprop instability`` (docs/instability.md): the largest attention logit
-(log scale), the lowest attention entropy and the training loss against step, one colour per
+(log scale), the lowest attention entropy and the training loss (log scale) against step, one colour per
 fix, for one seed; each run's early warning (dotted) and loss spike (dashed) marked. Consumes
 :class:`~sigprop.training.instability.InstabilityResult`'s ``steps`` and ``runs`` tables
 only; ``ax`` as in :mod:`sigprop.plotting.figures`."""
@@ -56,9 +56,10 @@ def plot_instability(result, path: str | None = None, seed: int | None = None,
         axes[0].axhline(result.config.tau, color="0.5", lw=0.8,
                         label=f"tau = {result.config.tau:g}")
     axes[0].set_yscale("log")
+    axes[2].set_yscale("log")
     axes[0].set_ylabel("largest attention logit")
     axes[1].set_ylabel("lowest head entropy (normalised)")
-    axes[2].set_ylabel("training loss (nats)")
+    axes[2].set_ylabel("training loss (nats, log)")
     for a in axes:
         a.set_xlabel("step")
     axes[0].plot([], [], color="k", ls=":", lw=1.0, label="early warning")

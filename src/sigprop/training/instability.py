@@ -1,11 +1,14 @@
 """A provoked training instability and the fixes against it (issue 37; docs/instability.md).
 
-A small Llama-style causal LM (no QK normalisation) is trained on the built-in stories with
-AdamW whose learning rate ramps linearly from 0 to a very high peak (Wortsman et al. 2023,
+A small GPT-2-style causal LM (pre-LN, no QK normalisation; ``arch="llama"`` for a
+Llama-style one) is trained on the built-in stories with AdamW (no weight decay, beta2 0.95)
+whose learning rate ramps linearly from 0 to a very high peak (Wortsman et al. 2023,
 "Small-scale proxies for large-scale Transformer training instabilities", scaled down to a
-CPU): the attention logits grow, the attention entropy falls, and the loss spikes. Every run
-is watched by :class:`~sigprop.training.health.AttentionHealth`, whose early warning (a
-head's largest logit projected to reach the logit limit) is compared with the spike.
+CPU): the attention logits grow, the attention entropy falls, and the loss spikes and
+diverges. Every run is watched by :class:`~sigprop.training.health.AttentionHealth`, whose
+early warning (a head's largest logit projected to reach the logit limit) is compared with
+the spike. The output logits are kept tame with Wortsman's z-loss (``z_loss``), as in their
+runs, so that the attention is the instability left to look at.
 
 The arms (``fixes``):
 
@@ -49,19 +52,22 @@ __all__ = ["DEFAULTS", "FIXES", "InstabilityConfig", "InstabilityResult", "build
            "run_instability", "spike_step", "train_one"]
 
 FIXES = ("none", "qk-clip", "qk-norm", "sigma-reparam")
+ARCHS = ("llama", "gpt2")
 
 
 @dataclass(frozen=True)
 class InstabilityConfig:
-    """The recipe: model (``d_model``, ``layers``, ``heads``, ``seq_len``), data
+    """The recipe: model (``arch``, ``d_model``, ``layers``, ``heads``, ``seq_len``), data
     (``batch``, ``documents``, ``vocab`` of the built-in corpus), optimizer (AdamW at peak
     ``lr`` reached linearly over ``warmup`` steps (0: no ramp), ``beta2``, ``weight_decay``),
-    ``steps``; QK-Clip's ``tau`` and the warning's ``logit_limit`` (None: ``tau``), its
+    ``steps``, ``z_loss`` (Wortsman's output-logit z-loss coefficient, 0: off); QK-Clip's
+    ``tau`` and the warning's ``logit_limit`` (None: ``tau``), its
     ``horizon`` and ``window``; the spike rule (``spike_factor``, ``spike_after``) and the
     QK-Clip bound's ``clip_slack``; ``rows``: the telemetry's sampled rows."""
 
-    steps: int = 200
-    lr: float = 1.0
+    arch: str = "gpt2"
+    steps: int = 150
+    lr: float = 0.75
     warmup: int | None = None  # None: = steps (the ramp spans the run)
     beta2: float = 0.95
     weight_decay: float = 0.0
@@ -113,6 +119,8 @@ class InstabilityConfig:
             raise SpecError("beta2", f"must be a number in (0, 1) (got {self.beta2!r})")
         if not (isinstance(self.weight_decay, int | float) and self.weight_decay >= 0):
             raise SpecError("weight_decay", f"must be a number >= 0 (got {self.weight_decay!r})")
+        if self.arch not in ARCHS:
+            raise SpecError("arch", f"must be one of {', '.join(ARCHS)} (got {self.arch!r})")
         if self.d_model % self.heads:
             raise SpecError("heads", f"must divide d_model {self.d_model} (got {self.heads})")
         return self
@@ -144,72 +152,92 @@ def spike_step(losses: Sequence[float], factor: float = DEFAULTS.spike_factor,
 
 # ---- the sigma-reparam training-time reparametrisation --------------------------------------
 class SigmaReparam(nn.Module):
-    """``W -> gamma W / sigma(W)`` (Zhai et al. 2023): ``gamma`` a trained scalar (1 at init),
-    ``sigma`` the spectral norm by power iteration (``u`` kept between calls, one iteration
-    per training forward, the gradient flowing through ``u^T W v`` as in their code)."""
+    """``W -> gamma W / sigma(W)`` on one block of a weight (Zhai et al. 2023): the ``hi -
+    lo`` entries from ``lo`` along ``axis`` (a projection's output rows: a whole
+    ``nn.Linear``, or W_Q's / W_K's columns of GPT-2's fused ``Conv1D``); ``gamma`` a trained
+    scalar (1 at init), ``sigma`` the block's spectral norm by power iteration (``u`` kept
+    between calls, one iteration per training forward, the gradient flowing through ``u^T W
+    v`` as in their code)."""
 
-    def __init__(self, weight: torch.Tensor, seed: int = 0):
+    def __init__(self, weight: torch.Tensor, lo: int, hi: int, axis: int, seed: int = 0):
         super().__init__()
+        self.lo, self.hi, self.axis = int(lo), int(hi), int(axis)
+        w = self._block(weight.detach())
         g = torch.Generator().manual_seed(seed)
-        u = torch.randn(weight.shape[0], generator=g, dtype=weight.dtype)
-        w = weight.detach()
-        for _ in range(30):  # a converged u at init
+        u = torch.randn(w.shape[0], generator=g, dtype=weight.dtype)
+        for _ in range(100):  # a converged u at init
             u = nn.functional.normalize(w @ nn.functional.normalize(w.t() @ u, dim=0), dim=0)
         self.register_buffer("u", u)
         self.gain = nn.Parameter(torch.ones((), dtype=weight.dtype))
 
+    def _block(self, w: torch.Tensor) -> torch.Tensor:
+        return w.narrow(self.axis, self.lo, self.hi - self.lo)
+
     def forward(self, w: torch.Tensor) -> torch.Tensor:
+        b = self._block(w)
         with torch.no_grad():
-            v = nn.functional.normalize(w.t() @ self.u, dim=0)
-            u = nn.functional.normalize(w @ v, dim=0)
+            v = nn.functional.normalize(b.t() @ self.u, dim=0)
+            u = nn.functional.normalize(b @ v, dim=0)
             if self.training:
                 self.u.copy_(u)
-        sigma = u @ (w @ v)
-        return self.gain * w / sigma
+        new = self.gain * b / (u @ (b @ v))
+        if (self.lo, self.hi) == (0, w.shape[self.axis]):
+            return new
+        return torch.cat([w.narrow(self.axis, 0, self.lo), new,
+                          w.narrow(self.axis, self.hi, w.shape[self.axis] - self.hi)],
+                         dim=self.axis)
 
 
 def _install_sigma_reparam(model: nn.Module, seed: int) -> list[str]:
     from torch.nn.utils import parametrize
+    from transformers.pytorch_utils import Conv1D
 
     from ..models.methods.parts import block_parts, need
 
-    out = []
+    todo = []  # every target first: a parametrised module is no longer found as a block's
     for i, p in enumerate(block_parts(model)):
-        for role in ("q", "k"):
-            for t in need(p, role, "sigma-reparam"):
-                m, sl = t[0], t[1]
-                if sl is not None or not isinstance(m, nn.Linear):
-                    raise SpecError("fixes", f"{p.name}: sigma-reparam's training-time "
-                                             "reparametrisation needs separate W_Q, W_K "
-                                             "linear layers")
-                parametrize.register_parametrization(m, "weight",
-                                                     SigmaReparam(m.weight, seed + 2 * i))
-                out.append(f"{p.name}.{role}")
+        for j, role in enumerate(("q", "k")):
+            for m, sl, ax in need(p, role, "sigma-reparam"):
+                ax = 1 if isinstance(m, Conv1D) else ax
+                lo, hi = sl if sl is not None else (0, m.weight.shape[ax])
+                todo.append((m, lo, hi, ax, seed + 2 * i + j, f"{p.name}.{role}"))
+    out = []
+    for m, lo, hi, ax, s, name in todo:
+        parametrize.register_parametrization(m, "weight", SigmaReparam(m.weight, lo, hi, ax, s))
+        out.append(name)
     return out
 
 
 # ---- the model ------------------------------------------------------------------------------
 def build_model(cfg: InstabilityConfig, vocab_size: int, fix: str = "none", seed: int = 0):
-    """The Llama-style causal LM of ``cfg`` (MHA, tied embeddings) drawn
+    """The causal LM of ``cfg`` (GPT-2 or Llama-style, MHA, tied embeddings) drawn
     with ``seed``, with ``fix``'s init-time change applied (qk-norm, sigma-reparam through
     the registry; sigma-reparam's training-time reparametrisation). Returns (model,
     lines describing what was applied)."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import GPT2Config, GPT2LMHeadModel, LlamaConfig, LlamaForCausalLM
 
     from ..models import methods as M
     from ..models.arch import spec_from_config
 
     if fix not in FIXES:
         raise SpecError("fixes", f"unknown fix {fix!r} (known: {', '.join(FIXES)})")
-    hf = LlamaConfig(vocab_size=vocab_size, hidden_size=cfg.d_model,
-                     num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
-                     num_key_value_heads=cfg.heads, intermediate_size=4 * cfg.d_model,
-                     max_position_embeddings=2 * cfg.seq_len, rope_theta=10000.0,
-                     bos_token_id=2, eos_token_id=3, pad_token_id=0,
-                     tie_word_embeddings=True)
+    if cfg.arch == "llama":
+        hf = LlamaConfig(vocab_size=vocab_size, hidden_size=cfg.d_model,
+                         num_hidden_layers=cfg.layers, num_attention_heads=cfg.heads,
+                         num_key_value_heads=cfg.heads, intermediate_size=4 * cfg.d_model,
+                         max_position_embeddings=2 * cfg.seq_len, rope_theta=10000.0,
+                         bos_token_id=2, eos_token_id=3, pad_token_id=0,
+                         tie_word_embeddings=True)
+        cls = LlamaForCausalLM
+    else:
+        hf = GPT2Config(vocab_size=vocab_size, n_embd=cfg.d_model, n_layer=cfg.layers,
+                        n_head=cfg.heads, n_positions=2 * cfg.seq_len, resid_pdrop=0.0,
+                        embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=2, eos_token_id=3,
+                        pad_token_id=0)
+        cls = GPT2LMHeadModel
     with torch.random.fork_rng():
         torch.manual_seed(seed)
-        model = LlamaForCausalLM(hf)
+        model = cls(hf)
     model.config.use_cache = False
     lines: list[str] = []
     if fix in ("qk-norm", "sigma-reparam"):
