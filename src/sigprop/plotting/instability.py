@@ -1,8 +1,8 @@
-"""The figure of ``sigprop instability`` (docs/instability.md): the largest attention logit
-(log scale), the lowest attention entropy and the training loss (log scale) against step, one colour per
-fix, for one seed; each run's early warning (dotted) and loss spike (dashed) marked. Consumes
-:class:`~sigprop.training.instability.InstabilityResult`'s ``steps`` and ``runs`` tables
-only; ``ax`` as in :mod:`sigprop.plotting.figures`."""
+"""The figure of ``sigprop instability`` (docs/instability.md): the largest attention logit,
+the lowest attention entropy and the training loss against step (logit and loss in log
+scale), one colour per fix, for one seed; each run's early warning (dotted) and loss spike
+(dashed) marked. Consumes :class:`~sigprop.training.instability.InstabilityResult`'s
+``steps`` and ``runs`` tables only; ``ax`` as in :mod:`sigprop.plotting.figures`."""
 
 from __future__ import annotations
 
