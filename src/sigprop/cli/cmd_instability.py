@@ -53,15 +53,17 @@ def print_instability(res, wide: bool = False) -> None:
                   f"{c.layers} layers, {c.heads} heads, T={c.seq_len}, batch {c.batch}; AdamW "
                   f"lr 0 -> {c.lr:g} over {c.ramp} steps, {c.steps} steps; seeds "
                   f"{','.join(str(s) for s in res.seeds)}; QK-Clip tau {c.tau:g}")
-    names = ("fix", "spikes", "warned", "lead (med)", "lead range", "spike at (med)",
-             "max logit", "min loss (med)")
+    names = ("fix", "spikes", "warned", "lead", "lead range", "spike", "max logit",
+             "min loss")
     t = tables.table(*names, right=names[1:])
     for r in res.summary.to_dict(orient="records"):
         rng = "–" if r["min_lead"] is None else f"{r['min_lead']}..{r['max_lead']}"
         t.add_row(r["fix"], f"{r['spikes']}/{r['seeds']}", f"{r['warned']}/{r['seeds']}",
                   _fmt(r["median_lead"]), rng, _fmt(r["median_spike_step"]),
-                  _fmt(r["max_logit"]), _fmt(r["median_min_loss"]))
+                  _fmt(r["max_logit"], 3), _fmt(r["median_min_loss"], 3))
     console.print(t)
+    console.print("lead, spike (its step), min loss: medians over the seeds; max logit: the "
+                  "largest of every step and seed")
     clip = res.summary[res.summary["fix"] == "qk-clip"]
     if len(clip):
         r = clip.iloc[0]
