@@ -205,17 +205,23 @@ class AttentionTelemetry(Probe):
             a = add[maps] if add.dim() > 2 else add
             return torch.baddbmm(a[..., rows, :], q[maps, rows], kt[maps], alpha=scale)
 
-        # the exact maximum, query rows in chunks (no T x Tk map kept)
-        step = max(1, CHUNK // max(1, NH * Tk))
-        best = torch.full((NH,), -math.inf, dtype=q.dtype, device=q.device)
-        for r0 in range(0, T, step):
-            best = torch.maximum(best, logits(slice(r0, min(T, r0 + step))).amax((-1, -2)))
-        # the sampled rows
         g = torch.Generator().manual_seed(hash((self.seed, self.step, i)) % 2**62)
         R = min(self.rows, T)
         idx = torch.randperm(T, generator=g)[:R].sort().values.to(q.device)
-        # the sampled rows of the first `sequences` sequences: (S * H, R, Tk), masked -inf
-        sc = logits(idx, slice(0, min(NH, self.sequences * H)))
+        seqs = slice(0, min(NH, self.sequences * H))
+        # the exact maximum, query rows in chunks (no T x Tk map kept); the sampled rows of
+        # the first `sequences` sequences, (S * H, R, Tk) masked -inf, taken from the one
+        # chunk when it holds every row
+        step = max(1, CHUNK // max(1, NH * Tk))
+        best = torch.full((NH,), -math.inf, dtype=q.dtype, device=q.device)
+        sc = None
+        for r0 in range(0, T, step):
+            part = logits(slice(r0, min(T, r0 + step)))
+            best = torch.maximum(best, part.amax((-1, -2)))
+            if step >= T:
+                sc = part[seqs, idx]
+        if sc is None:
+            sc = logits(idx, seqs)
         vis = torch.isfinite(sc)
         keys = vis.sum(-1)  # (N * H, R)
         own = torch.zeros_like(vis)
