@@ -152,3 +152,38 @@ def test_qk_clip_keeps_every_heads_largest_logit_at_tau():
     first = next(i for i, e in enumerate(worst) if e > 8.0)
     assert first > 0
     assert max(worst[first + 1:]) <= 8.0 * 1.3 * (1 + 1e-5), worst
+
+
+def test_early_growth_far_below_the_limit_is_not_warned_and_a_faded_trend_rearms():
+    """A trend far below its limit (more than `reach` = 4x) is not projected, however clear;
+    within reach it is. A forecast whose step passes (by a window) without the crossing
+    re-arms: the same head is warned again on its next clear trend (by hand)."""
+    far, free = Trend(100.0, reach=4.0), Trend(100.0)
+    for s in range(10):
+        far.add("h", s, 1.0 * 1.2 ** s)  # 5.2 at the last step: 19x below 100
+        free.add("h", s, 1.0 * 1.2 ** s)
+    assert far.project("h") is None
+    assert free.project("h") is not None  # without reach: projected (crossing at ~25)
+    near = Trend(100.0, reach=4.0)
+    for s in range(10):
+        near.add("h", s, 5.0 * 1.2 ** s)  # 25.8 at the last step: within 4x
+    assert near.project("h") is not None
+    with pytest.raises(ValueError):
+        Trend(100.0, reach=0.5)
+
+    m = _model(dict(LLAMA, initializer_range=0.1))
+    q = m.layers[1].self_attn.q_proj.weight
+    health = AttentionHealth(m, rows=4, logit_limit=16.0, warn=False, window=5, horizon=50)
+    ids = _ids()
+    # layer 1, head 0's largest logit (measured): 2.2 -> 6.8 (grow), -> 0.96 (fade), -> 9.0
+    # (grow again), never reaching the limit 16; within reach (>= 4) in both growths
+    scale = [1.25] * 6 + [0.85] * 12 + [1.25] * 10
+    for step, f in enumerate(scale):
+        with torch.no_grad():
+            q[:16] *= f
+        m(input_ids=ids)
+        health.after_step(step)
+    fc = [e for e in health.events if e.kind == "forecast" and e.what == "max_logit"
+          and (e.layer, e.head) == (1, 0)]
+    assert len(fc) == 2 and fc[1].step > fc[0].at + 5, fc
+    assert not [e for e in health.events if e.kind == "crossed" and e.what == "max_logit"]

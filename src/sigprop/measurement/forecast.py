@@ -6,7 +6,11 @@ last ``window`` measured steps, ``log x = a + b step`` by least squares; a falli
 entropy) as a straight line. The projected crossing is where the fit meets the threshold. A
 projection counts only when the trend is clear -- the slope at least ``min_t`` standard errors
 from zero, from at least ``min_points`` points -- and the crossing lies within ``horizon``
-steps ahead; it is re-made every step, so a trend that fades stops warning.
+steps ahead; it is re-made every step, so a trend that fades stops warning. A rising
+quantity may be projected only once it is within a factor ``reach`` of its threshold (the
+attention health uses 4): the
+growth of a head's logits in the first steps from init is a real trend, but carried over two
+e-folds and more it warns of crossings that do not come.
 """
 
 from __future__ import annotations
@@ -41,7 +45,8 @@ class Trend:
     for one that falls towards it (fitted as is)."""
 
     def __init__(self, threshold: float, *, rising: bool = True, window: int = 20,
-                 min_points: int = 5, min_t: float = 3.0, horizon: float = 200.0):
+                 min_points: int = 5, min_t: float = 3.0, horizon: float = 200.0,
+                 reach: float | None = None):
         if not math.isfinite(threshold) or (rising and threshold <= 0):
             raise ValueError(f"threshold must be finite{' and > 0' if rising else ''} "
                              f"(got {threshold!r})")
@@ -50,6 +55,9 @@ class Trend:
         self.threshold, self.rising = float(threshold), rising
         self.window, self.min_points, self.min_t, self.horizon = window, min_points, min_t, \
             float(horizon)
+        if reach is not None and not (rising and reach > 1):
+            raise ValueError("reach applies to a rising quantity and must be > 1")
+        self.reach = reach
         self.points: dict = defaultdict(lambda: deque(maxlen=window))
 
     def add(self, key, step: int, value: float) -> None:
@@ -87,6 +95,8 @@ class Trend:
         value = math.exp(last) if self.rising else last
         if self.crossed(value):
             return None
+        if self.reach is not None and value < self.threshold / self.reach:
+            return None  # more than `reach` x below: an extrapolation too far to warn on
         at = (level - a) / b
         if not last_step < at <= last_step + self.horizon:
             return None

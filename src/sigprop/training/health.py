@@ -121,7 +121,9 @@ class AttentionHealth:
     ``rows``, ``every``, ``seed``: the telemetry's (sampled rows per call, read every
     ``every``-th step, row sampling seed). ``qk_clip``: the QK-Clip threshold tau (None: no
     clip) and ``clip_alpha`` its split between W_Q and W_K. ``logit_limit``, ``beta_c``,
-    ``entropy_floor`` (None: no entropy trend), ``horizon``, ``window``: the early warning.
+    ``entropy_floor`` (None: no entropy trend), ``horizon``, ``window``, ``reach`` (project
+    a rising quantity only within this factor of its threshold; None: always): the early
+    warning, once per episode (again after a projection that did not come true).
     ``per_head``: per-head scalars too. ``sinks``: ``sink(step, frame, scalars)`` callables
     (the results store's :func:`sigprop.integrations.hf.store_sink` among them) on every
     measured step. ``reduce``: reduce across data-parallel ranks when a process group is
@@ -132,7 +134,7 @@ class AttentionHealth:
                  logit_limit: float | None = None, beta_c: float = BETA_C,
                  entropy_floor: float | None = None, horizon: int = 200, window: int = 20,
                  per_head: bool = False, warn: bool = True, sinks: Sequence[Callable] = (),
-                 reduce: bool = True, start: int = 0):
+                 reduce: bool = True, start: int = 0, reach: float | None = 4.0):
         for name, v in (("qk_clip", qk_clip), ("logit_limit", logit_limit)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
                                   or not math.isfinite(v) or v <= 0):
@@ -143,6 +145,8 @@ class AttentionHealth:
                                               and 0 < entropy_floor < 1):
             raise SpecError("entropy_floor", f"must be a number in (0, 1) (got "
                                              f"{entropy_floor!r})")
+        if reach is not None and not (isinstance(reach, int | float) and reach > 1):
+            raise SpecError("reach", f"must be a number > 1 or None (got {reach!r})")
         if not (isinstance(clip_alpha, int | float) and 0 <= clip_alpha <= 1):
             raise SpecError("clip_alpha", f"must be a number in [0, 1] (got {clip_alpha!r})")
         for name, v, lo in (("horizon", horizon, 1), ("window", window, 5)):
@@ -154,9 +158,11 @@ class AttentionHealth:
         self.qk_clip, self.clip_alpha = qk_clip, float(clip_alpha)
         limit = float(logit_limit or qk_clip or DEFAULT_LOGIT_LIMIT)
         kw = dict(window=window, min_points=min(5, window), horizon=horizon)
-        self.trends = {"max_logit": Trend(limit, **kw), "beta": Trend(float(beta_c), **kw)}
+        self.trends = {"max_logit": Trend(limit, reach=reach, **kw),
+                       "beta": Trend(float(beta_c), reach=reach, **kw)}
         if entropy_floor is not None:
-            self.trends["entropy"] = Trend(float(entropy_floor), rising=False, **kw)
+            self.trends["entropy"] = Trend(float(entropy_floor), rising=False, reach=None,
+                                           **kw)
         self.per_head, self.warn, self.reduce = per_head, warn, reduce
         self.sinks = list(sinks)
         self.events: list[HealthEvent] = []
@@ -164,6 +170,7 @@ class AttentionHealth:
         self.scalars: list[dict] = []
         self._told: set = set()
         self._crossed: set = set()
+        self._forecast: dict = {}  # (what, (layer, head)) -> the last projected step
         d = _dist()
         self.rank0 = d is None or d.get_rank() == 0
 
@@ -226,8 +233,11 @@ class AttentionHealth:
                                                trend.threshold))
                         continue
                     p = trend.project(key)
-                    if p is not None and ("forecast", what, key) not in self._told:
-                        self._told.add(("forecast", what, key))
+                    last = self._forecast.get((what, key))
+                    # once per episode: again only after an earlier projection's step has
+                    # passed by a window without the crossing (the trend faded)
+                    if p is not None and (last is None or step > last + trend.window):
+                        self._forecast[(what, key)] = p.at
                         out.append(HealthEvent(step, layer, h, "forecast", what, v,
                                                trend.threshold, p.at))
         return out
