@@ -23,7 +23,7 @@ from .capture import reference_pass
 from .model import build_model, position_limit, train_length
 from .real import DEFAULT_REAL_MAX, RealCheck, compare_layers, real_check
 from .scaling import COMPARE_ALL, Scaling, change_size, own_scaling, parse_scaling, recommend
-from .stream import LayerStream, stream_layer_lengths
+from .stream import LayerStream, stream_layer_lengths, value_at
 from .theory import moments
 
 DEFAULT_BAND = 0.05
@@ -160,9 +160,7 @@ def summarise(traj, layer_rows: list[dict], bands: dict, own: Scaling, recommend
         L = row["layer"]
 
         def val(df, obs, scaling, T, L=L):
-            x = df[(df.layer == L) & (df.observable == obs) & (df.scaling == scaling)
-                   & (df.seq_len == T)]["value"]
-            return float(x.iloc[0]) if len(x) else math.nan
+            return value_at(df, L, obs, scaling, T)
 
         centre = val(m, "entropy", own.label, train_len)
         if L not in bands:  # else a band carried over from an earlier run (--band-from)

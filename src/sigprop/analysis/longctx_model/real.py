@@ -29,7 +29,7 @@ from ...spec import SpecError
 from .capture import Capture, LayerFit, chosen_sites
 from .model import Float32Blocks
 from .scaling import Scaling
-from .stream import out_cos, row_stats, sample_rows
+from .stream import out_cos, row_stats, sample_rows, value_at
 
 #: a layer's real entropy and ipr agree with the stream's within this (head means over the
 #: sampled rows; with 2 sequences x 128 rows their standard errors are ~0.005-0.01)
@@ -220,9 +220,7 @@ def compare_layers(traj, layer_rows: list[dict], own: Scaling, recommended: str,
         L = row["layer"]
 
         def val(df, obs, scaling, T, L=L):
-            x = df[(df.layer == L) & (df.observable == obs) & (df.scaling == scaling)
-                   & (df.seq_len == T)]["value"]
-            return float(x.iloc[0]) if len(x) else math.nan
+            return value_at(df, L, obs, scaling, T)
 
         lens = sorted(int(T) for T in real[real.layer == L].seq_len.unique())
         per = {"seq_len": lens}

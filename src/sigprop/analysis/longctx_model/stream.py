@@ -160,6 +160,14 @@ def stream_flops(f: LayerFit, rows: Rows, n_scalings: int) -> float:
     return gen + scores + outs
 
 
+def value_at(df, layer: int, obs: str, scaling: str, T: int) -> float:
+    """The ``value`` of one row of a long-context trajectory (``layer``, ``observable``,
+    ``scaling``, ``seq_len``), NaN where there is none."""
+    x = df[(df.layer == layer) & (df.observable == obs) & (df.scaling == scaling)
+           & (df.seq_len == T)]["value"]
+    return float(x.iloc[0]) if len(x) else math.nan
+
+
 def row_stats(values: torch.Tensor) -> tuple[float, float]:
     v = values[~torch.isnan(values)]
     if v.numel() == 0:
