@@ -23,8 +23,9 @@ What it computes, per attention call (a layer):
   (at most :data:`CHUNK` entries at a time), reduced to their maximum and dropped: no ``T x
   T`` softmax is kept. This is what QK-Clip reads.
 * on ``rows`` query rows of the first ``sequences`` (2) sequences of the batch, drawn
-  uniformly without replacement (the same positions in each; seeded by ``(seed,
-  step, layer)``): the normalised ``entropy`` (row entropy over the log of its visible keys),
+  uniformly without replacement (the same positions in each; seeded by ``(seed, step,
+  layer)`` through :func:`~.stream_inputs.block_seed`): the normalised ``entropy`` (row
+  entropy over the log of its visible keys),
   ``ipr``, ``wmax``, ``sink`` (mass on the first key) and ``sigma_s`` (RMS of the row's logits
   over its visible keys, itself left out), each averaged over the sampled rows;
   ``entropy_se`` is the standard error of the entropy mean over those rows (std / sqrt(n),
@@ -51,6 +52,7 @@ from torch import nn
 from ..spec import SpecError
 from .probe import Probe
 from .probe_sites import AttentionSite
+from .stream_inputs import block_seed
 
 __all__ = ["CHUNK", "STATS", "AttentionTelemetry"]
 
@@ -65,15 +67,14 @@ class AttentionTelemetry(Probe):
 
     ``rows``: sampled query rows per attention call (>= 1), in each of the first
     ``sequences`` sequences of the batch (the largest logit reads them all); ``every``: read
-    the forward
-    calls of every ``every``-th step only (step numbers as given to :meth:`end_step`; the
-    hooks do nothing on the others); ``seed``: the row sampling's; ``dtype``: of the
-    recomputed logits (float32 default: the maximum is exact to float32 rounding of the
-    model's own q and k); ``grad_only``: read only forward calls made with gradients
-    enabled. ``layers``: as :class:`~.probe.Probe`'s (default: the blocks of every block
-    list with attention, :func:`every_stack`; layer ``i`` is the ``i``-th of them). A model
-    in which no attention layer with Q/K projections is found is refused (SpecError, field
-    ``model``)."""
+    the forward calls of every ``every``-th step only (step numbers as given to
+    :meth:`end_step`; the hooks do nothing on the others); ``seed``: the row sampling's;
+    ``dtype``: of the recomputed logits (float32 default: the maximum is exact to float32
+    rounding of the model's own q and k); ``grad_only``: read only forward calls made with
+    gradients enabled. ``layers``: as :class:`~.probe.Probe`'s (default: the blocks of every
+    block list with attention, :func:`every_stack`; layer ``i`` is the ``i``-th of them). A
+    model in which no attention layer with Q/K projections is found is refused (SpecError,
+    field ``model``)."""
 
     def __init__(self, model: nn.Module, *, rows: int = 16, every: int = 1, seed: int = 0,
                  dtype=torch.float32, grad_only: bool = True, layers=None, start: int = 0,
@@ -100,7 +101,6 @@ class AttentionTelemetry(Probe):
         self.step = int(start)
         self.active = self.step % every == 0
         self._now: dict[int, list[dict]] = defaultdict(list)
-        self._handles = []
         self._attached = False
         self.__enter__()
 
@@ -129,13 +129,8 @@ class AttentionTelemetry(Probe):
             if x is None or not self._reading():
                 return
             with torch.no_grad():
-                x = m._prepare(x.detach())
-                S, B, T, d = x.shape
-                x2 = x.reshape(S, B * T, d)
-                q = m._heads(x2, m.w_q, B, T)
-                k = m._heads(x2, m.w_k, B, T)
-                q = q * m._scale(T, q.dtype, q.device)
-                H, dh = m.heads, m.d_head
+                q, k = m.qk(x.detach())  # (S, B, H, T, d_H), the score factor on q
+                S, B, H, T, dh = q.shape
                 site = _OwnSite(f"{self.blocks[i][0]} (sigprop)", H, H, dh, 1.0,
                                 bool(m.spec.causal))
                 pend = {"q": q.reshape(S * B, H, T, dh).transpose(1, 2),
@@ -205,7 +200,8 @@ class AttentionTelemetry(Probe):
             a = add[maps] if add.dim() > 2 else add
             return torch.baddbmm(a[..., rows, :], q[maps, rows], kt[maps], alpha=scale)
 
-        g = torch.Generator().manual_seed(hash((self.seed, self.step, i)) % 2**62)
+        g = torch.Generator().manual_seed(block_seed(self.seed & (2**64 - 1), self.step,
+                                                          salt=101 + i))
         R = min(self.rows, T)
         idx = torch.randperm(T, generator=g)[:R].sort().values.to(q.device)
         seqs = slice(0, min(NH, self.sequences * H))

@@ -205,14 +205,21 @@ class BatchedAttention(nn.Module):
                              f"d={self.spec.d_model}), got {tuple(x.shape)}")
         return x.to(self.w_q.dtype)
 
-    def scores(self, x: Tensor) -> Tensor:
-        """Scaled logits (S, B, H, T, T) before masking (docs/theory.md §2.1)."""
+    def qk(self, x: Tensor) -> tuple[Tensor, Tensor]:
+        """``(q, k)``, each (S, B, H, T, d_head), with the score factor ``m(n)/sqrt(d_H)``
+        already on q (per query row where a length scaling makes it depend on the row): the
+        logits are ``q k^T``."""
         x = self._prepare(x)
         S, B, T, d = x.shape
         x2 = x.reshape(S, B * T, d)
         q = self._heads(x2, self.w_q, B, T)
         k = self._heads(x2, self.w_k, B, T)
-        return torch.matmul(q * self._scale(T, q.dtype, q.device), k.transpose(-1, -2))
+        return q * self._scale(T, q.dtype, q.device), k
+
+    def scores(self, x: Tensor) -> Tensor:
+        """Scaled logits (S, B, H, T, T) before masking (docs/theory.md §2.1)."""
+        q, k = self.qk(x)
+        return torch.matmul(q, k.transpose(-1, -2))
 
     # ---------------------------------------------------------------- forward
     def forward(self, x: Tensor, return_stats: bool = False,

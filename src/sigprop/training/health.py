@@ -40,7 +40,7 @@ from ..measurement.forecast import Trend
 from ..measurement.telemetry import STATS, AttentionTelemetry, rows_of
 from ..spec import SpecError
 
-__all__ = ["AttentionHealth", "AttentionWarning", "HealthEvent", "reduce_stats"]
+__all__ = ["AttentionHealth", "AttentionWarning", "HealthEvent", "beta_of", "reduce_stats"]
 
 #: the REM's freezing point for independent scores (docs/theory.md §2.1)
 BETA_C = math.sqrt(2.0)
@@ -83,6 +83,12 @@ class AttentionWarning(UserWarning):
     """A health event worth telling (``.event``: the :class:`HealthEvent`)."""
 
     event: HealthEvent | None = None
+
+
+def beta_of(st: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Per head, gg25's beta = sigma_s / sqrt(log n) of one layer's telemetry (n: the sampled
+    rows' mean number of visible keys, at least 2; docs/theory.md §2.1)."""
+    return st["sigma_s"] / torch.log(st["keys"].clamp_min(2.0)).sqrt()
 
 
 def _dist():
@@ -171,6 +177,7 @@ class AttentionHealth:
         self._told: set = set()
         self._crossed: set = set()
         self._forecast: dict = {}  # (what, (layer, head)) -> the last projected step
+        self._clip_index: dict | None = None  # telemetry layer -> qk_clip_'s, on first use
         d = _dist()
         self.rank0 = d is None or d.get_rank() == 0
 
@@ -211,9 +218,7 @@ class AttentionHealth:
     def _check(self, step: int, stats) -> list[HealthEvent]:
         out = []
         for layer, st in stats.items():
-            logn = torch.log(st["keys"].clamp_min(2.0))
-            beta = st["sigma_s"] / logn.sqrt()
-            values = {"max_logit": st["max_logit"], "beta": beta,
+            values = {"max_logit": st["max_logit"], "beta": beta_of(st),
                       "entropy": st["entropy"]}
             for h in range(len(st["max_logit"])):
                 m = float(st["max_logit"][h])
@@ -248,7 +253,7 @@ class AttentionHealth:
         telemetry's by block name)."""
         from ..models.methods.qk_clip import attention_layers, qk_clip_
 
-        if not hasattr(self, "_clip_index"):
+        if self._clip_index is None:
             names = [n for n, _ in attention_layers(self.model)]
             self._clip_index = {i: names.index(n) for i, (n, _) in
                                 enumerate(self.telemetry.blocks) if n in names}
@@ -269,8 +274,7 @@ class AttentionHealth:
             out[f"attention/max_logit/L{layer}"] = float(mx.max())
             out[f"attention/entropy/L{layer}"] = float(st["entropy"].nanmean())
             out[f"attention/sink/L{layer}"] = float(st["sink"].mean())
-            beta = st["sigma_s"] / torch.log(st["keys"].clamp_min(2.0)).sqrt()
-            out[f"attention/beta/L{layer}"] = float(beta.max())
+            out[f"attention/beta/L{layer}"] = float(beta_of(st).max())
             if self.per_head:
                 for h in range(len(mx)):
                     out[f"attention/max_logit/L{layer}.H{h}"] = float(mx[h])
