@@ -29,3 +29,21 @@ def torch_one_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(n)
+
+
+@pytest.fixture(scope="session")
+def encoder():
+    """The small trained BERT MLM of :mod:`sigprop.models.tiny_trained` (its folder; trained
+    once per cache, then read)."""
+    from sigprop.models.tiny_trained import cached
+
+    return cached("encoder")
+
+
+@pytest.fixture(scope="session")
+def decoder():
+    """The small trained Llama causal LM (RoPE, grouped K/V) of
+    :mod:`sigprop.models.tiny_trained` (its folder)."""
+    from sigprop.models.tiny_trained import cached
+
+    return cached("decoder")

@@ -13,20 +13,9 @@ import torch
 from sigprop.analysis.longctx_model import engine
 from sigprop.analysis.longctx_model.stream import sample_rows
 from sigprop.measurement import stream_model as sm
-from sigprop.models.tiny_trained import cached
 from sigprop.spec import SpecError
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
-
-
-@pytest.fixture(scope="module")
-def decoder():
-    return cached("decoder")
-
-
-@pytest.fixture(scope="module")
-def encoder():
-    return cached("encoder")
 
 
 # ------------------------------------------------------------------------- input sources

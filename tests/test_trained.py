@@ -17,20 +17,9 @@ import pytest
 
 from sigprop.analysis.diagnose import diagnose
 from sigprop.analysis.diagnosis import to_json
-from sigprop.models.tiny_trained import cached
 from sigprop.spec import SpecError
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
-
-
-@pytest.fixture(scope="module")
-def encoder():
-    return cached("encoder")
-
-
-@pytest.fixture(scope="module")
-def decoder():
-    return cached("decoder")
 
 
 @pytest.fixture(scope="module")
