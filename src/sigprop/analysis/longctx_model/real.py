@@ -77,10 +77,9 @@ def _layer_rows(fit: LayerFit, data: dict, T: int, streamed: Sequence[Scaling], 
     scaling; head means per row, stderr over rows (and sequences); the output cosine per
     sequence, averaged."""
     H, Hkv, dh = fit.heads, fit.kv_heads, fit.head_dim
-    q_all = torch.cat([c.reshape(-1, T, H * dh) for c in data["q"][:1]])
-    k_all = torch.cat([c.reshape(-1, T, Hkv * dh) for c in data["k"][:1]])
-    v_first = data["v"][0]
-    v_all = v_first.reshape(q_all.shape[0], T, -1)
+    q_all = data["q"][0].reshape(-1, T, H * dh)  # the module's first call of the pass
+    k_all = data["k"][0].reshape(-1, T, Hkv * dh)
+    v_all = data["v"][0].reshape(q_all.shape[0], T, -1)
     rows = sample_rows([T], queries, out_queries, causal=fit.causal, window=fit.window,
                        seed=seed)
     mults = [s.mult(rows.n_keys) for s in streamed]
