@@ -314,12 +314,11 @@ def _token_inputs(tok, rows: int | None, sequences: int, T: int, text, seed: int
     (:func:`sigprop.data.model_text.token_batch`), checked against the model's vocabulary
     (``rows`` embedding rows)."""
     from ...data.model_text import token_batch
+    from ..forward import token_vocab
 
     batch = token_batch(tok, sequences, T, text=text, seed=seed)
-    top = int(batch.input_ids.max())
-    if isinstance(rows, int) and top >= rows:
-        raise SpecError("tokenizer", f"its ids reach {top} but the model's vocabulary has "
-                                     f"{rows} rows: not this model's tokenizer")
+    if rows is not None:
+        token_vocab(rows, batch)  # diagnose's check: ids beyond the embedding are refused
     return batch
 
 
