@@ -150,3 +150,21 @@ def test_train_batch_size_given_or_fitting_is_kept(monkeypatch, capsys):
     assert lines[0].startswith("sigprop: error: --") and "fits" in lines[0]
     rc, seen, err = _train_config_of([], monkeypatch, capsys, have=64e9)
     assert rc is None and seen["cfg"].batch_size == 64 and err == ""
+
+
+def test_train_attention_health_and_qk_clip():
+    """``--telemetry-every`` adds the training batch's largest logit and entropy (split
+    train) at the read steps and a ``health`` list to the JSON; ``--qk-clip`` reads every
+    step; bad values exit 2 naming the option before any work."""
+    p = run("train", *TINY, "--causal", "--task", "clm", "--steps", "4",
+            "--telemetry-every", "2", "--qk-clip", "0.01", "--format", "json")
+    assert p.returncode == 0, p.stderr
+    out = json.loads(p.stdout)
+    ml = [r for r in out["rows"] if r["observable"] == "max_logit"]
+    assert {r["step"] for r in ml} == {1, 2, 3, 4} and {r["split"] for r in ml} == {"train"}
+    assert any(e["kind"] == "qk_clip" and e["slice"] == 0 for e in out["health"])
+    assert "QK-Clip rescaled" in p.stderr
+    for opt, bad in (("--qk-clip", "-1"), ("--telemetry-every", "-3"),
+                     ("--qk-clip-alpha", "2")):
+        p = run("train", *TINY, "--steps", "2", opt, bad)
+        assert p.returncode == 2 and opt in p.stderr and "Traceback" not in p.stderr, p.stderr

@@ -270,3 +270,41 @@ def test_sigprops_own_stack_is_read():
     want = sc.amax((-1, -2)).amax((0, 1))
     assert torch.allclose(st[1]["max_logit"], want.detach(), rtol=1e-5, atol=0)
     assert want.max() > 0.5
+
+
+def test_own_stack_reads_each_slice_on_its_own():
+    """Stacked initialisations are independent runs: ``slice:max_logit`` is each slice's own
+    largest logit (against its scores), and with every row read (rows = T, so no sampling)
+    ``slice:entropy`` is each slice's mean normalised row entropy over its first two
+    sequences, computed here from the softmax of its scores; the per-head values are the
+    maximum / mean over slices. Slice 1's Q/K are scaled x3 so the slices differ."""
+    from sigprop.spec import ArchSpec
+    from sigprop.training.config import TrainConfig
+    from sigprop.training.task import TaskModel
+
+    spec = ArchSpec(depth=1, d_model=32, heads=2, seq_len=12, causal=True, qk_std=0.3)
+    m = TaskModel(spec, TrainConfig(task="clm", seeds=2), vocab=100)
+    att = m.body.blocks[0].attn
+    with torch.no_grad():
+        att.w_q[1].mul_(3.0)
+    tel = AttentionTelemetry(m, rows=12)
+    got = {}
+    h = att.register_forward_pre_hook(lambda mod, a: got.update(x=a[0].detach()))
+    x = torch.randint(0, 100, (3, 12), generator=torch.Generator().manual_seed(1))
+    m.features(x).sum().backward()
+    h.remove()
+    st = tel.end_step(0)[0]
+    sc = att.scores(got["x"]).detach()  # (S, B, H, T, T)
+    sc = sc.masked_fill(torch.ones(12, 12, dtype=torch.bool).triu(1), -math.inf)
+    want_max = sc.amax((-1, -2)).amax(1)  # (S, H)
+    assert st["slice:max_logit"].shape == (2, 2)
+    assert torch.allclose(st["slice:max_logit"], want_max, rtol=1e-5, atol=0)
+    assert torch.allclose(st["max_logit"], want_max.amax(0), rtol=1e-5, atol=0)
+    p = sc[:, :2].softmax(-1)  # the first two sequences of each slice
+    ent = -(p * p.clamp_min(1e-30).log()).sum(-1)  # (S, 2, H, T)
+    n = torch.arange(1, 13, dtype=ent.dtype)
+    ent = (ent[..., 1:] / n[1:].log())  # rows with >= 2 keys
+    want_ent = ent.mean((1, 3))  # (S, H)
+    assert torch.allclose(st["slice:entropy"], want_ent, atol=1e-5)
+    assert float((want_ent[0] - want_ent[1]).abs().min()) > 0.05  # the slices do differ
+    assert torch.allclose(st["entropy"], ent.mean((0, 1, 3)), atol=1e-5)

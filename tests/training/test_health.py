@@ -187,3 +187,75 @@ def test_early_growth_far_below_the_limit_is_not_warned_and_a_faded_trend_rearms
           and (e.layer, e.head) == (1, 0)]
     assert len(fc) == 2 and fc[1].step > fc[0].at + 5, fc
     assert not [e for e in health.events if e.kind == "crossed" and e.what == "max_logit"]
+
+
+def test_qk_clip_on_sigprops_own_stack_clips_each_slice_by_its_own_maximum():
+    """``qk_clip_own_``: slice s, head h above tau gets its logits times tau / S_max[s, h]
+    exactly (scores recomputed after the clip), every other (slice, head) bit-identical;
+    non-finite maxima are reported and not applied; a wrong shape is refused."""
+    from sigprop.models.methods.qk_clip import qk_clip_own_
+    from sigprop.spec import ArchSpec, SpecError
+    from sigprop.training.config import TrainConfig
+    from sigprop.training.task import TaskModel
+
+    spec = ArchSpec(depth=1, d_model=32, heads=4, seq_len=8, causal=True, qk_std=0.5)
+    m = TaskModel(spec, TrainConfig(task="clm", seeds=3), vocab=50)
+    att = m.body.blocks[0].attn
+    x = torch.randn(3, 2, 8, 32, generator=torch.Generator().manual_seed(0))
+    before = att.scores(x).detach()
+    maxima = torch.full((3, 4), 5.0)
+    maxima[1, 2] = 40.0
+    maxima[2, 0] = 20.0
+    maxima[0, 3] = float("nan")
+    rep = qk_clip_own_(att, maxima, tau=10.0, alpha=0.3)
+    after = att.scores(x).detach()
+    done = {(r["slice"], r["head"]): r for r in rep}
+    assert set(done) == {(1, 2), (2, 0), (0, 3)}
+    assert done[(0, 3)]["gamma"] is None
+    assert done[(1, 2)]["gamma"] == pytest.approx(0.25)
+    ratio = torch.ones(3, 4)
+    ratio[1, 2], ratio[2, 0] = 0.25, 0.5
+    for s in range(3):
+        for h in range(4):
+            if ratio[s, h] == 1:
+                assert torch.equal(after[s, :, h], before[s, :, h])
+            else:
+                assert torch.allclose(after[s, :, h], before[s, :, h] * ratio[s, h],
+                                      rtol=1e-5, atol=1e-6)
+    with pytest.raises(SpecError, match="qk_clip.max_logits"):
+        qk_clip_own_(att, torch.ones(4), tau=10.0)
+
+
+def test_sigprop_train_reads_the_training_batch_and_clips_every_slice():
+    """``train(..., telemetry_every / qk_clip)``: the trajectory gains the training batch's
+    largest logit and entropy per layer (``split = train``) at the read steps; with QK-Clip
+    at a tau well below where the unclipped run goes, the largest logit (mean over the two
+    slices) after the first clip stays within one step's growth of tau (2 tau here; the
+    unclipped run reaches 3 tau), the clip events name their slice, and the run's losses
+    stay finite."""
+    import numpy as np
+
+    from sigprop.spec import ArchSpec
+    from sigprop.training.config import TrainConfig
+    from sigprop.training.loop import train
+
+    spec = ArchSpec(d_model=32, heads=2, depth=2, seq_len=16, causal=True, beta=1.0)
+    kw = dict(task="clm", steps=30, batch_size=8, lr=5e-2, seeds=2, bias_init="unigram",
+              measure_every=0, eval_sequences=8)
+    free = train(spec, TrainConfig(**kw, telemetry_every=5))
+    tr = free.trajectory
+    ml = tr[(tr.observable == "max_logit") & (tr.split == "train")]
+    assert sorted(set(ml.step)) == [5, 10, 15, 20, 25, 30]
+    assert set(ml.layer) == {1, 2}
+    tau = float(ml.value.max()) / 3
+    assert tau > 1.0
+    clip = train(spec, TrainConfig(**kw, qk_clip=tau))
+    tr = clip.trajectory
+    ml = tr[(tr.observable == "max_logit") & (tr.split == "train")]
+    assert len(set(ml.step)) == 30  # QK-Clip reads every step
+    clips = [e for e in clip.health if e.kind == "qk_clip"]
+    assert clips and {e.slice for e in clips} <= {0, 1}
+    first = min(e.step for e in clips)
+    later = ml[ml.step > first]
+    assert float(later.value.max()) <= 2 * tau
+    assert np.isfinite(clip.final_train).all()

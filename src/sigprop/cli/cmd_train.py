@@ -156,11 +156,21 @@ def train_cmd(spec: ArchSpec,
               store: str | None = typer.Option(None, "--store",
                                                help="log every measurement to this results "
                                                     "store (command monitor)"),
+              telemetry_every: int = typer.Option(
+                  0, "--telemetry-every", help="read each slice's per-head largest logit "
+                  "and entropy on the training batch every K steps (0 = off)"),
+              qk_clip: float | None = typer.Option(
+                  None, "--qk-clip", help="QK-Clip threshold tau: after every optimizer "
+                  "step, heads whose largest logit passed tau are rescaled (Kimi K2)"),
+              qk_clip_alpha: float = typer.Option(
+                  0.5, "--qk-clip-alpha", help="QK-Clip's share on W_Q (gamma^alpha)"),
               fmt: Fmt = FormatOpt, seed: int = SeedOpt, no_timing: bool = NoTimingOpt,
               wide: bool = WideOpt) -> None:
     """Train the spec's model (MLM by default on the built-in stories) and record the loss
     and the signal-propagation observables during training. The first rank collapse and the
-    first entropy collapse the monitor sees are reported once on stderr (docs/monitor.md)."""
+    first entropy collapse the monitor sees are reported once on stderr (docs/monitor.md).
+    ``--telemetry-every`` / ``--qk-clip``: the attention health of the training batch
+    (largest logit and entropy per layer, early warnings, QK-Clip; docs/monitor.md)."""
     from dataclasses import asdict
 
     from .. import trajectory
@@ -171,7 +181,8 @@ def train_cmd(spec: ArchSpec,
                         max_grad_norm=max_grad_norm, eval_every=eval_every,
                         measure_every=measure_every, seeds=seeds, seed=seed, device=device,
                         attention_only=attention_only, tie=tie, threads=threads,
-                        bias_init=bias_init)
+                        bias_init=bias_init, telemetry_every=telemetry_every, qk_clip=qk_clip,
+                        qk_clip_alpha=qk_clip_alpha)
     check_figure_path("--plot", plot)
     check_output_dir("--checkpoint", checkpoint)
     cfg = _fit_default_batch(spec, cfg, data=data)
@@ -192,6 +203,7 @@ def train_cmd(spec: ArchSpec,
     except OSError as err:
         fail(f"--checkpoint: cannot write {checkpoint!r} ({err.strerror or err})")
     _report_collapse(res.events)
+    _report_health(res.health)
     if plot:
         from ..plotting.training import plot_training
         from ..report.training import loss_unit
@@ -204,7 +216,9 @@ def train_cmd(spec: ArchSpec,
                     "rows": trajectory.to_rows(res.trajectory),
                     "final_loss": float(res.final_train.mean()),
                     "eval_loss": float(res.final_eval.mean()), "baseline": res.baseline,
-                    **timing_fields(res.seconds, no_timing), "checkpoint": written, **res.info})
+                    **timing_fields(res.seconds, no_timing), "checkpoint": written, **res.info,
+                    **({"health": [asdict(e) for e in res.health]}
+                       if cfg.telemetry_every or cfg.qk_clip is not None else {})})
     elif fmt == Fmt.csv:
         res.trajectory.drop(columns=[c for c in res.trajectory.columns
                                      if c.startswith("spec.")]).to_csv(sys.stdout, index=False)
@@ -239,6 +253,21 @@ def _report_collapse(events) -> None:
         ev = next((e for e in events if e.kind == kind), None)
         if ev is not None:
             typer.echo(f"sigprop: warning: {ev.message()}", err=True)
+
+
+def _report_health(events) -> None:
+    """The attention health's first event of each kind (non-finite logits, a forecast, a
+    crossing) one line each on stderr, and how many heads QK-Clip rescaled."""
+    for kind in ("non_finite", "forecast", "crossed"):
+        ev = next((e for e in events if e.kind == kind), None)
+        if ev is not None:
+            typer.echo(f"sigprop: warning: {ev.message()}", err=True)
+    clips = [e for e in events if e.kind == "qk_clip"]
+    if clips:
+        typer.echo(f"sigprop: QK-Clip rescaled {len(clips)} heads over "
+                   f"{len({e.step for e in clips})} steps (largest logit seen "
+                   f"{max(e.value for e in clips):.4g}, tau {clips[0].threshold:.4g})",
+                   err=True)
 
 
 def _floats(option: str, text: str, hi: float) -> list[float]:

@@ -101,6 +101,8 @@ class AttentionTelemetry(Probe):
         self.step = int(start)
         self.active = self.step % every == 0
         self._now: dict[int, list[dict]] = defaultdict(list)
+        #: the last :meth:`end_step` result
+        self.last: dict[int, dict[str, torch.Tensor]] = {}
         self._attached = False
         self.__enter__()
 
@@ -135,7 +137,7 @@ class AttentionTelemetry(Probe):
                                 bool(m.spec.causal))
                 pend = {"q": q.reshape(S * B, H, T, dh).transpose(1, 2),
                         "k": k.reshape(S * B, H, T, dh).transpose(1, 2)}
-                self._now[i].append(self._layer_stats(i, site, pend))
+                self._now[i].append(self._layer_stats(i, site, pend, groups=S))
 
         self._handles.append(att.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(att.register_forward_hook(post))
@@ -168,7 +170,13 @@ class AttentionTelemetry(Probe):
             self._now[i].append(self._layer_stats(i, s, pend))
         pend.clear()
 
-    def _layer_stats(self, i, s: AttentionSite, pend) -> dict[str, torch.Tensor]:
+    def _layer_stats(self, i, s: AttentionSite, pend,
+                     groups: int | None = None) -> dict[str, torch.Tensor]:
+        """One attention call's statistics, per head ``(H,)``. ``groups``: the batch is
+        ``groups`` independent models' batches one after the other (sigprop's stacked
+        initialisations); the rows are then sampled in the first ``sequences`` sequences of
+        each group, and ``slice:<stat>`` holds every statistic per group, ``(groups, H)``
+        (the per-head values are their maximum / mean over groups)."""
         q, k, rope = self._qk(s, pend)
         self.info[i].update(source="telemetry", rope=rope, approximate=rope == "missing")
         H, T, dh = s.n_heads, q.shape[-2], s.head_dim
@@ -196,15 +204,22 @@ class AttentionTelemetry(Probe):
 
         def logits(rows, maps=slice(None)):  # scale x q.k + the additive term
             if add is None:
-                return torch.bmm(q[maps, rows], kt[maps]).mul_(scale)
+                return torch.bmm(q[maps][:, rows], kt[maps]).mul_(scale)
             a = add[maps] if add.dim() > 2 else add
-            return torch.baddbmm(a[..., rows, :], q[maps, rows], kt[maps], alpha=scale)
+            return torch.baddbmm(a[..., rows, :], q[maps][:, rows], kt[maps], alpha=scale)
 
         g = torch.Generator().manual_seed(block_seed(self.seed & (2**64 - 1), self.step,
                                                           salt=101 + i))
         R = min(self.rows, T)
         idx = torch.randperm(T, generator=g)[:R].sort().values.to(q.device)
-        seqs = slice(0, min(NH, self.sequences * H))
+        G = int(groups or 1)
+        per = NH // H // G  # sequences per group
+        ns = min(self.sequences, per)  # sampled sequences per group
+        if G == 1:
+            seqs = slice(0, ns * H)
+        else:  # the first `ns` sequences of every group, every head: (G * ns * H,) maps
+            first = (torch.arange(G)[:, None] * per + torch.arange(ns)[None, :]).reshape(-1)
+            seqs = (first[:, None] * H + torch.arange(H)[None, :]).reshape(-1).to(q.device)
         # the exact maximum, query rows in chunks (no T x Tk map kept); the sampled rows of
         # the first `sequences` sequences, (S * H, R, Tk) masked -inf, taken from the one
         # chunk when it holds every row
@@ -215,7 +230,7 @@ class AttentionTelemetry(Probe):
             part = logits(slice(r0, min(T, r0 + step)))
             best = torch.maximum(best, part.amax((-1, -2)))
             if step >= T:
-                sc = part[seqs, idx]
+                sc = part[seqs][:, idx]
         if sc is None:
             sc = logits(idx, seqs)
         vis = torch.isfinite(sc)
@@ -237,22 +252,33 @@ class AttentionTelemetry(Probe):
         ipr = A.square().sum(-1)
         h = (rz.log().neg() - (e * d).sum(-1) * rz).clamp_min(0.0)  # row entropy, nats
         h = h / torch.log(keys.clamp_min(2).to(A.dtype))
-        h = h.masked_fill(keys < 2, math.nan).reshape(-1, H, R)  # (N, H, R)
-        hh = h.transpose(0, 1).reshape(H, -1)  # (H, N * R)
-        n = (~hh.isnan()).sum(-1)
-        mean = torch.nanmean(hh, -1)
-        var = torch.nanmean((hh - mean[:, None]).square(), -1) * n / (n - 1).clamp_min(1)
+        h = h.masked_fill(keys < 2, math.nan).reshape(G, ns, H, R)
         fpc = math.sqrt((T - R) / (T - 1)) if T > 1 else 0.0
-        se = (var / n.clamp_min(1)).sqrt() * fpc
 
-        def per_head(x):  # (N * H, ...) -> the mean over sequences, (H,)
-            return x.reshape(-1, H, *x.shape[1:]).mean(0)
+        def entropy_of(hh):  # (..., H, n rows) -> the mean and its standard error
+            n = (~hh.isnan()).sum(-1)
+            mean = torch.nanmean(hh, -1)
+            var = torch.nanmean((hh - mean[..., None]).square(), -1) * n / \
+                (n - 1).clamp_min(1)
+            return mean, (var / n.clamp_min(1)).sqrt() * fpc
 
-        return {"max_logit": best.reshape(-1, H).amax(0), "entropy": mean, "entropy_se": se,
-                "ipr": per_head(ipr.mean(-1)), "wmax": per_head(rz.mean(-1)),
-                "sink": per_head(A[..., 0].mean(-1)),
-                "sigma_s": per_head(sigma.square()).sqrt(),
-                "keys": per_head(keys.to(q.dtype).mean(-1))}
+        def per_head(x):  # (G * ns * H,) -> the mean over a group's sequences, (G, H)
+            return x.reshape(G, ns, H).mean(1)
+
+        mean, se = entropy_of(h.transpose(1, 2).reshape(G, H, ns * R))
+        by = {"max_logit": best.reshape(G, per, H).amax(1), "entropy": mean,
+              "entropy_se": se, "ipr": per_head(ipr.mean(-1)), "wmax": per_head(rz.mean(-1)),
+              "sink": per_head(A[..., 0].mean(-1)),
+              "sigma_s": per_head(sigma.square()).sqrt(),
+              "keys": per_head(keys.to(q.dtype).mean(-1))}
+        if G == 1:
+            return {k: v[0] for k, v in by.items()}
+        mean, se = entropy_of(h.permute(2, 0, 1, 3).reshape(H, G * ns * R))
+        out = {"max_logit": by["max_logit"].amax(0), "entropy": mean, "entropy_se": se}
+        out.update({k: by[k].mean(0) for k in ("ipr", "wmax", "sink", "keys")})
+        out["sigma_s"] = by["sigma_s"].square().mean(0).sqrt()
+        out.update({f"slice:{k}": v for k, v in by.items()})
+        return out
 
     # ---- steps -----------------------------------------------------------------------------
     def end_step(self, step: int | None = None) -> dict[int, dict[str, torch.Tensor]]:
@@ -264,11 +290,13 @@ class AttentionTelemetry(Probe):
         for i, parts in sorted(self._now.items()):
             if not parts:
                 continue
-            merged = {"max_logit": torch.stack([p["max_logit"] for p in parts]).amax(0)}
-            for key in STATS[1:]:
-                merged[key] = torch.stack([p[key] for p in parts]).nanmean(0)
+            merged = {}
+            for key in parts[0]:  # the per-head STATS (and the per-group ``slice:`` ones)
+                v = torch.stack([p[key] for p in parts])
+                merged[key] = v.amax(0) if key.endswith("max_logit") else v.nanmean(0)
             out[i] = {k: v.float().cpu() for k, v in merged.items()}
         self._now.clear()
+        self.last = out
         self.step = step + 1
         self.active = self.step % self.every == 0
         return out

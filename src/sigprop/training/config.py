@@ -3,6 +3,7 @@ the training loop, the task model and the trainability grid."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 from ..spec import SpecError
@@ -30,7 +31,14 @@ class TrainConfig:
     block become trained scalars (one per block and slice, started at the spec's values, no
     weight decay). ``value_bias`` False holds the attention's value bias at zero (mindthegap's
     bias-free layer ``A X W_V``; with it, softmax attention can fit a constant offset through
-    ``A 1 = 1`` that centred attention cannot, since ``A_perp 1 = 0``)."""
+    ``A 1 = 1`` that centred attention cannot, since ``A_perp 1 = 0``).
+
+    Attention health on the training batch (docs/monitor.md): ``telemetry_every`` > 0 reads
+    every slice's per-head largest logit and entropy on the forward pass of every
+    ``telemetry_every``-th training step (:class:`sigprop.training.health.AttentionHealth`);
+    ``qk_clip`` = tau applies QK-Clip after every optimizer step (each slice by its own
+    maxima; the telemetry then reads every step), ``qk_clip_alpha`` its split between W_Q
+    and W_K."""
 
     task: str = "mlm"
     steps: int = 1000
@@ -56,6 +64,9 @@ class TrainConfig:
     tau_warmup: int = 0
     train_alpha: bool = False
     value_bias: bool = True
+    telemetry_every: int = 0
+    qk_clip: float | None = None
+    qk_clip_alpha: float = 0.5
 
     def __post_init__(self) -> None:
         def check(name, ok, rng):
@@ -84,6 +95,15 @@ class TrainConfig:
         check("tau_warmup", isinstance(self.tau_warmup, int) and not isinstance(
             self.tau_warmup, bool) and 0 <= self.tau_warmup <= 10_000_000,
             "an integer in [0, 10000000] (0 = no warm-up)")
+        check("telemetry_every", isinstance(self.telemetry_every, int) and not isinstance(
+            self.telemetry_every, bool) and 0 <= self.telemetry_every <= 10_000_000,
+            "an integer in [0, 10000000] (0 = off)")
+        check("qk_clip", self.qk_clip is None or (
+            isinstance(self.qk_clip, int | float) and not isinstance(self.qk_clip, bool)
+            and math.isfinite(self.qk_clip) and 1e-3 <= self.qk_clip <= 1e6),
+            "a number in [0.001, 1000000] (or none: no clip)")
+        check("qk_clip_alpha", isinstance(self.qk_clip_alpha, int | float)
+              and 0 <= self.qk_clip_alpha <= 1, "a number in [0, 1]")
         for name in ("train_alpha", "value_bias"):
             check(name, isinstance(getattr(self, name), bool), "true or false")
 

@@ -62,9 +62,11 @@ class HealthEvent:
     value: float
     threshold: float
     at: float | None = None
+    slice: int | None = None  # sigprop's own stack: which stacked initialisation
 
     def message(self) -> str:
-        where = f"layer {self.layer}, head {self.head}"
+        where = f"layer {self.layer}, head {self.head}" + (
+            f", slice {self.slice}" if self.slice is not None else "")
         if self.kind == "non_finite":
             return f"step {self.step}: {where}: the largest attention logit is {self.value}"
         if self.kind == "forecast":
@@ -251,8 +253,21 @@ class AttentionHealth:
         """QK-Clip on every head whose largest logit passed the threshold
         (:func:`sigprop.models.methods.qk_clip.qk_clip_`; its layers are matched to the
         telemetry's by block name)."""
-        from ..models.methods.qk_clip import attention_layers, qk_clip_
+        from ..models.methods.qk_clip import attention_layers, qk_clip_, qk_clip_own_
 
+        own = self.telemetry._own  # sigprop's own stack: each slice clipped by its own maxima
+        if own:
+            out = []
+            for i, st in stats.items():
+                if i in own:
+                    m = st.get("slice:max_logit", st["max_logit"][None])
+                    for r in qk_clip_own_(own[i], m, tau=float(self.qk_clip),
+                                          alpha=self.clip_alpha):
+                        if r["gamma"] is not None:
+                            out.append(HealthEvent(step, i, r["head"], "qk_clip", "max_logit",
+                                                   r["max_logit"], float(self.qk_clip),
+                                                   slice=r["slice"]))
+            return out
         if self._clip_index is None:
             names = [n for n, _ in attention_layers(self.model)]
             self._clip_index = {i: names.index(n) for i, (n, _) in

@@ -85,7 +85,12 @@ class TrainResult:
     per block) and the logit temperature (``tau``, layer 0) at every measuring step; None
     otherwise. ``events``: the training-time monitor's collapse events
     (:class:`sigprop.measurement.monitor.CollapseEvent`, every measured layer in rank or
-    entropy collapse, with ``group`` ``{"beta": ...}`` when several betas were trained)."""
+    entropy collapse, with ``group`` ``{"beta": ...}`` when several betas were trained).
+    ``health``: with ``config.telemetry_every`` or ``config.qk_clip``, the attention health's
+    events (:class:`sigprop.training.health.HealthEvent`: forecasts, crossings, non-finite
+    logits, QK-Clip rescales with their ``slice``); the trajectory then holds the training
+    batch's ``max_logit`` (largest over heads) and ``entropy`` (mean over heads) per layer
+    and slice group, rows with ``split = "train"``."""
 
     trajectory: object
     final_train: np.ndarray
@@ -100,6 +105,7 @@ class TrainResult:
     scalars: object = None
     events: list = field(default_factory=list)
     alphas: list[float] | None = None
+    health: list = field(default_factory=list)
 
 
 def mean_err(v: np.ndarray) -> tuple[float, float]:
@@ -191,6 +197,7 @@ def train_loop(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
     record = _Record(spec, config, model, batches, device, _group_keys(betas, alphas), sinks,
                      warn)
     tau_at = _temperature(spec, config)
+    health = _health(model, config)
 
     def losses_at(k: int) -> Tensor:
         if tau_at is not None:
@@ -199,6 +206,8 @@ def train_loop(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
         return slice_losses(model, config.task, x, y)
 
     def after(k: int, losses: Tensor) -> None:
+        if health is not None:  # before the record's evaluation: QK-Clip acts on this step
+            record.telemetry(k, health.after_step(k), health.telemetry)
         record.after_update(k, losses)
         if on_step is not None:
             on_step(k, config.steps)
@@ -206,8 +215,12 @@ def train_loop(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
     if tau_at is not None:
         model.set_temperature(tau_at(0))
     record.start()
-    run(losses_at, opt, config.steps, sched=sched, after=after,
-        on_grads=lambda: clip_per_slice(params, config.max_grad_norm))
+    try:
+        run(losses_at, opt, config.steps, sched=sched, after=after,
+            on_grads=lambda: clip_per_slice(params, config.max_grad_norm))
+    finally:
+        if health is not None:
+            health.close()
     info = {"task": config.task, "data": batches.source, "vocab_size": batches.vocab,
             "slices": model.n_slices, "device": str(device)}
     return TrainResult(trajectory.make(record.rows, spec), record.last_train, record.last_eval,
@@ -215,7 +228,20 @@ def train_loop(spec, config, data, corpus, betas, on_step, keep_model, sinks=(),
                        None if betas is None else [float(b) for b in betas], info,
                        model if keep_model else None, record.scalar_table(),
                        record.monitor.events,
-                       None if alphas is None else [float(a) for a in alphas])
+                       None if alphas is None else [float(a) for a in alphas],
+                       list(health.events) if health is not None else [])
+
+
+def _health(model: TaskModel, config: TrainConfig):
+    """The attention health of the training batch (TrainConfig docstring), or None."""
+    if not config.telemetry_every and config.qk_clip is None:
+        return None
+    from .health import AttentionHealth
+
+    every = 1 if config.qk_clip is not None else config.telemetry_every
+    return AttentionHealth(model, every=every, seed=config.seed, qk_clip=config.qk_clip,
+                           clip_alpha=config.qk_clip_alpha, warn=False, reduce=False,
+                           start=1)
 
 
 def _check_task(spec: ArchSpec, config: TrainConfig) -> None:
@@ -296,6 +322,23 @@ class _Record:
         if step % self.eval_every == 0 or last:
             self.last_eval = self.evaluate(step)
         self.measure(step)
+
+    def telemetry(self, step: int, scalars: dict, telemetry) -> None:
+        """The attention health's reading of this step's training batch (when it read it):
+        per layer and slice group, the largest logit over heads and the mean entropy over
+        heads, rows with ``split = "train"``."""
+        if not scalars:
+            return
+        for layer, st in telemetry.last.items():
+            mx = st.get("slice:max_logit", st["max_logit"][None])
+            ent = st.get("slice:entropy", st["entropy"][None])
+            per = self.model.n_slices
+            if mx.shape[0] != per:  # one reading for every slice (not sliced)
+                mx, ent = mx.expand(per, -1), ent.expand(per, -1)
+            self.emit(step, "max_logit", layer + 1, mx.amax(-1).double().numpy(),
+                      split="train")
+            self.emit(step, "entropy", layer + 1, ent.nanmean(-1).double().numpy(),
+                      split="train")
 
     def evaluate(self, step: int) -> np.ndarray:
         """The eval loss per slice, pooled over the eval set (each batch's mean weighted by

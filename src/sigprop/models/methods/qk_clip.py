@@ -200,6 +200,42 @@ def qk_clip_(model, max_logits, tau: float = 100.0, alpha: float = 0.5) -> list[
     return report
 
 
+def qk_clip_own_(attention, max_logits, tau: float = 100.0, alpha: float = 0.5
+                 ) -> list[dict]:
+    """QK-Clip in place on one layer of sigprop's own stack
+    (:class:`sigprop.nn.attention.BatchedAttention`: ``S`` stacked initialisations, W_Q and
+    W_K ``(S, d, d)`` with head ``h`` the ``h``-th block of ``d_H`` columns, no Q/K bias).
+    ``max_logits``: ``(S, H)`` (or ``(H,)`` for ``S = 1``), each slice's own largest logit
+    per head (the telemetry's ``slice:max_logit``): a slice is an independent run, so each
+    is clipped by its own factor: its head's W_Q columns times ``gamma^alpha`` and W_K
+    columns times ``gamma^(1 - alpha)``, ``gamma = tau / S_max``, and that slice's logits of
+    that head scale by exactly ``gamma`` (the score factor ``m(n) / sqrt(d_H)`` is applied
+    after the projections). Returns one dict per clipped or non-finite (slice, head):
+    ``slice``, ``head``, ``max_logit``, ``gamma`` (None where skipped), ``how``."""
+    tau, alpha = check_tau_alpha(tau, alpha)
+    S, H, dh = attention.n_seeds, attention.heads, attention.d_head
+    m = torch.as_tensor(max_logits, dtype=torch.float64).detach().cpu()
+    if m.dim() == 1 and S == 1:
+        m = m[None]
+    if tuple(m.shape) != (S, H):
+        raise SpecError("qk_clip.max_logits", f"need ({S}, {H}) values (slices, heads) for "
+                                              f"this layer (got {tuple(m.shape)})")
+    finite = torch.isfinite(m)
+    gamma = torch.where(finite & (m > tau), tau / m, torch.ones_like(m))
+    report = []
+    for s_, h in torch.nonzero(~finite | (m > tau)).tolist():
+        ok = bool(finite[s_, h])
+        report.append({"slice": s_, "head": h, "max_logit": float(m[s_, h]),
+                       "gamma": float(gamma[s_, h]) if ok else None,
+                       "how": HOW_QK if ok else HOW_NON_FINITE})
+    if any(r["gamma"] is not None for r in report):
+        with torch.no_grad():  # (S, 1, H, 1) factors on the (S, d, H, d_H) column blocks
+            for w, power in ((attention.w_q, alpha), (attention.w_k, 1.0 - alpha)):
+                f = gamma.pow(power).to(w.dtype).to(w.device)
+                w.view(S, w.shape[1], H, dh).mul_(f[:, None, :, None])
+    return report
+
+
 def recorded_clip(config) -> dict[str, Any] | None:
     """The qk-clip parameters a config records (``sigprop_fix["after_step"]``), or None."""
     rec = getattr(config, "sigprop_fix", None)
