@@ -69,6 +69,8 @@ def test_runtime_methods_are_the_ones_that_change_the_forward_pass():
     # by hand from docs/fixes.md: the methods whose forward pass a reload must re-install
     want = {"admin", "deepnorm", "deepscalelm", "depth-mup", "layerscale", "qk-norm", "rezero",
             "shaped", "skipinit", "softcap", "tfixup"}
+    # the residual-stream fixes of 2024-2026 (their checks: test_methods_residual_2024.py)
+    want |= {"value-residual"}
     assert {n for n in M.names() if M.get(n).runtime} == want
 
 

@@ -91,6 +91,7 @@ def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]]
     from ..measurement.threads import cpu_settings
     from ..models import methods as M
     from ..models.methods.qk_clip import recorded_clip
+    from ..models.methods.z_loss import recorded_z_loss
     from ..spec import SpecError
     from ..training.config import TrainConfig
 
@@ -121,7 +122,8 @@ def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]]
                     out[name] = None
                     continue
             out[name] = _train(m, batches, small_spec.d_model, steps, seed, device,
-                               clip=recorded_clip(getattr(m, "config", None)))
+                               clip=recorded_clip(getattr(m, "config", None)),
+                               zloss=recorded_z_loss(getattr(m, "config", None)))
     note = (f"train gain: {steps} steps of {task} on the built-in corpus at the model's "
             f"depth, d {WIDTH}, {HEADS} heads, T {T} (batch {BATCH}, lr {LR:g}); nats below "
             f"the unigram baseline {batches.baseline:.3f}")
@@ -130,14 +132,19 @@ def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]]
 
 def _train(body: nn.Module, batches, d: int, steps: int, seed: int, device: str,
            every: int = 0, on_gain: Callable[[int, float], None] | None = None,
-           clip: dict | None = None) -> float | None:
+           clip: dict | None = None, zloss: dict | None = None) -> float | None:
     """The gain after ``steps`` steps; None when the loss stops being finite. ``every`` > 0:
     also ``on_gain(step, gain)`` every ``every`` steps (benchmarks/fixes_probe.py).
     ``clip``: the parameters of a recorded QK-Clip (``tau``, ``alpha``), applied after every
     optimizer step from the step's own largest logits
-    (:class:`sigprop.training.health.AttentionHealth`)."""
+    (:class:`sigprop.training.health.AttentionHealth`). ``zloss``: the parameters of a
+    recorded z-loss (``coeff``): ``coeff * log^2 Z`` of the readout's logits added to the
+    training loss over the labelled positions (:func:`sigprop.models.methods.z_loss.z_loss`);
+    the evaluation loss stays the cross-entropy alone."""
+    from ..models.methods import get
     from ..training.health import AttentionHealth
 
+    z_term = get("z-loss")
     torch.manual_seed(seed)
     health = None if not clip else AttentionHealth(
         body, rows=4, qk_clip=float(clip.get("tau", 100.0)),
@@ -148,7 +155,11 @@ def _train(body: nn.Module, batches, d: int, steps: int, seed: int, device: str,
 
     def loss_at(_step: int) -> torch.Tensor:
         x, y = batches.train_batch(gen, device)
-        return F.cross_entropy(model(x).flatten(0, 1), y.flatten(), ignore_index=-100)
+        logits = model(x)
+        loss = F.cross_entropy(logits.flatten(0, 1), y.flatten(), ignore_index=-100)
+        if zloss is not None:
+            loss = loss + z_term.loss(logits, zloss, mask=y != -100)
+        return loss
 
     def after(step: int, _loss: torch.Tensor) -> None:
         if health is not None:

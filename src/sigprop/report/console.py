@@ -353,6 +353,7 @@ def print_compare(c, console: Console | None = None, wide: bool = False) -> None
     entropies, the theory's final cos, the measured verdict, the loss gain with training);
     the baseline first; the recommendation and the ranking rule below."""
     from ..analysis.ranking import RANKING
+    from ..models import methods
 
     console = console or tables.console(wide)
     b = c.baseline
@@ -377,6 +378,11 @@ def print_compare(c, console: Console | None = None, wide: bool = False) -> None
     errs = [r for r in c.rows if r.error]
     for r in errs:
         console.print(f"  {r.method}: {r.error}")
+    train_only = [r.method for r in c.rows if getattr(methods.REGISTRY.get(r.method),
+                                                      "training_only", False)]
+    if train_only and not c.train_steps:
+        console.print(f"{', '.join(train_only)}: act during training only; at init each is the "
+                      "baseline itself (compared under --train-steps K only)")
     console.print("th cos: theory (blank: measured only); ent: normalised head entropy, "
                   "lowest and median over every head; kept: cosine of each token's centred "
                   "input and centred output (~0: the depth scrambled the tokens)")

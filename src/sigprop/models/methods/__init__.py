@@ -33,6 +33,8 @@ from . import (  # noqa: F401 - each module registers its method
     skipinit,
     softcap,
     tfixup,
+    value_residual,
+    z_loss,
 )
 from .base import (
     RECORD_KEY,

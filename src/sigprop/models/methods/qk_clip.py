@@ -248,6 +248,8 @@ def recorded_clip(config) -> dict[str, Any] | None:
 @register
 class QKClip(Method):
     name = "qk-clip"
+    #: acts through training only: at init the model is the baseline itself
+    training_only = True
     params = (
         Param("tau", "threshold on each head's max pre-softmax logit (Kimi K2: 100)", 100.0,
               lo=1e-3, hi=1e6),

@@ -37,6 +37,9 @@ NOT_ON_STACK = {
                "have (apply it to an HF model: sigprop fix MODEL --method softcap)",
     "mimetic": "structured W_Q W_K^T and W_V W_O are not the stack's Gaussian draws (apply it "
                "to an HF model: sigprop fix MODEL --method mimetic)",
+    "value-residual": "block l's values mixed with block 1's need a kernel carried from the "
+                      "first block, which the stack's per-layer spec has no slot for (apply it "
+                      "to an HF model: sigprop fix MODEL --method value-residual)",
 }
 
 

@@ -1,0 +1,204 @@
+"""The field's residual-stream and training fixes of 2024-2026 in the registry
+(sigprop.models.methods: value-residual, hyper-connections, ngpt, z-loss): each patch checked
+against its definition by an independent computation on tiny models built from configs, the
+written folder reloaded, bad parameters and models refused in one line."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from sigprop import models as hf
+from sigprop.models import methods as M
+from sigprop.models.methods.parts import block_parts, weight_of
+from sigprop.models.presets import PRESETS, shrink
+from sigprop.spec import SpecError
+
+SMALL = dict(layers=3, hidden=64, heads=4, kv_heads=2, intermediate=128, vocab=100)
+GPT2, LLAMA, BERT = "gpt2", "llama-3.2-1b", "bert-base-uncased"
+
+
+def _model(family, seed=0, **over):
+    cfg = shrink(PRESETS[family], **{**SMALL, **over})
+    return hf.model_at_init(hf.load_config(cfg), seed=seed, attn_implementation="sdpa").eval()
+
+
+def _ids(T=16, seed=1):
+    return torch.randint(0, 100, (2, T), generator=torch.Generator().manual_seed(seed))
+
+
+def _apply(model, names, params=None, T=16):
+    spec, _ = hf.spec_and_info(model.config, T)
+    return M.apply_methods(model, list(names), params or {}, M.context_for(model, spec))
+
+
+def _hidden(model, ids=None, **kw):
+    with torch.no_grad():
+        return model(input_ids=_ids() if ids is None else ids, **kw)
+
+
+def _reloads(model, tmp_path):
+    """The written folder, through sigprop's loader, gives the patched model's outputs."""
+    ids = _ids()
+    want = _hidden(model, ids).last_hidden_state
+    model.save_pretrained(tmp_path, safe_serialization=True)
+    back = hf.from_pretrained(tmp_path).eval()
+    got = _hidden(back, ids).last_hidden_state
+    assert float((got - want).abs().max()) <= 1e-6 * max(1.0, float(want.abs().max()))
+    return back
+
+
+# ---- value residual ----------------------------------------------------------------------------
+def _value_inputs(model):
+    """Each block's value projection: its input in the next forward pass (pre-hooks) and its
+    output after every hook (a forward hook registered last)."""
+    seen = {"x": [], "out": []}
+    handles = []
+    for p in block_parts(model):
+        m, sl, _ = p.v[0]
+        handles.append(m.register_forward_pre_hook(
+            lambda _m, a: seen["x"].append(a[0].detach().clone())))
+        handles.append(m.register_forward_hook(
+            lambda _m, _a, o, sl=sl: seen["out"].append(
+                (o if sl is None else o[..., sl[0]:sl[1]]).detach().clone())))
+    return seen, handles
+
+
+@pytest.mark.parametrize("family", [GPT2, LLAMA, BERT])
+def test_value_residual_mixes_each_blocks_values_with_the_first_blocks(family):
+    """Block l > 1's values equal ``lambda_self x_l W_V^l + lambda_first x_1 W_V^1`` (with the
+    biases), computed here from each block's own value-projection input and weights; block
+    1's values are its own. Non-default weights, so the two are told apart."""
+    m = _model(family)
+    rep = _apply(m, ["value-residual"], {"value-residual": {"lambda_self": 0.3,
+                                                            "lambda_first": 1.7}})
+    assert rep.applied[0]["params"] == {"lambda_self": 0.3, "lambda_first": 1.7,
+                                        "trainable": "no"}
+    assert rep.after is None and "value-residual" in rep.effect.measured_only[0]
+    seen, handles = _value_inputs(m)
+    _hidden(m)
+    for h in handles:
+        h.remove()
+    raw = []
+    for p, x in zip(block_parts(m), seen["x"], strict=True):
+        t = p.v[0]
+        w = weight_of(t).detach()
+        b = t[0].bias
+        if b is not None and t[1] is not None:
+            b = b[t[1][0]:t[1][1]]
+        raw.append(F.linear(x, w, None if b is None else b.detach()))
+    torch.testing.assert_close(seen["out"][0], raw[0], rtol=0, atol=1e-6)
+    for i in range(1, len(raw)):
+        torch.testing.assert_close(seen["out"][i], 0.3 * raw[i] + 1.7 * raw[0], rtol=0,
+                                   atol=1e-5)
+
+
+@pytest.mark.parametrize("family, trainable", [(GPT2, "no"), (LLAMA, "yes"), (BERT, "no")])
+def test_value_residual_reloads(tmp_path, family, trainable):
+    m = _model(family)
+    plain = _hidden(m).last_hidden_state
+    _apply(m, ["value-residual"], {"value-residual": {"lambda_first": 0.8,
+                                                      "trainable": trainable}})
+    assert float((_hidden(m).last_hidden_state - plain).abs().max()) > 1e-3
+    mix = block_parts(m)[1].v[0][0].sigprop_value_mix
+    assert isinstance(mix, torch.nn.Parameter) == (trainable == "yes")
+    with torch.no_grad():  # a value away from init: the folder must carry it
+        mix.copy_(torch.tensor([0.25, 1.5]))
+    back = _reloads(m, tmp_path)
+    torch.testing.assert_close(block_parts(back)[1].v[0][0].sigprop_value_mix,
+                               torch.tensor([0.25, 1.5]))
+
+
+@pytest.mark.parametrize("over, params, needle", [
+    (dict(layers=1), {}, "value-residual: needs two or more blocks"),
+    ({}, {"lambda_self": -1}, "value-residual.lambda_self: must be a number in"),
+    ({}, {"trainable": "maybe"}, "value-residual.trainable: must be one of no, yes"),
+    ({}, {"lam": 1}, "value-residual.lam: unknown parameter"),
+])
+def test_value_residual_refusals_are_one_line(over, params, needle):
+    m = _model(GPT2, **over)
+    with pytest.raises(SpecError) as err:
+        _apply(m, ["value-residual"], {"value-residual": params})
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_value_residual_twice_is_refused():
+    m = _model(GPT2)
+    _apply(m, ["value-residual"])
+    with pytest.raises(SpecError, match="value-residual: the model already mixes"):
+        _apply(m, ["value-residual"])
+
+
+# ---- z-loss --------------------------------------------------------------------------------------
+def test_z_loss_term_is_coeff_times_mean_squared_log_normaliser():
+    from sigprop.models.methods.z_loss import z_loss
+
+    g = torch.Generator().manual_seed(0)
+    logits = torch.randn(3, 5, 11, generator=g, dtype=torch.float64) * 4 + 2
+    mask = torch.rand(3, 5, generator=g) > 0.4
+    lz = [math.log(sum(math.exp(v) for v in row)) for row in logits.reshape(-1, 11).tolist()]
+    keep = mask.reshape(-1).tolist()
+    want_all = 1e-4 * sum(v * v for v in lz) / len(lz)
+    want_mask = 1e-4 * sum(v * v for v, k in zip(lz, keep, strict=True) if k) / sum(keep)
+    assert float(z_loss(logits, 1e-4)) == pytest.approx(want_all, rel=1e-12)
+    assert float(z_loss(logits, 1e-4, mask)) == pytest.approx(want_mask, rel=1e-12)
+    meth = M.get("z-loss")
+    assert float(meth.loss(logits, {"coeff": 0.5}, mask)) == pytest.approx(
+        want_mask / 1e-4 * 0.5, rel=1e-12)
+    assert float(meth.loss(logits, None)) == pytest.approx(want_all, rel=1e-12)  # 1e-4
+    assert float(z_loss(logits, 1.0, torch.zeros(3, 5, dtype=torch.bool))) == 0.0
+    with pytest.raises(SpecError, match=r"z-loss.coeff: must be a number in"):
+        meth.loss(logits, {"coeff": -1})
+    with pytest.raises(SpecError, match=r"z-loss.scale: unknown parameter"):
+        meth.loss(logits, {"scale": 1})
+
+
+def test_z_loss_changes_nothing_at_init_and_is_recorded(tmp_path):
+    from sigprop.models.methods.z_loss import recorded_z_loss
+
+    meth = M.get("z-loss")
+    assert meth.theory == "measured only" and not meth.runtime and meth.training_only
+    m = _model(GPT2)
+    before = {k: v.clone() for k, v in m.state_dict().items()}
+    rep = _apply(m, ["z-loss"])
+    assert rep.applied == [{"name": "z-loss", "params": {"coeff": 1e-4}}]
+    assert "--train-steps only" in rep.changes[0]
+    assert all(torch.equal(v, m.state_dict()[k]) for k, v in before.items())
+    assert recorded_z_loss(m.config) == {"coeff": 1e-4}
+    m.save_pretrained(tmp_path)
+    assert recorded_z_loss(hf.load_config(tmp_path)) == {"coeff": 1e-4}
+    with pytest.raises(SpecError, match=r"z-loss.coeff: must be a number in"):
+        _apply(_model(GPT2), ["z-loss"], {"z-loss": {"coeff": 2}})
+
+
+def test_fix_compare_train_steps_adds_the_z_loss_to_that_arm_only(monkeypatch):
+    """``fix --compare --train-steps``: the z-loss arm's training loss is the cross-entropy
+    plus coeff * log^2 Z of its logits at every step (the term checked against the logits it
+    was given), the baseline arm's is not; a large coeff trains the arm differently."""
+    from types import SimpleNamespace
+
+    from sigprop.analysis import compare_train as ct
+    from sigprop.models.methods import z_loss as zl
+
+    seen = []
+    orig = zl.z_loss
+
+    def spy(logits, coeff, mask=None):
+        out = orig(logits, coeff, mask)
+        lse = torch.logsumexp(logits.detach().double(), -1)[mask]
+        seen.append((coeff, float(out.detach()), float(coeff * lse.square().mean())))
+        return out
+
+    monkeypatch.setattr(zl, "z_loss", spy)
+    cfg = hf.load_config(shrink(PRESETS[GPT2], layers=2, hidden=64, heads=4, vocab=100))
+    spec = hf.spec_from_config(cfg, 16)
+    gains, note = ct.train_gains(cfg, spec, ["z-loss"], {"z-loss": {"coeff": 0.05}},
+                                 {"z-loss": SimpleNamespace(error=None)}, steps=3)
+    assert set(gains) == {"baseline", "z-loss"} and all(g is not None for g in gains.values())
+    assert len(seen) == 3 and all(c == 0.05 for c, *_ in seen)  # the z-loss arm only
+    for _c, got, want in seen:
+        assert got == pytest.approx(want, rel=1e-5)
+    assert gains["z-loss"] != gains["baseline"]
