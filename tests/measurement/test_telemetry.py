@@ -308,3 +308,34 @@ def test_own_stack_reads_each_slice_on_its_own():
     assert torch.allclose(st["slice:entropy"], want_ent, atol=1e-5)
     assert float((want_ent[0] - want_ent[1]).abs().min()) > 0.05  # the slices do differ
     assert torch.allclose(st["entropy"], ent.mean((0, 1, 3)), atol=1e-5)
+
+
+@pytest.mark.parametrize("cfg", [LLAMA, GPT2], ids=["llama-rope-gqa", "gpt2-fused"])
+def test_max_logit_now_forms_the_step_inputs_through_the_current_weights(cfg):
+    """``keep_inputs``: after the step, the last layer's Q/K weights change (every layer's
+    input is then the same as in the step); ``max_logit_now`` equals the largest logit a
+    fresh telemetry reads from the same batch with the changed weights (1e-5), and differs
+    from the step's own reading."""
+    m = _model(cfg)
+    ids = _ids(2, 32)
+    tel = AttentionTelemetry(m, rows=4, keep_inputs=True)
+    m(input_ids=ids).last_hidden_state.sum().backward()
+    step = tel.end_step(0)
+    last = m.layers[-1].self_attn if cfg is LLAMA else m.h[-1].attn
+    with torch.no_grad():
+        if cfg is LLAMA:
+            last.q_proj.weight.mul_(2.5)
+        else:
+            last.c_attn.weight[:, :64].mul_(2.5)  # W_Q's columns of the fused map
+    now = tel.max_logit_now()
+    tel.close()
+    fresh = AttentionTelemetry(m, rows=4)
+    m(input_ids=ids).last_hidden_state.sum().backward()
+    want = fresh.end_step(0)
+    fresh.close()
+    for i in (0, 1):
+        assert torch.allclose(now[i]["max_logit"], want[i]["max_logit"], rtol=1e-5, atol=1e-6)
+    assert torch.allclose(now[0]["max_logit"], step[0]["max_logit"], rtol=1e-5)
+    assert not torch.allclose(now[1]["max_logit"], step[1]["max_logit"], rtol=1e-2)
+    with pytest.raises(SpecError, match="keep_inputs"):
+        fresh.max_logit_now()

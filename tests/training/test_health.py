@@ -259,3 +259,43 @@ def test_sigprop_train_reads_the_training_batch_and_clips_every_slice():
     later = ml[ml.step > first]
     assert float(later.value.max()) <= 2 * tau
     assert np.isfinite(clip.final_train).all()
+
+
+@pytest.mark.parametrize("clip_on", ["updated", "step"])
+def test_qk_clip_on_the_updated_weights_bounds_the_batch_just_seen(clip_on):
+    """``clip_on="updated"``: QK-Clip acts on the step's Q/K inputs formed again through the
+    weights after the optimizer step, so after the clip those inputs give at most tau
+    (checked by forming them again, 1e-5); with Kimi's ``"step"`` maxima (the forward pass
+    before the update) an AdamW step at this learning rate leaves them above tau."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    torch.manual_seed(0)
+    m = GPT2LMHeadModel(GPT2Config(n_embd=64, n_layer=2, n_head=2, vocab_size=200,
+                                   n_positions=64, resid_pdrop=0.0, embd_pdrop=0.0,
+                                   attn_pdrop=0.0))
+    opt = torch.optim.AdamW(m.parameters(), lr=0.05)
+    tau = 8.0
+    health = AttentionHealth(m, qk_clip=tau, clip_on=clip_on, warn=False)
+    from sigprop.measurement.telemetry import AttentionTelemetry
+
+    probe = AttentionTelemetry(m, keep_inputs=True)  # keeps the inputs of each step
+    g = torch.Generator().manual_seed(0)
+    worst = 0.0
+    for step in range(12):
+        ids = torch.randint(0, 200, (4, 32), generator=g)
+        m(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad()
+        probe.end_step(step)
+        health.after_step(step)
+        now = probe.max_logit_now()  # the step's inputs, weights after the clip
+        worst = max(worst, max(float(v["max_logit"].max()) for v in now.values()))
+    health.close()
+    probe.close()
+    assert any(e.kind == "qk_clip" for e in health.events)
+    if clip_on == "updated":
+        assert worst <= tau * (1 + 1e-5)
+    else:
+        assert worst > 1.2 * tau
+    with pytest.raises(SpecError, match="clip_on"):
+        AttentionHealth(m, qk_clip=tau, clip_on="later")

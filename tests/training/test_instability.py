@@ -89,10 +89,30 @@ def test_sigma_reparam_training_time(arch):
 
 
 def test_spike_rule():
-    assert spike_step([5, 4, 3, 3.1, 3.2, 4.0, 3], factor=1.3, after=2) == 5
-    assert spike_step([5, 4, 3, 3.1, 3.2, 3.8, 3], factor=1.3, after=2) is None
-    assert spike_step([5, 9, 3], factor=1.3, after=2) is None  # before ``after``
-    assert spike_step([5, 4, math.nan], factor=1.3, after=0) == 2
+    assert spike_step([5, 4, 3, 3.1, 3.2, 4.0, 3], factor=1.3, after=2, window=1) == 5
+    assert spike_step([5, 4, 3, 3.1, 3.2, 3.8, 3], factor=1.3, after=2, window=1) is None
+    assert spike_step([5, 9, 3], factor=1.3, after=2, window=1) is None  # before ``after``
+    assert spike_step([5, 4, math.nan], factor=1.3, after=0, window=1) == 2
+    # windowed: 3-step means 4, 3.33, 3, 3, 3.33, 3.67, ... (ending at steps 2, 3, ...); the
+    # first above 1.1 x 3 ends at step 6; one noisy step alone is averaged away
+    assert spike_step([5, 4, 3, 3, 3, 3, 4, 4, 4, 4], factor=1.1, after=2, window=3) == 6
+    assert spike_step([5, 4, 3, 3, 3, 3, 3.5, 3, 3, 3], factor=1.1, after=2, window=3) is None
+    assert spike_step([5, 4, 3, 3, 3, 3, 3.5, 3, 3, 3], factor=1.1, after=2, window=1) == 6
+    assert spike_step([5, 4, math.inf, 3], factor=1.1, after=0, window=3) == 2
+
+
+def test_workers_give_the_same_runs():
+    """Two worker processes (spawned, one thread each) train exactly the runs one process
+    does: each run's init, batches and row sampling depend on its seed only."""
+    cfg = InstabilityConfig(arch="gpt2", steps=4, lr=1e-2, warmup=0, d_model=32, layers=1,
+                            heads=2, seq_len=16, batch=4, documents=300, vocab=500, tau=1.0,
+                            spike_after=2, window=5, rows=4)
+    one = run_instability(1, fixes=("none", "qk-clip"), config=cfg)
+    two = run_instability(1, fixes=("none", "qk-clip"), config=cfg, workers=2)
+    assert one.steps["loss"].tolist() == two.steps["loss"].tolist()
+    assert one.steps["max_logit"].tolist() == two.steps["max_logit"].tolist()
+    with pytest.raises(SpecError, match="workers"):
+        run_instability(1, config=cfg, workers=0)
 
 
 def test_bad_config():
@@ -108,7 +128,7 @@ def test_cli_json(capsys):
     from sigprop.cli import run
 
     assert run(["instability", "--seeds", "1", "--steps", "3", "--fixes", "none,qk-clip",
-                "--format", "json"]) == 0
+                "--workers", "1", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert [r["fix"] for r in d["summary"]] == ["none", "qk-clip"]
     assert len(d["runs"]) == 2 and d["config"]["steps"] == 3
@@ -118,6 +138,7 @@ def test_cli_json(capsys):
     ["--seeds", "0"], ["--steps", "0"], ["--lr", "-1"], ["--lr", "nan"],
     ["--fixes", "none,bogus"], ["--fixes", "none,none"], ["--fixes", ""],
     ["--qk-clip", "0"], ["--plot", "/nonexistent-dir/f.png"], ["--format", "csv"],
+    ["--workers", "0"], ["--logit-limit", "-1"],
     ["--seed", "-1"],
 ])
 def test_cli_bad_options(args, capsys):

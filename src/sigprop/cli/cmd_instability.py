@@ -76,38 +76,60 @@ def print_instability(res, wide: bool = False) -> None:
 
 
 def instability(seeds: int = typer.Option(5, "--seeds", help="seeds per fix"),
-                steps: int = typer.Option(150, "--steps", help="optimizer steps per run"),
-                lr: float = typer.Option(0.75, "--lr", help="peak learning rate (AdamW), "
-                                                            "reached linearly over the run"),
+                steps: int | None = typer.Option(None, "--steps",
+                                                 help="optimizer steps per run (default 300)"),
+                lr: float | None = typer.Option(None, "--lr", help="peak learning rate "
+                                                "(AdamW), reached linearly over the run "
+                                                "(default 0.2)"),
                 fixes: str = typer.Option("none,qk-clip,qk-norm,sigma-reparam", "--fixes",
                                           help="comma-separated arms"),
-                qk_clip: float = typer.Option(100.0, "--qk-clip",
-                                              help="QK-Clip threshold tau (also the early "
-                                                   "warning's logit limit)"),
+                qk_clip: float | None = typer.Option(None, "--qk-clip",
+                                                     help="QK-Clip threshold tau (default 30)"),
+                logit_limit: float | None = typer.Option(
+                    None, "--logit-limit", help="the early warning's limit on a head's "
+                    "largest logit (default 100)"),
+                workers: int | None = typer.Option(
+                    None, "--workers", help="runs trained at once, one CPU thread each "
+                    "(default: 2, or 1 on a one-core machine)"),
                 plot: str | None = typer.Option(None, "--plot",
                                                 help="write the figure (PNG, PDF, SVG)"),
                 fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
     """Provoke an attention-logit-growth instability in a small causal LM (AdamW ramped to
     a very high learning rate), watch it with the attention health check and compare its
     early warning with the loss spike, per fix and seed (docs/instability.md; the default:
-    20 runs of ~30 s on one CPU thread)."""
-    from ..training.instability import run_instability
+    20 runs of ~45 s on one CPU thread each, two at a time)."""
+    import os
+    from dataclasses import replace
+
+    from ..spec import SpecError
+    from ..training.instability import DEFAULTS, run_instability
 
     if not 1 <= seeds <= 100:
         fail(f"--seeds: must be an integer in [1, 100] (got {seeds})")
-    if not 1 <= steps <= 100_000:
+    if steps is not None and not 1 <= steps <= 100_000:
         fail(f"--steps: must be an integer in [1, 100000] (got {steps})")
-    if not (math.isfinite(lr) and 0 < lr <= 100):
+    if lr is not None and not (math.isfinite(lr) and 0 < lr <= 100):
         fail(f"--lr: must be a number in (0, 100] (got {lr})")
-    if not (math.isfinite(qk_clip) and qk_clip > 0):
-        fail(f"--qk-clip: must be a positive number (got {qk_clip})")
+    for opt, v in (("--qk-clip", qk_clip), ("--logit-limit", logit_limit)):
+        if v is not None and not (math.isfinite(v) and 0 < v <= 1e6):
+            fail(f"{opt}: must be a number in (0, 1000000] (got {v})")
+    if workers is None:
+        workers = 2 if (os.cpu_count() or 1) > 1 else 1
+    if not 1 <= workers <= 256:
+        fail(f"--workers: must be an integer in [1, 256] (got {workers})")
     if fmt == Fmt.csv:
         fail("--format: must be table or json (got csv)")
     arms = parse_fixes(fixes)
     check_figure_path("--plot", plot)
-    with progress(fmt, "instability", seeds * len(arms) * steps) as tick:
-        res = run_instability(seeds=seeds, steps=steps, lr=lr, fixes=arms, tau=qk_clip,
-                              seed=seed, progress=tick)
+    cfg = DEFAULTS if logit_limit is None else replace(DEFAULTS, logit_limit=logit_limit)
+    try:
+        cfg = replace(cfg, **{k: v for k, v in (("steps", steps), ("lr", lr),
+                                                ("tau", qk_clip)) if v is not None}).check()
+    except SpecError as err:
+        fail(str(err))
+    with progress(fmt, "instability", seeds * len(arms) * cfg.steps) as tick:
+        res = run_instability(seeds=seeds, fixes=arms, seed=seed, config=cfg, progress=tick,
+                              workers=workers)
     if plot:
         from ..plotting.instability import plot_instability
 

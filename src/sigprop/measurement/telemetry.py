@@ -78,7 +78,7 @@ class AttentionTelemetry(Probe):
 
     def __init__(self, model: nn.Module, *, rows: int = 16, every: int = 1, seed: int = 0,
                  dtype=torch.float32, grad_only: bool = True, layers=None, start: int = 0,
-                 sequences: int = 2):
+                 sequences: int = 2, keep_inputs: bool = False):
         for name, v, lo in (("rows", rows, 1), ("every", every, 1), ("sequences", sequences, 1)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise SpecError(name, f"must be an integer >= {lo} (got {v!r})")
@@ -97,6 +97,13 @@ class AttentionTelemetry(Probe):
                                      "they are projected)")
         self.rows, self.every, self.seed, self.grad_only = rows, every, seed, grad_only
         self.sequences = sequences
+        #: keep each read layer's Q/K projection inputs (and mask, RoPE) of the step, so
+        #: :meth:`max_logit_now` can form its logits again with the weights as they are now
+        self.keep_inputs = bool(keep_inputs)
+        self._kept: dict[int, list[dict]] = defaultdict(list)
+        self._replaying = False
+        self._last_kept: dict[int, list[dict]] = {}
+        self._inputs: dict = {}
         self._causal: dict = {}  # the additive causal triangle per (T, Tk, dtype, device)
         self.step = int(start)
         self.active = self.step % every == 0
@@ -130,17 +137,36 @@ class AttentionTelemetry(Probe):
             x = got.pop("x", None)
             if x is None or not self._reading():
                 return
+            if self.keep_inputs:
+                self._kept[i].append({"own": m, "x": x.detach()})
             with torch.no_grad():
-                q, k = m.qk(x.detach())  # (S, B, H, T, d_H), the score factor on q
-                S, B, H, T, dh = q.shape
-                site = _OwnSite(f"{self.blocks[i][0]} (sigprop)", H, H, dh, 1.0,
-                                bool(m.spec.causal))
-                pend = {"q": q.reshape(S * B, H, T, dh).transpose(1, 2),
-                        "k": k.reshape(S * B, H, T, dh).transpose(1, 2)}
-                self._now[i].append(self._layer_stats(i, site, pend, groups=S))
+                self._now[i].append(self._own_stats(i, m, x.detach()))
 
         self._handles.append(att.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(att.register_forward_hook(post))
+
+    def _own_stats(self, i: int, m, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        q, k = m.qk(x)  # (S, B, H, T, d_H), the score factor on q
+        S, B, H, T, dh = q.shape
+        site = _OwnSite(f"{self.blocks[i][0]} (sigprop)", H, H, dh, 1.0, bool(m.spec.causal))
+        pend = {"q": q.reshape(S * B, H, T, dh).transpose(1, 2),
+                "k": k.reshape(S * B, H, T, dh).transpose(1, 2)}
+        return self._layer_stats(i, site, pend, groups=S)
+
+    def _hook_site(self, i, s: AttentionSite):
+        super()._hook_site(i, s)
+        if not self.keep_inputs or s.q_post is not None or s.k_post is not None:
+            return  # (q / k normalised after the projection: QK-Clip leaves those heads)
+
+        def keep(role):
+            def pre(m, args):
+                if self._wants() and not self._replaying and args and torch.is_tensor(args[0]):
+                    self._inputs[role] = args[0].detach()
+            return pre
+
+        self._handles.append(s.q.register_forward_pre_hook(keep("q")))
+        if not s.fused:
+            self._handles.append(s.k.register_forward_pre_hook(keep("k")))
 
     def __exit__(self, *exc):
         self._attached = False
@@ -154,7 +180,7 @@ class AttentionTelemetry(Probe):
         return self.active and (torch.is_grad_enabled() or not self.grad_only)
 
     def _wants(self) -> bool:  # the probe's hooks do nothing on the steps not read
-        return self._reading()
+        return self._replaying or self._reading()
 
     def _attention_done(self, i, s: AttentionSite, out):
         if not self._reading():
@@ -168,6 +194,11 @@ class AttentionTelemetry(Probe):
             raise RuntimeError(f"{s.name}: Q/K projections were not called inside the module")
         with torch.no_grad():
             self._now[i].append(self._layer_stats(i, s, pend))
+        if self.keep_inputs and not self._replaying and self._inputs.get("q") is not None:
+            self._kept[i].append({"site": s, "q_in": self._inputs.get("q"),
+                                  "k_in": self._inputs.get("k"), "mask": pend.get("mask"),
+                                  "pos": pend.get("pos"), "bias": pend.get("bias")})
+        self._inputs = {}
         pend.clear()
 
     def _layer_stats(self, i, s: AttentionSite, pend,
@@ -297,8 +328,49 @@ class AttentionTelemetry(Probe):
             out[i] = {k: v.float().cpu() for k, v in merged.items()}
         self._now.clear()
         self.last = out
+        self._last_kept = dict(self._kept)
+        self._kept = defaultdict(list)
         self.step = step + 1
         self.active = self.step % self.every == 0
+        return out
+
+    @torch.no_grad()
+    def max_logit_now(self) -> dict[int, dict[str, torch.Tensor]]:
+        """The largest logit per head of the last read step's inputs formed again with the
+        weights as they are now (after the optimizer step): ``{attention layer:
+        {"max_logit": (H,)[, "slice:max_logit": (S, H)]}}``, the maximum over the step's
+        forward calls. Needs ``keep_inputs=True``; each layer's Q/K projections run again on
+        the inputs they received (the mask and RoPE as they were), so for layer 0 this is the
+        exact largest logit the same batch would give now, and for deeper layers the one their
+        step inputs give (their inputs also move with the earlier layers' update). Layers
+        not kept (q / k normalised after the projection, or not read) are left out."""
+        if not self.keep_inputs:
+            raise SpecError("keep_inputs", "max_logit_now needs AttentionTelemetry(..., "
+                                           "keep_inputs=True)")
+        out: dict[int, dict[str, torch.Tensor]] = {}
+        self._replaying = True
+        try:
+            for i, calls in self._last_kept.items():
+                parts = []
+                for c in calls:
+                    if "own" in c:
+                        parts.append(self._own_stats(i, c["own"], c["x"]))
+                        continue
+                    s = c["site"]
+                    pend = self._pending[self._layer(i)]
+                    pend.clear()
+                    pend.update(mask=c["mask"], pos=c["pos"], bias=c["bias"])
+                    s.q(c["q_in"])  # the probe's hooks put this call's q (and k) in pend
+                    if not s.fused:
+                        s.k(c["k_in"])
+                    if "q" in pend and "k" in pend:
+                        parts.append(self._layer_stats(i, s, pend))
+                    pend.clear()
+                if parts:
+                    out[i] = {k: torch.stack([p[k] for p in parts]).amax(0).float().cpu()
+                              for k in ("max_logit", "slice:max_logit") if k in parts[0]}
+        finally:
+            self._replaying = False
         return out
 
     def close(self) -> None:

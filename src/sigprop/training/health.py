@@ -45,6 +45,9 @@ __all__ = ["AttentionHealth", "AttentionWarning", "HealthEvent", "beta_of", "red
 #: the REM's freezing point for independent scores (docs/theory.md §2.1)
 BETA_C = math.sqrt(2.0)
 DEFAULT_LOGIT_LIMIT = 100.0
+#: what QK-Clip's maxima are: the step's forward pass (Kimi K2, Megatron) or the step's
+#: inputs formed again through the updated weights
+CLIP_ON = ("step", "updated")
 
 
 @dataclass(frozen=True)
@@ -123,6 +126,18 @@ def reduce_stats(stats: dict[int, dict[str, torch.Tensor]]) -> dict[int, dict[st
     return out
 
 
+def _reduce_max(now: dict[int, dict[str, torch.Tensor]]) -> dict[int, dict[str, torch.Tensor]]:
+    """The per-head maxima of :meth:`AttentionTelemetry.max_logit_now` reduced (max) over the
+    data-parallel ranks, so that every replica is clipped alike."""
+    d = _dist()
+    layers = sorted(now)
+    mx = torch.stack([now[i]["max_logit"] for i in layers]).double()
+    if d.get_backend() == "nccl":
+        mx = mx.to(torch.device("cuda", torch.cuda.current_device()))
+    d.all_reduce(mx, op=d.ReduceOp.MAX)
+    return {i: {"max_logit": mx[j].float().cpu()} for j, i in enumerate(layers)}
+
+
 class AttentionHealth:
     """The attention health of a model in training (module docstring).
 
@@ -132,6 +147,11 @@ class AttentionHealth:
     ``entropy_floor`` (None: no entropy trend), ``horizon``, ``window``, ``reach`` (project
     a rising quantity only within this factor of its threshold; None: always): the early
     warning, once per episode (again after a projection that did not come true).
+    ``clip_on``: the maxima QK-Clip acts on, ``"step"`` (the step's forward pass, as Kimi K2
+    and Megatron-LM do: the next step's logits can pass tau by one update's growth) or
+    ``"updated"`` (the step's Q/K inputs formed again through the weights after the
+    optimizer step, so the clipped weights give at most tau on the batch just seen; one more
+    pass of the Q/K projections and the largest logit per layer).
     ``per_head``: per-head scalars too. ``sinks``: ``sink(step, frame, scalars)`` callables
     (the results store's :func:`sigprop.integrations.hf.store_sink` among them) on every
     measured step. ``reduce``: reduce across data-parallel ranks when a process group is
@@ -142,7 +162,8 @@ class AttentionHealth:
                  logit_limit: float | None = None, beta_c: float = BETA_C,
                  entropy_floor: float | None = None, horizon: int = 200, window: int = 20,
                  per_head: bool = False, warn: bool = True, sinks: Sequence[Callable] = (),
-                 reduce: bool = True, start: int = 0, reach: float | None = 4.0):
+                 reduce: bool = True, start: int = 0, reach: float | None = 4.0,
+                 clip_on: str = "step"):
         for name, v in (("qk_clip", qk_clip), ("logit_limit", logit_limit)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int | float)
                                   or not math.isfinite(v) or v <= 0):
@@ -160,9 +181,12 @@ class AttentionHealth:
         for name, v, lo in (("horizon", horizon, 1), ("window", window, 5)):
             if isinstance(v, bool) or not isinstance(v, int) or v < lo:
                 raise SpecError(name, f"must be an integer >= {lo} (got {v!r})")
-        self.model = model
-        self.telemetry = AttentionTelemetry(model, rows=rows, every=every, seed=seed,
-                                            start=start)
+        if clip_on not in CLIP_ON:
+            raise SpecError("clip_on", f"must be one of {', '.join(CLIP_ON)} (got {clip_on!r})")
+        self.model, self.clip_on = model, clip_on
+        self.telemetry = AttentionTelemetry(
+            model, rows=rows, every=every, seed=seed, start=start,
+            keep_inputs=qk_clip is not None and clip_on == "updated")
         self.qk_clip, self.clip_alpha = qk_clip, float(clip_alpha)
         limit = float(logit_limit or qk_clip or DEFAULT_LOGIT_LIMIT)
         kw = dict(window=window, min_points=min(5, window), horizon=horizon)
@@ -255,6 +279,11 @@ class AttentionHealth:
         telemetry's by block name)."""
         from ..models.methods.qk_clip import attention_layers, qk_clip_, qk_clip_own_
 
+        if self.clip_on == "updated":  # the maxima the updated weights give on these inputs
+            now = self.telemetry.max_logit_now()
+            if self.reduce and now and _dist() is not None:
+                now = _reduce_max(now)
+            stats = {i: {**st, **now.get(i, {})} for i, st in stats.items()}
         own = self.telemetry._own  # sigprop's own stack: each slice clipped by its own maxima
         if own:
             out = []

@@ -66,27 +66,29 @@ class InstabilityConfig:
     QK-Clip bound's ``clip_slack``; ``rows``: the telemetry's sampled rows."""
 
     arch: str = "gpt2"
-    steps: int = 150
-    lr: float = 0.75
+    steps: int = 300
+    lr: float = 0.2
     warmup: int | None = None  # None: = steps (the ramp spans the run)
     beta2: float = 0.95
     weight_decay: float = 0.0
-    d_model: int = 64
+    d_model: int = 128
     layers: int = 2
-    heads: int = 4
+    heads: int = 2
     seq_len: int = 64
     batch: int = 16
     documents: int = 2000
     vocab: int = 2000
-    tau: float = 100.0
-    logit_limit: float | None = None
+    tau: float = 30.0
+    logit_limit: float | None = 100.0
     horizon: int = 200
     window: int = 20
-    spike_factor: float = 1.3
+    spike_factor: float = 1.1
     spike_after: int = 20
+    spike_window: int = 10
     clip_slack: float = 0.5
     rows: int = 16
     z_loss: float = 1e-4
+    clip_on: str = "updated"
 
     def check(self) -> InstabilityConfig:
         def positive_int(name, lo=1):
@@ -107,6 +109,7 @@ class InstabilityConfig:
         positive_int("horizon")
         positive_int("window", 5)
         positive_int("spike_after", 0)
+        positive_int("spike_window")
         for n in ("lr", "tau", "clip_slack"):
             positive(n)
         if self.logit_limit is not None:
@@ -119,6 +122,8 @@ class InstabilityConfig:
             raise SpecError("beta2", f"must be a number in (0, 1) (got {self.beta2!r})")
         if not (isinstance(self.weight_decay, int | float) and self.weight_decay >= 0):
             raise SpecError("weight_decay", f"must be a number >= 0 (got {self.weight_decay!r})")
+        if self.clip_on not in ("step", "updated"):
+            raise SpecError("clip_on", f"must be step or updated (got {self.clip_on!r})")
         if self.arch not in ARCHS:
             raise SpecError("arch", f"must be one of {', '.join(ARCHS)} (got {self.arch!r})")
         if self.d_model % self.heads:
@@ -138,16 +143,28 @@ DEFAULTS = InstabilityConfig()
 
 
 def spike_step(losses: Sequence[float], factor: float = DEFAULTS.spike_factor,
-               after: int = DEFAULTS.spike_after) -> int | None:
-    """The spike rule: the first index ``t >= after`` (and ``t >= 1``) whose loss exceeds
-    ``factor`` times the lowest loss before it, or is not finite; None if none."""
-    best = math.inf
-    for t, v in enumerate(losses):
-        if t >= max(after, 1) and (not math.isfinite(v) or v > factor * best):
+               after: int = DEFAULTS.spike_after,
+               window: int = DEFAULTS.spike_window) -> int | None:
+    """The spike rule: the loss averaged over the ``window`` steps ending at ``t`` (the
+    batch noise averaged out; 1: the loss itself); the first step ``t >= after`` (and past
+    the first full window) at which that average exceeds ``factor`` times its lowest value
+    before ``t``, or a loss is not finite; None if none."""
+    v = np.asarray(losses, dtype=np.float64)
+    bad = ~np.isfinite(v)
+    window = max(1, int(window))
+    start = max(after, window)
+    for t in range(len(v)):
+        if bad[t] and t >= max(after, 1):
             return t
-        if math.isfinite(v):
-            best = min(best, v)
-    return None
+    if len(v) < window:
+        return None
+    c = np.concatenate([[0.0], np.cumsum(np.where(bad, 0.0, v))])
+    avg = (c[window:] - c[:-window]) / window  # avg[i]: steps i .. i + window - 1
+    ends = np.arange(window - 1, len(v))
+    best = np.minimum.accumulate(np.concatenate([[np.inf], avg[:-1]]))  # lowest before
+    hit = (ends >= start) & (avg > factor * best)
+    i = np.flatnonzero(hit)
+    return int(ends[i[0]]) if len(i) else None
 
 
 # ---- the sigma-reparam training-time reparametrisation --------------------------------------
@@ -298,7 +315,7 @@ def train_one(cfg: InstabilityConfig, fix: str, seed: int, corpus=None,
         health = AttentionHealth(model, rows=cfg.rows, seed=seed, warn=False,
                                  qk_clip=cfg.tau if fix == "qk-clip" else None,
                                  logit_limit=cfg.limit, horizon=cfg.horizon,
-                                 window=cfg.window)
+                                 window=cfg.window, clip_on=cfg.clip_on)
         opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, cfg.beta2),
                                 weight_decay=cfg.weight_decay)
         ramp = cfg.ramp
@@ -370,15 +387,17 @@ def _records(frame) -> list[dict]:
 
 
 def rule_text(cfg: InstabilityConfig) -> str:
-    return (f"spike: the first step >= {cfg.spike_after} whose loss exceeds "
-            f"{cfg.spike_factor:g}x the lowest loss before it (or is not finite); warning: "
+    avg = f"{cfg.spike_window}-step mean loss" if cfg.spike_window > 1 else "loss"
+    return (f"spike: the first step >= {cfg.spike_after} whose {avg} exceeds "
+            f"{cfg.spike_factor:g}x its lowest value before it (or a loss is not finite); "
+            f"warning: "
             f"the first forecast that a head's largest logit reaches {cfg.limit:g} within "
             f"{cfg.horizon} steps; lead = spike step - warning step; QK-Clip holds when "
             f"every step's largest logit <= {cfg.tau:g} x {1 + cfg.clip_slack:g}")
 
 
 def _run_row(cfg: InstabilityConfig, rec: RunRecord) -> dict:
-    spike = spike_step(rec.loss, cfg.spike_factor, cfg.spike_after)
+    spike = spike_step(rec.loss, cfg.spike_factor, cfg.spike_after, cfg.spike_window)
     warn = next((e.step for e in rec.events if e.kind == "forecast"
                  and e.what == "max_logit"), None)
     crossed = next((e.step for e in rec.events if e.kind == "crossed"
@@ -441,18 +460,61 @@ def _median(col):
     return float(np.median(vals)) if vals else None
 
 
+_WORKER: dict = {}
+
+
+def _worker_init(cfg: InstabilityConfig) -> None:  # one corpus per worker process
+    _WORKER["corpus"] = _corpus(cfg)
+
+
+def _worker_run(cfg: InstabilityConfig, fix: str, seed: int) -> RunRecord:
+    return train_one(cfg, fix, seed, _WORKER["corpus"])
+
+
+def _train_all(cfg, jobs, corpus, workers, progress) -> dict:
+    """``{(seed, fix): RunRecord}``: in this process (``workers`` 1, a progress tick per
+    step) or in ``workers`` spawned processes of one thread each (a tick of ``steps`` per
+    finished run). Each run is the same either way: its init, batches and row sampling
+    depend on its seed only."""
+    out = {}
+    if workers <= 1 or len(jobs) <= 1:
+        for s, fix in jobs:
+            if progress is not None:
+                progress(0, description=f"{fix}, seed {s}")
+            out[(s, fix)] = train_one(cfg, fix, s, corpus, on_step=progress)
+        return out
+    import multiprocessing
+    from concurrent.futures import ProcessPoolExecutor, as_completed
+
+    ctx = multiprocessing.get_context("spawn")  # fork after torch's thread pools: unsafe
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
+                             initializer=_worker_init, initargs=(cfg,)) as pool:
+        futs = {pool.submit(_worker_run, cfg, fix, s): (s, fix) for s, fix in jobs}
+        for f in as_completed(futs):
+            out[futs[f]] = f.result()
+            if progress is not None:
+                progress(cfg.steps, description=f"{futs[f][1]}, seed {futs[f][0]} done")
+    return out
+
+
 def run_instability(seeds: int | Sequence[int] = 5, steps: int | None = None,
                     lr: float | None = None, fixes: Sequence[str] = FIXES, *,
                     tau: float | None = None, seed: int = 0,
                     config: InstabilityConfig | None = None,
-                    progress: Callable[..., None] | None = None) -> InstabilityResult:
+                    progress: Callable[..., None] | None = None,
+                    workers: int = 1) -> InstabilityResult:
     """Train every fix at every seed (module docstring) and compare the early warning with
     the loss spike. ``seeds``: a count (seeds ``seed .. seed + n - 1``) or the seeds
     themselves; ``steps``, ``lr``, ``tau`` override ``config`` (default :data:`DEFAULTS`).
     ``progress(n=1, *, description=None)``: called after every training step (a
-    :func:`sigprop.cli.common.progress` tick takes it)."""
+    :func:`sigprop.cli.common.progress` tick takes it). ``workers``: runs trained at once in
+    separate processes of one thread each (the results do not depend on it; the processes are
+    spawned, so a script calling this with ``workers > 1`` runs it under ``if __name__ ==
+    "__main__":``, as any spawned pool needs)."""
     import pandas as pd
 
+    if isinstance(workers, bool) or not isinstance(workers, int) or not 1 <= workers <= 256:
+        raise SpecError("workers", f"must be an integer in [1, 256] (got {workers!r})")
     cfg = config or DEFAULTS
     over = {k: v for k, v in (("steps", steps), ("lr", lr), ("tau", tau)) if v is not None}
     if over:
@@ -481,13 +543,13 @@ def run_instability(seeds: int | Sequence[int] = 5, steps: int | None = None,
     if len(set(fixes)) != len(fixes):
         raise SpecError("fixes", "a fix is named twice")
     t0 = time.perf_counter()
-    corpus = _corpus(cfg)
+    corpus = _corpus(cfg) if workers <= 1 else None  # each worker loads its own
     steps_rows, run_rows, event_rows = [], [], []
+    recs = _train_all(cfg, [(s, fix) for s in seeds for fix in fixes], corpus, workers,
+                      progress)
     for s in seeds:
         for fix in fixes:
-            if progress is not None:
-                progress(0, description=f"{fix}, seed {s}")
-            rec = train_one(cfg, fix, s, corpus, on_step=progress)
+            rec = recs[(s, fix)]
             for t in range(len(rec.loss)):
                 steps_rows.append({"fix": fix, "seed": s, "step": t, "lr": rec.lr[t],
                                    "loss": rec.loss[t], "max_logit": rec.max_logit[t],
