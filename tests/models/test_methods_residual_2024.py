@@ -202,3 +202,170 @@ def test_fix_compare_train_steps_adds_the_z_loss_to_that_arm_only(monkeypatch):
     for _c, got, want in seen:
         assert got == pytest.approx(want, rel=1e-5)
     assert gains["z-loss"] != gains["baseline"]
+
+
+# ---- nGPT ----------------------------------------------------------------------------------------
+def _raw_branches(model):
+    """Hooks registered before the method's: each block's input and its attention and MLP
+    modules' own outputs (the method's hooks run after these)."""
+    from sigprop.models.methods.streams import decoder_layout
+
+    spec, _ = hf.spec_and_info(model.config, 16)
+    lays = decoder_layout(block_parts(model), M.context_for(model, spec), "test")
+    seen = [{} for _ in lays]
+    for i, lay in enumerate(lays):
+        lay.block.register_forward_pre_hook(
+            lambda _m, a, k, i=i: seen[i].__setitem__("h", (a[0] if a else k["hidden_states"])
+                                                      .detach().clone()), with_kwargs=True)
+        lay.block.register_forward_hook(
+            lambda _m, _a, o, i=i: seen[i].__setitem__(
+                "out", (o[0] if isinstance(o, tuple) else o).detach().clone()))
+        for key, mod in (("fa", lay.attn), ("fm", lay.mlp)):
+            mod.register_forward_hook(
+                lambda _m, _a, o, i=i, key=key: seen[i].__setitem__(
+                    key, (o[0] if isinstance(o, tuple) else o).detach().clone()))
+    return lays, seen
+
+
+@pytest.mark.parametrize("family", [GPT2, LLAMA])
+def test_ngpt_blocks_take_the_papers_step_on_the_sphere(family):
+    """Every block's output has unit norm and equals, computed here from its input and its
+    branches' own outputs, ``h <- Norm(h + a_A (Norm f_A - h)); h <- Norm(h + a_M (Norm f_M -
+    h))`` with ``h`` the normalised input and ``a = stored alpha * alpha_init sqrt(d)`` (the
+    stored alphas drawn away from init, per channel)."""
+    m = _model(family)
+    lays, seen = _raw_branches(m)
+    rep = _apply(m, ["ngpt"], {"ngpt": {"alpha_init": 0.2}})
+    assert rep.after is None and rep.effect.measured_only[0].startswith("ngpt:")
+    d = SMALL["hidden"]
+    g = torch.Generator().manual_seed(3)
+    alphas = []
+    for lay in lays:
+        pair = []
+        for mod in (lay.attn, lay.mlp):
+            p = mod.sigprop_ngpt_alpha
+            assert torch.allclose(p, torch.full((d,), d ** -0.5))  # the paper's alpha_scale
+            with torch.no_grad():
+                p.copy_(torch.rand(d, generator=g) * d ** -0.5)
+            pair.append(p.detach() * 0.2 * d ** 0.5)
+        alphas.append(pair)
+    out = _hidden(m, output_hidden_states=True)
+    unit = lambda x: x / x.norm(dim=-1, keepdim=True)  # noqa: E731
+    for s, (a_att, a_mlp) in zip(seen, alphas, strict=True):
+        h = unit(s["h"])
+        h = unit(h + a_att * (unit(s["fa"]) - h))
+        h = unit(h + a_mlp * (unit(s["fm"]) - h))
+        torch.testing.assert_close(s["out"], h, rtol=0, atol=2e-6)
+        assert float((s["out"].norm(dim=-1) - 1).abs().max()) < 1e-5
+    for hs in out.hidden_states[1:]:  # every block's output, the last without a final norm
+        assert float((hs.norm(dim=-1) - 1).abs().max()) < 1e-5
+
+
+def test_ngpt_scores_are_sqrt_dk_times_the_cosine():
+    """GPT-2 (eager): block 1's attention is the causal softmax of ``sqrt(d_k) cos(q_h, k_h)``
+    with q and k from the c_attn input and weights (unit scales at init)."""
+    m = _model(GPT2, layers=2)
+    m.config._attn_implementation = "eager"
+    x_in = {}
+    c_attn = block_parts(m)[0].q[0][0]
+    c_attn.register_forward_pre_hook(lambda _m, a: x_in.__setitem__("x", a[0].detach()))
+    _apply(m, ["ngpt"])
+    probs = _hidden(m, output_attentions=True).attentions[0]
+    x, d, H = x_in["x"], SMALL["hidden"], SMALL["heads"]
+    dh = d // H
+    qkv = x @ c_attn.weight.detach() + c_attn.bias.detach()
+    q, k = (qkv[..., i * d:(i + 1) * d].unflatten(-1, (H, dh)).transpose(1, 2) for i in (0, 1))
+    rms = lambda z: z / (z.square().mean(-1, keepdim=True) + 1e-6).sqrt()  # noqa: E731
+    cos = rms(q) @ rms(k).transpose(-1, -2) / dh  # the hook's RMS norm, epsilon 1e-6
+    T = x.shape[1]
+    s = (dh ** 0.5 * cos).masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), -math.inf)
+    torch.testing.assert_close(probs, torch.softmax(s, -1), rtol=0, atol=2e-6)
+    unit = F.normalize(q, dim=-1) @ F.normalize(k, dim=-1).transpose(-1, -2)
+    assert float((cos - unit).abs().max()) < 1e-3  # the cosine, to that epsilon
+
+
+def _sphere_norms(model, family):
+    """Per matrix, the norms along the embedding dimension, read from the stored weights."""
+    out = [model.get_input_embeddings().weight.norm(dim=1)]
+    for p in block_parts(model):
+        blk = p.block
+        if family == GPT2:  # Conv1D stores (in, out)
+            out += [blk.attn.c_attn.weight.norm(dim=0), blk.mlp.c_fc.weight.norm(dim=0),
+                    blk.attn.c_proj.weight.norm(dim=1), blk.mlp.c_proj.weight.norm(dim=1)]
+        else:  # nn.Linear stores (out, in)
+            a, f = blk.self_attn, blk.mlp
+            out += [a.q_proj.weight.norm(dim=1), a.k_proj.weight.norm(dim=1),
+                    a.v_proj.weight.norm(dim=1), f.gate_proj.weight.norm(dim=1),
+                    f.up_proj.weight.norm(dim=1), a.o_proj.weight.norm(dim=0),
+                    f.down_proj.weight.norm(dim=0)]
+    return [n.detach() for n in out]
+
+
+@pytest.mark.parametrize("family", [GPT2, LLAMA])
+def test_ngpt_weights_back_on_the_sphere_after_each_step(family):
+    from sigprop.models.methods.ngpt import recorded_ngpt
+
+    m = _model(family)
+    assert any(float((n - 1).abs().max()) > 0.1 for n in _sphere_norms(m, family))
+    _apply(m, ["ngpt"])
+    assert all(float((n - 1).abs().max()) < 1e-5 for n in _sphere_norms(m, family))
+    assert recorded_ngpt(m.config) == {"alpha_init": 0.05}
+    with torch.no_grad():  # an optimizer step's worth of change
+        for w in m.parameters():
+            w.add_(torch.randn_like(w) * 0.05)
+    assert all(float((n - 1).abs().max()) > 1e-3 for n in _sphere_norms(m, family))
+    M.get("ngpt").after_step(m, recorded_ngpt(m.config))
+    assert all(float((n - 1).abs().max()) < 1e-5 for n in _sphere_norms(m, family))
+    with pytest.raises(SpecError, match="ngpt.beta: unknown parameter"):
+        M.get("ngpt").after_step(m, {"beta": 1})
+
+
+@pytest.mark.parametrize("family", [GPT2, LLAMA])
+def test_ngpt_reloads(tmp_path, family):
+    m = _model(family)
+    _apply(m, ["ngpt"])
+    with torch.no_grad():
+        for n, w in m.named_parameters():
+            if "sigprop_" in n:
+                w.mul_(1.3)
+    back = _reloads(m, tmp_path)
+    assert not any(type(x).__name__.endswith("Norm") for x in back.modules())
+
+
+@pytest.mark.parametrize("family, first, params, needle", [
+    (BERT, None, {}, "ngpt: acts on pre-LN decoder blocks (GPT-2, Llama family); this model "
+                     "is post-LN"),
+    (GPT2, "qk-norm", {}, "ngpt: h.0: the model already normalises q and k"),
+    (GPT2, "ngpt", {}, "ngpt: the blocks' updates are already replaced"),
+    (GPT2, None, {"alpha_init": 0}, "ngpt.alpha_init: must be a number in"),
+])
+def test_ngpt_refusals_are_one_line(family, first, params, needle):
+    m = _model(family)
+    if first:
+        _apply(m, [first])
+    with pytest.raises(SpecError) as err:
+        _apply(m, ["ngpt"], {"ngpt": params})
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
+def test_fix_compare_train_steps_renormalises_the_ngpt_arm(monkeypatch):
+    from types import SimpleNamespace
+
+    from sigprop.analysis import compare_train as ct
+    from sigprop.models.methods import ngpt
+
+    calls = []
+    orig = ngpt.renormalise_
+
+    def spy(model, parts=None):
+        calls.append(model)
+        return orig(model, parts)
+
+    monkeypatch.setattr(ngpt, "renormalise_", spy)
+    cfg = hf.load_config(shrink(PRESETS[GPT2], layers=2, hidden=64, heads=4, vocab=100))
+    spec = hf.spec_from_config(cfg, 16)
+    gains, _ = ct.train_gains(cfg, spec, ["ngpt"], {}, {"ngpt": SimpleNamespace(error=None)},
+                              steps=2)
+    assert set(gains) == {"baseline", "ngpt"} and all(g is not None for g in gains.values())
+    assert len(calls) == 1 + 2  # at apply, then after each of the 2 steps
+    assert all(float((n - 1).abs().max()) < 1e-5 for n in _sphere_norms(calls[-1], GPT2))

@@ -90,6 +90,7 @@ def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]]
     from ..data.corpus import load_corpus
     from ..measurement.threads import cpu_settings
     from ..models import methods as M
+    from ..models.methods.ngpt import recorded_ngpt
     from ..models.methods.qk_clip import recorded_clip
     from ..models.methods.z_loss import recorded_z_loss
     from ..spec import SpecError
@@ -123,7 +124,8 @@ def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]]
                     continue
             out[name] = _train(m, batches, small_spec.d_model, steps, seed, device,
                                clip=recorded_clip(getattr(m, "config", None)),
-                               zloss=recorded_z_loss(getattr(m, "config", None)))
+                               zloss=recorded_z_loss(getattr(m, "config", None)),
+                               renorm=recorded_ngpt(getattr(m, "config", None)))
     note = (f"train gain: {steps} steps of {task} on the built-in corpus at the model's "
             f"depth, d {WIDTH}, {HEADS} heads, T {T} (batch {BATCH}, lr {LR:g}); nats below "
             f"the unigram baseline {batches.baseline:.3f}")
@@ -132,7 +134,8 @@ def train_gains(config, spec, names: list[str], given: dict[str, dict[str, Any]]
 
 def _train(body: nn.Module, batches, d: int, steps: int, seed: int, device: str,
            every: int = 0, on_gain: Callable[[int, float], None] | None = None,
-           clip: dict | None = None, zloss: dict | None = None) -> float | None:
+           clip: dict | None = None, zloss: dict | None = None,
+           renorm: dict | None = None) -> float | None:
     """The gain after ``steps`` steps; None when the loss stops being finite. ``every`` > 0:
     also ``on_gain(step, gain)`` every ``every`` steps (benchmarks/fixes_probe.py).
     ``clip``: the parameters of a recorded QK-Clip (``tau``, ``alpha``), applied after every
@@ -140,7 +143,9 @@ def _train(body: nn.Module, batches, d: int, steps: int, seed: int, device: str,
     (:class:`sigprop.training.health.AttentionHealth`). ``zloss``: the parameters of a
     recorded z-loss (``coeff``): ``coeff * log^2 Z`` of the readout's logits added to the
     training loss over the labelled positions (:func:`sigprop.models.methods.z_loss.z_loss`);
-    the evaluation loss stays the cross-entropy alone."""
+    the evaluation loss stays the cross-entropy alone. ``renorm``: the parameters of a
+    recorded nGPT: its matrices back on the unit sphere after every optimizer step
+    (:meth:`sigprop.models.methods.ngpt.NGPT.after_step`)."""
     from ..models.methods import get
     from ..training.health import AttentionHealth
 
@@ -162,6 +167,8 @@ def _train(body: nn.Module, batches, d: int, steps: int, seed: int, device: str,
         return loss
 
     def after(step: int, _loss: torch.Tensor) -> None:
+        if renorm is not None:
+            get("ngpt").after_step(body, renorm)
         if health is not None:
             health.after_step(step)
         if every and on_gain is not None and step % every == 0 and step < steps:

@@ -24,6 +24,7 @@ from . import (  # noqa: F401 - each module registers its method
     depth_mup,
     layerscale,
     mimetic,
+    ngpt,
     own,
     qk_clip,
     qk_norm,

@@ -40,6 +40,12 @@ NOT_ON_STACK = {
     "value-residual": "block l's values mixed with block 1's need a kernel carried from the "
                       "first block, which the stack's per-layer spec has no slot for (apply it "
                       "to an HF model: sigprop fix MODEL --method value-residual)",
+    "hyper-connections": "n residual streams mixed by learned matrices are not the stack's one "
+                         "stream (apply it to an HF model: sigprop fix MODEL --method "
+                         "hyper-connections)",
+    "ngpt": "states on the unit sphere, normalised weights and the update h + alpha (f - h) "
+            "are not the stack's residual form (apply it to an HF model: sigprop fix MODEL "
+            "--method ngpt)",
 }
 
 
