@@ -70,7 +70,7 @@ def test_runtime_methods_are_the_ones_that_change_the_forward_pass():
     want = {"admin", "deepnorm", "deepscalelm", "depth-mup", "layerscale", "qk-norm", "rezero",
             "shaped", "skipinit", "softcap", "tfixup"}
     # the residual-stream fixes of 2024-2026 (their checks: test_methods_residual_2024.py)
-    want |= {"value-residual", "ngpt"}
+    want |= {"value-residual", "ngpt", "hyper-connections"}
     assert {n for n in M.names() if M.get(n).runtime} == want
 
 

@@ -174,34 +174,45 @@ def test_z_loss_changes_nothing_at_init_and_is_recorded(tmp_path):
         _apply(_model(GPT2), ["z-loss"], {"z-loss": {"coeff": 2}})
 
 
-def test_fix_compare_train_steps_adds_the_z_loss_to_that_arm_only(monkeypatch):
-    """``fix --compare --train-steps``: the z-loss arm's training loss is the cross-entropy
-    plus coeff * log^2 Z of its logits at every step (the term checked against the logits it
-    was given), the baseline arm's is not; a large coeff trains the arm differently."""
+def test_fix_compare_train_steps_trains_the_training_time_arms(monkeypatch):
+    """``fix --compare --train-steps`` (one run, both arms): the z-loss arm's training loss is
+    the cross-entropy plus coeff * log^2 Z of its logits at every step (each term checked
+    against the logits it was given) and a large coeff trains it differently from the
+    baseline; the ngpt arm's matrices are renormalised at apply and after every step, and end
+    on the sphere; the baseline arm gets neither."""
     from types import SimpleNamespace
 
     from sigprop.analysis import compare_train as ct
+    from sigprop.models.methods import ngpt
     from sigprop.models.methods import z_loss as zl
 
-    seen = []
-    orig = zl.z_loss
+    seen, renorm = [], []
+    orig_z, orig_n = zl.z_loss, ngpt.renormalise_
 
-    def spy(logits, coeff, mask=None):
-        out = orig(logits, coeff, mask)
+    def spy_z(logits, coeff, mask=None):
+        out = orig_z(logits, coeff, mask)
         lse = torch.logsumexp(logits.detach().double(), -1)[mask]
         seen.append((coeff, float(out.detach()), float(coeff * lse.square().mean())))
         return out
 
-    monkeypatch.setattr(zl, "z_loss", spy)
+    def spy_n(model, parts=None):
+        renorm.append(model)
+        return orig_n(model, parts)
+
+    monkeypatch.setattr(zl, "z_loss", spy_z)
+    monkeypatch.setattr(ngpt, "renormalise_", spy_n)
     cfg = hf.load_config(shrink(PRESETS[GPT2], layers=2, hidden=64, heads=4, vocab=100))
     spec = hf.spec_from_config(cfg, 16)
-    gains, note = ct.train_gains(cfg, spec, ["z-loss"], {"z-loss": {"coeff": 0.05}},
-                                 {"z-loss": SimpleNamespace(error=None)}, steps=3)
-    assert set(gains) == {"baseline", "z-loss"} and all(g is not None for g in gains.values())
-    assert len(seen) == 3 and all(c == 0.05 for c, *_ in seen)  # the z-loss arm only
+    arms = ["z-loss", "ngpt"]
+    gains, _ = ct.train_gains(cfg, spec, arms, {"z-loss": {"coeff": 0.05}},
+                              {a: SimpleNamespace(error=None) for a in arms}, steps=2)
+    assert set(gains) == {"baseline", *arms} and all(g is not None for g in gains.values())
+    assert len(seen) == 2 and all(c == 0.05 for c, *_ in seen)  # the z-loss arm only
     for _c, got, want in seen:
         assert got == pytest.approx(want, rel=1e-5)
     assert gains["z-loss"] != gains["baseline"]
+    assert len(renorm) == 1 + 2  # the ngpt arm only: at apply, then after each step
+    assert all(float((n - 1).abs().max()) < 1e-5 for n in _sphere_norms(renorm[-1], GPT2))
 
 
 # ---- nGPT ----------------------------------------------------------------------------------------
@@ -348,24 +359,128 @@ def test_ngpt_refusals_are_one_line(family, first, params, needle):
     assert needle in str(err.value) and "\n" not in str(err.value)
 
 
-def test_fix_compare_train_steps_renormalises_the_ngpt_arm(monkeypatch):
-    from types import SimpleNamespace
+# ---- hyper-connections ---------------------------------------------------------------------------
+_HC = [(GPT2, "hc", 4), (LLAMA, "mhc", 4), (GPT2, "mhc", 3)]
 
-    from sigprop.analysis import compare_train as ct
-    from sigprop.models.methods import ngpt
 
-    calls = []
-    orig = ngpt.renormalise_
+@pytest.mark.parametrize("family, kind, n", _HC)
+def test_hyper_connections_at_init_are_the_plain_residual_connection(family, kind, n):
+    """The paper's init (and ours for mHC) makes the n streams equal copies of the plain
+    residual stream: every block's output and the model's equal the unpatched model's."""
+    m = _model(family)
+    want = _hidden(m, output_hidden_states=True).hidden_states
+    rep = _apply(m, ["hyper-connections"], {"hyper-connections": {"kind": kind, "n": n}})
+    assert rep.applied[0]["params"] == {"n": n, "kind": kind}
+    got = _hidden(m, output_hidden_states=True).hidden_states
+    for a, b in zip(got, want, strict=True):
+        assert float((a - b).abs().max()) <= 1e-5 * max(1.0, float(b.abs().max()))
 
-    def spy(model, parts=None):
-        calls.append(model)
-        return orig(model, parts)
 
-    monkeypatch.setattr(ngpt, "renormalise_", spy)
-    cfg = hf.load_config(shrink(PRESETS[GPT2], layers=2, hidden=64, heads=4, vocab=100))
-    spec = hf.spec_from_config(cfg, 16)
-    gains, _ = ct.train_gains(cfg, spec, ["ngpt"], {}, {"ngpt": SimpleNamespace(error=None)},
-                              steps=2)
-    assert set(gains) == {"baseline", "ngpt"} and all(g is not None for g in gains.values())
-    assert len(calls) == 1 + 2  # at apply, then after each of the 2 steps
-    assert all(float((n - 1).abs().max()) < 1e-5 for n in _sphere_norms(calls[-1], GPT2))
+def _sinkhorn_by_hand(logits: torch.Tensor) -> torch.Tensor:
+    x = logits.double().exp()
+    for _ in range(500):
+        x = x / x.sum(1, keepdim=True)
+        x = x / x.sum(0, keepdim=True)
+    return x
+
+
+def _matrices_by_hand(mod, kind):
+    pre, post, res = (getattr(mod, k).detach().double() for k in
+                      ("sigprop_hc_pre", "sigprop_hc_post", "sigprop_hc_res"))
+    if kind == "mhc":
+        return torch.sigmoid(pre), 2 * torch.sigmoid(post), _sinkhorn_by_hand(res)
+    return pre, post, res
+
+
+def test_mhc_residual_mix_is_doubly_stochastic():
+    """mHC's res: non-negative, rows and columns summing to 1 (at init: 0.9 on the diagonal;
+    pre sums to 1 on stream k mod n, post 1), and so after its logits move; Sinkhorn's result
+    matches a long plain-space iteration."""
+    from sigprop.models.methods.hyper_connections import mixing
+    from sigprop.models.methods.streams import decoder_layout
+
+    m = _model(LLAMA)
+    _apply(m, ["hyper-connections"], {"hyper-connections": {"kind": "mhc", "n": 4}})
+    spec, _ = hf.spec_and_info(m.config, 16)
+    mods = [x for lay in decoder_layout(block_parts(m), M.context_for(m, spec), "t")
+            for x in (lay.attn, lay.mlp)]
+    for k, mod in enumerate(mods):
+        pre, post, res = (t.detach().double() for t in mixing(mod))
+        torch.testing.assert_close(res.diagonal(), torch.full((4,), 0.9, dtype=torch.double))
+        assert float(pre.sum()) == pytest.approx(1.0, abs=1e-6)
+        assert float(pre[k % 4]) == pytest.approx(0.9, abs=1e-6)
+        torch.testing.assert_close(post, torch.ones(4, dtype=torch.double))
+    g = torch.Generator().manual_seed(0)
+    for mod in mods:
+        with torch.no_grad():
+            mod.sigprop_hc_res.copy_(torch.randn(4, 4, generator=g))
+        res = mixing(mod)[2].detach().double()
+        assert float(res.min()) >= 0
+        torch.testing.assert_close(res.sum(0), torch.ones(4, dtype=torch.double), atol=1e-5,
+                                   rtol=0)
+        torch.testing.assert_close(res.sum(1), torch.ones(4, dtype=torch.double), atol=1e-4,
+                                   rtol=0)
+        torch.testing.assert_close(res, _sinkhorn_by_hand(mod.sigprop_hc_res.detach()),
+                                   atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("family, kind", [(GPT2, "hc"), (LLAMA, "mhc")])
+def test_hyper_connections_streams_follow_the_definition(family, kind):
+    """With every matrix moved away from init, the n streams computed here from the branches'
+    own outputs: ``H_0`` copies of the first block's input; per sub-layer its input is
+    ``sum_i pre_i H_i`` (read where it enters the norm) and ``H'_j = post_j y + sum_i res_ij
+    H_i``; each block's output is the streams' mean."""
+    n = 3
+    m = _model(family)
+    lays, seen = _raw_branches(m)
+    _apply(m, ["hyper-connections"], {"hyper-connections": {"kind": kind, "n": n}})
+    g = torch.Generator().manual_seed(1)
+    ins = [{} for _ in lays]
+    for i, lay in enumerate(lays):
+        for key, (parent, attr), mod in (("ia", lay.attn_norm, lay.attn),
+                                         ("im", lay.mlp_norm, lay.mlp)):
+            getattr(parent, attr).register_forward_pre_hook(  # after the method's: its input
+                lambda _m, a, i=i, key=key: ins[i].__setitem__(key, a[0].detach().clone()))
+            with torch.no_grad():
+                for k in ("sigprop_hc_pre", "sigprop_hc_post", "sigprop_hc_res"):
+                    p = getattr(mod, k)
+                    p.add_(torch.randn(p.shape, generator=g) * 0.3)
+    _hidden(m)
+    H = seen[0]["h"].double().unsqueeze(-2).expand(*seen[0]["h"].shape[:-1], n, -1)
+    for lay, s, x in zip(lays, seen, ins, strict=True):
+        for key, ykey, mod in (("ia", "fa", lay.attn), ("im", "fm", lay.mlp)):
+            pre, post, res = _matrices_by_hand(mod, kind)
+            torch.testing.assert_close(x[key].double(), torch.einsum("i,...id->...d", pre, H),
+                                       atol=2e-5, rtol=1e-5)
+            H = post[:, None] * s[ykey].double().unsqueeze(-2) + \
+                torch.einsum("ij,...id->...jd", res, H)
+        torch.testing.assert_close(s["out"].double(), H.mean(-2), atol=2e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("family, kind", [(GPT2, "mhc"), (LLAMA, "hc")])
+def test_hyper_connections_reload(tmp_path, family, kind):
+    m = _model(family)
+    _apply(m, ["hyper-connections"], {"hyper-connections": {"kind": kind}})
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if "sigprop_hc" in name:
+                p.add_(torch.randn_like(p) * 0.2)
+    _reloads(m, tmp_path)
+
+
+@pytest.mark.parametrize("family, first, params, needle", [
+    (BERT, None, {}, "hyper-connections: acts on pre-LN decoder blocks (GPT-2, Llama family); "
+                     "this model is post-LN"),
+    (GPT2, "ngpt", {}, "hyper-connections: the blocks' updates are already replaced"),
+    (GPT2, None, {"n": 2.5}, "hyper-connections.n: must be a whole number"),
+    (GPT2, None, {"n": 0}, "hyper-connections.n: must be a number in [1, 16]"),
+    (GPT2, None, {"kind": "dhc"}, "hyper-connections.kind: must be one of hc, mhc"),
+    (GPT2, None, {"kind": "mhc", "n": 1}, "hyper-connections.n: mhc mixes two or more"),
+])
+def test_hyper_connections_refusals_are_one_line(family, first, params, needle):
+    m = _model(family)
+    if first:
+        _apply(m, [first])
+    with pytest.raises(SpecError) as err:
+        _apply(m, ["hyper-connections"], {"hyper-connections": params})
+    assert needle in str(err.value) and "\n" not in str(err.value)

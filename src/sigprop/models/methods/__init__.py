@@ -22,6 +22,7 @@ from . import (  # noqa: F401 - each module registers its method
     deepnorm,
     deepscalelm,
     depth_mup,
+    hyper_connections,
     layerscale,
     mimetic,
     ngpt,
@@ -62,7 +63,8 @@ __all__ = ["REGISTRY", "Context", "Effect", "Method", "MethodsReport", "Param", 
 #: the tables' order: score scale, residual, variances, attention matrix, structure;
 #: sigprop's own last (a method missing here follows in registration order)
 ORDER = ("sigma-reparam", "qk-norm", "softcap", "deepnorm", "admin", "rezero", "skipinit",
-         "layerscale", "depth-mup", "tfixup", "deepscalelm", "shaped", "mimetic", "beta",
+         "layerscale", "depth-mup", "tfixup", "deepscalelm", "hyper-connections",
+         "ngpt", "value-residual", "shaped", "mimetic", "beta",
          "alpha", "centred", "length-scaling")
 
 
