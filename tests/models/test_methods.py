@@ -25,6 +25,8 @@ FAMILIES = ("bert-base-uncased", "gpt2", "llama-3.2-1b")
 TABLE = ("sigma-reparam", "qk-norm", "softcap", "deepnorm", "admin", "rezero", "skipinit",
          "layerscale", "depth-mup", "tfixup", "deepscalelm", "shaped", "mimetic", "beta",
          "alpha", "centred", "length-scaling")
+#: the attention fixes of 2024-2025 (issue 38; their own checks: test_methods_attention_2024.py)
+TABLE += ("sigmoid-attn", "softpick", "sinks", "gated-attn", "diff-attn")
 
 
 def _model(family, seed=0, impl="sdpa", initializer_range=None, **over):
@@ -71,6 +73,10 @@ def test_runtime_methods_are_the_ones_that_change_the_forward_pass():
             "shaped", "skipinit", "softcap", "tfixup"}
     # the residual-stream fixes of 2024-2026 (their checks: test_methods_residual_2024.py)
     want |= {"value-residual", "ngpt", "hyper-connections"}
+    # the norm-placement fixes of 2024-2025 (their checks: test_methods_norms_2024.py)
+    want |= {"peri-ln", "ln-scaling", "mix-ln", "dyt"}
+    # the attention fixes of 2024-2025 (their checks: test_methods_attention_2024.py)
+    want |= {"sigmoid-attn", "softpick", "sinks", "gated-attn", "diff-attn"}
     assert {n for n in M.names() if M.get(n).runtime} == want
 
 

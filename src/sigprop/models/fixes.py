@@ -113,12 +113,14 @@ def sigprop_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
 
     Softmax attention with the module's ``scaling`` times ``score_multiplier(kind, n)`` for
     each row's number ``n`` of visible keys (docs/theory.md §3.2), then the score hooks of the
-    recorded methods (soft-capping, docs/fixes.md), the mask, the softmax, then, if centred,
-    ``A - 1/n`` on the visible keys (docs/theory.md §2.4) and the recorded methods' hooks on
-    the attention matrix (shaped attention). Options come from ``module.config.sigprop_fix``.
-    The returned probabilities are the softmax's (before centring or shaping), so probes read
-    ipr / entropy from them. Causality: the mask, or ``module.is_causal`` when HF passes no
-    mask. GQA heads repeat."""
+    recorded methods (soft-capping, docs/fixes.md), the mask, the softmax (or the one
+    recorded method that replaces it: sigmoid attention, softpick, sinks, differential
+    attention), then, if centred, ``A - 1/n`` on the visible keys (docs/theory.md §2.4), the
+    recorded methods' hooks on the attention matrix (shaped attention) and on the heads'
+    outputs. Options come from ``module.config.sigprop_fix``. The returned probabilities are
+    the softmax's (before centring or shaping), so probes read ipr / entropy from them; with
+    a replaced softmax each row's shares ``|w| / sum |w|``. Causality: the mask, or
+    ``module.is_causal`` when HF passes no mask. GQA heads repeat."""
     opts = _options(module)
     ops = _method_ops(module)
     H, Tq, dh = query.shape[1], query.shape[2], query.shape[3]
@@ -128,31 +130,59 @@ def sigprop_attention(module: nn.Module, query: torch.Tensor, key: torch.Tensor,
         key, value = key.repeat_interleave(rep, dim=1), value.repeat_interleave(rep, dim=1)
     scale = dh ** -0.5 if scaling is None else float(scaling)
     work = torch.promote_types(query.dtype, torch.float32)  # half precision: float32 logits
-    scores = torch.matmul(query.to(work), key.to(work).transpose(-1, -2)) * scale
     allowed, additive = _allowed(module, attention_mask, Tq, Tk, query.device)
     n_keys = (allowed.sum(-1, keepdim=True).clamp_min(1) if allowed is not None
               else torch.full((1,), Tk, device=query.device))
     kind = opts.get("scaling") or "none"
+    mult = None
     if kind != "none":
         n_np = n_keys.detach().cpu().numpy().astype(np.float64)
         mult = score_multiplier(kind, n_np, opts.get("scaling_param"))
-        scores = scores * torch.as_tensor(mult, dtype=scores.dtype, device=scores.device)
-    for m, p in ops:
-        scores = m.scores(module, scores, p)
-    if additive is not None:
-        scores = scores + additive.to(work)
-    if allowed is not None:
-        scores = scores.masked_fill(~allowed, float("-inf"))
-    probs = torch.softmax(scores, dim=-1)
-    weights = probs
+
+    def prepare(scores):
+        """Scaled logits -> the length scaling, the methods' score hooks, the masks."""
+        if mult is not None:
+            scores = scores * torch.as_tensor(mult, dtype=scores.dtype, device=scores.device)
+        for m, p in ops:
+            scores = m.scores(module, scores, p)
+        if additive is not None:
+            scores = scores + additive.to(work)
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        return scores
+
+    q, k = query.to(work), key.to(work)
+    own = [(m, p) for m, p in ops if m.replaces_softmax]
+    if len(own) > 1:
+        raise SpecError("method", f"{own[0][0].name} and {own[1][0].name} each replace the "
+                                  "softmax; apply one of them")
+    if own:  # the method's map; probes read where each row's weight goes, |w| / sum |w|
+        weights = own[0][0].attend(module, q, k, scale, prepare, allowed, n_keys, own[0][1])
+        probs = _row_shares(weights, allowed)
+    else:
+        probs = torch.softmax(prepare(torch.matmul(q, k.transpose(-1, -2)) * scale), dim=-1)
+        weights = probs
     if opts.get("attention") == "centred":
         vis = allowed.to(probs.dtype) if allowed is not None else 1.0
         weights = probs - vis / n_keys.to(probs.dtype)
     for m, p in ops:
         weights = m.weights(module, weights, allowed, n_keys, p)
     weights = nn.functional.dropout(weights, p=dropout, training=module.training)
-    out = torch.matmul(weights.to(value.dtype), value).transpose(1, 2).contiguous()
-    return out, probs.to(query.dtype)
+    out = torch.matmul(weights.to(value.dtype), value)
+    for m, p in ops:
+        out = m.output(module, out, p)
+    return out.transpose(1, 2).contiguous(), probs.to(query.dtype)
+
+
+def _row_shares(weights: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+    """Each row's share of its absolute weight per key, ``|w| / sum |w|`` (a probability row
+    the probes read for maps that are not a softmax: sigmoid rows, softpick, sinks, a
+    difference of softmaxes); uniform over the visible keys where a row has no weight."""
+    a = weights.abs()
+    tot = a.sum(-1, keepdim=True)
+    vis = (allowed if allowed is not None else torch.ones_like(a[..., :1, :], dtype=torch.bool))
+    uni = vis.to(a.dtype) / vis.to(a.dtype).sum(-1, keepdim=True).clamp_min(1)
+    return torch.where(tot > 0, a / tot.clamp_min(torch.finfo(a.dtype).tiny), uni)
 
 
 def register_attention() -> None:

@@ -22,18 +22,27 @@ from . import (  # noqa: F401 - each module registers its method
     deepnorm,
     deepscalelm,
     depth_mup,
+    diff_attn,
+    dyt,
+    gated_attn,
     hyper_connections,
     layerscale,
+    ln_scaling,
     mimetic,
+    mix_ln,
     ngpt,
     own,
+    peri_ln,
     qk_clip,
     qk_norm,
     rezero,
     shaped,
     sigma_reparam,
+    sigmoid_attn,
+    sinks,
     skipinit,
     softcap,
+    softpick,
     tfixup,
     value_residual,
     z_loss,
@@ -64,8 +73,9 @@ __all__ = ["REGISTRY", "Context", "Effect", "Method", "MethodsReport", "Param", 
 #: sigprop's own last (a method missing here follows in registration order)
 ORDER = ("sigma-reparam", "qk-norm", "softcap", "deepnorm", "admin", "rezero", "skipinit",
          "layerscale", "depth-mup", "tfixup", "deepscalelm", "hyper-connections",
-         "ngpt", "value-residual", "shaped", "mimetic", "beta",
-         "alpha", "centred", "length-scaling")
+         "ngpt", "value-residual", "peri-ln", "ln-scaling",
+         "mix-ln", "dyt", "shaped", "sigmoid-attn", "softpick", "sinks",
+         "diff-attn", "gated-attn", "mimetic", "beta", "alpha", "centred", "length-scaling")
 
 
 def names() -> list[str]:
@@ -266,6 +276,9 @@ def runtime_effect(model, depth: int) -> Effect | None:
             eff.norm = "none"
         if m.name == "shaped":
             _shaped_effect(parts, eff)
+        if m.name == "gated-attn" and p.get("kind") == "head":
+            eff.measured_only.append("gated-attn: the weight reader reads elementwise output "
+                                     "gates, not head-wise ones")
     return eff
 
 

@@ -94,8 +94,9 @@ class Effect:
     second layers and on each branch's output (``gate_attn``, ``gate_mlp``: a multiplier on
     the branch, ``lam_attn``/``lam_mlp``: a multiplier on the residual stream it is added
     to), the attention map (``attention``: ``centred``), a length ``scaling``, ``norm``
-    removed (``"none"``), and ``measured_only``: one line per part the theory does not
-    reach."""
+    removed (``"none"``), attention sinks and output gates (``sink_logit``, ``gate``: the
+    :class:`~sigprop.spec.LayerSpec` fields per block), and ``measured_only``: one line per
+    part the theory does not reach."""
 
     depth: int
     qk: np.ndarray = None
@@ -114,6 +115,13 @@ class Effect:
     alpha_attn: float | None = None
     norm: str | None = None
     zero_q: bool = False
+    #: per block: each head's attention sink logit (docs/theory.md §2.4.3; None: unchanged)
+    sink_logit: list[tuple[float, ...] | None] | None = None
+    #: per block: an output gate's ``(gate_var, gate_bias2)`` (§2.4.4; None: unchanged)
+    gate: list[tuple[float, float] | None] | None = None
+    #: per block: the mean squared gains (attention, MLP) of norms put on the branch outputs
+    #: (Peri-LN), in absolute units; None: unchanged
+    branch_gain2: list[tuple[float, float]] | None = None
     measured_only: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -192,8 +200,25 @@ class Method:
     def scores(self, module, scores, params):
         return scores
 
+    #: True when :meth:`attend` replaces the softmax (sigmoid attention, softpick, sinks,
+    #: differential attention): at most one such method per model
+    replaces_softmax: bool = False
+
+    def attend(self, module, query, key, scale, prepare, allowed, n_keys, params):
+        """The attention weights (B, H, Tq, Tk) in place of ``softmax(prepare(q k^T
+        scale))`` (:attr:`replaces_softmax`): ``query``, ``key`` the heads (GQA repeated,
+        float32 or wider), ``prepare(logits)`` the model's length scaling, the recorded
+        :meth:`scores` hooks and the masks (``-inf`` on the hidden keys), ``allowed`` the
+        visible keys (bool, broadcastable; None: all), ``n_keys`` their number per row."""
+        raise NotImplementedError
+
     def weights(self, module, probs, allowed, n_keys, params):
         return probs
+
+    def output(self, module, out, params):
+        """The heads' outputs ``weights @ values`` (B, H, T, d_head) before they are merged
+        (differential attention's per-head norm)."""
+        return out
 
     def describe(self, params: dict[str, Any]) -> str:
         return ", ".join(f"{k}={_fmt(v)}" for k, v in params.items())
@@ -284,6 +309,8 @@ def theory_spec(before: ArchSpec, effect: Effect, embed_q: float | None = None) 
     norm = effect.norm or spec.norm
     if spec.norm == "pre" and norm != "pre" and embed_q is not None and spec.q0 is None:
         spec = _unabsorbed(spec, float(embed_q))
+    # a pre-LN spec's branch variances are in units of the embeddings' q0 (docstring)
+    unit = float(embed_q) if norm == "pre" and spec.q0 is None and embed_q else 1.0
     ga, gm = effect.gate_attn.copy(), effect.gate_mlp.copy()
     la, lm = effect.lam_attn, effect.lam_mlp
     alpha_a, alpha_m = spec.alpha_attn, spec.alpha_mlp
@@ -315,6 +342,8 @@ def theory_spec(before: ArchSpec, effect: Effect, embed_q: float | None = None) 
         var_v = lay.var_v * effect.v[i] ** 2
         var_o = None if lay.var_o is None else lay.var_o * effect.o[i] ** 2
         gain2 = lay.branch_gain2
+        if effect.branch_gain2 is not None:  # norms put on the branch outputs (Peri-LN)
+            gain2 = tuple(g / unit for g in effect.branch_gain2[i])
         if gain2 is not None:  # the gate acts after the branch's own norm
             gain2 = (gain2[0] * ga[i] ** 2, gain2[1] * gm[i] ** 2)
         elif var_o is not None:
@@ -324,9 +353,14 @@ def theory_spec(before: ArchSpec, effect: Effect, embed_q: float | None = None) 
         var_w_out = lay.var_w_out * effect.mlp_out[i] ** 2
         if gain2 is None:
             var_w_out = var_w_out * gm[i] ** 2
+        extra = {}
+        if effect.sink_logit is not None and effect.sink_logit[i] is not None:
+            extra["sink_logit"] = tuple(effect.sink_logit[i])
+        if effect.gate is not None and effect.gate[i] is not None:
+            extra["gate_var"], extra["gate_bias2"] = effect.gate[i]
         layers.append(replace(lay, sigma_s=tuple(sig.tolist()), var_v=var_v, var_o=var_o,
                               var_w_in=lay.var_w_in * effect.mlp_in[i] ** 2,
-                              var_w_out=var_w_out, branch_gain2=gain2))
+                              var_w_out=var_w_out, branch_gain2=gain2, **extra))
     out = spec.replace(layers=tuple(layers), norm=norm, alpha_attn=alpha_a, alpha_mlp=alpha_m)
     if effect.attention is not None:
         out = out.replace(attention=effect.attention)

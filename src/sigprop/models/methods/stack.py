@@ -18,7 +18,10 @@ scaling) act on the spec's fields directly. Soft-capping and mimetic init change
 Gaussian stack cannot express (a cap inside the softmax, structured Q/K and V/O): refused
 with one line. Trainable gates (ReZero, SkipInit, LayerScale) are folded into the output
 projections' variances: at init the stack computes the same function in distribution; it
-does not carry the gate as a separate trainable parameter.
+does not carry the gate as a separate trainable parameter. Attention sinks and the output
+gate of gated attention are the stack's own per-layer fields (``LayerSpec.sink_logit``,
+``gate_var``); sigmoid attention, softpick and differential attention replace the softmax by
+maps the stack does not have: refused with one line.
 """
 
 from __future__ import annotations
@@ -46,6 +49,17 @@ NOT_ON_STACK = {
     "ngpt": "states on the unit sphere, normalised weights and the update h + alpha (f - h) "
             "are not the stack's residual form (apply it to an HF model: sigprop fix MODEL "
             "--method ngpt)",
+    "sigmoid-attn": "the stack's attention is a softmax (or its centred, uniform, identity "
+                    "maps), not a sigmoid (apply it to an HF model: sigprop fix MODEL --method "
+                    "sigmoid-attn)",
+    "softpick": "the stack's attention is a softmax, not a rectified one (apply it to an HF "
+                "model: sigprop fix MODEL --method softpick)",
+    "diff-attn": "the stack's heads have one softmax each, not a difference of two (apply it to "
+                 "an HF model: sigprop fix MODEL --method diff-attn)",
+    "mix-ln": "post-LN blocks below pre-LN ones: the stack has one norm placement (apply it "
+              "to an HF model: sigprop fix MODEL --method mix-ln)",
+    "dyt": "tanh(alpha x) in place of the norms is not a norm kind of the stack (apply it to an "
+           "HF model: sigprop fix MODEL --method dyt)",
 }
 
 

@@ -1,0 +1,43 @@
+"""sigmoid-attn: the softmax replaced by an elementwise sigmoid, ``w_ab = sigmoid(z_ab + b)``
+with ``z`` the scaled logits and the bias ``b = -log n`` (``n`` the row's number of visible
+keys: ``T`` bidirectional, ``t`` at causal position ``t``), as Ramapuram et al. 2024 ("Theory,
+Analysis, and Best Practices for Sigmoid Self-Attention") recommend: with ``b = -log n`` a row
+of logits of order 1 starts with total weight about 1, where ``b = 0`` would give every key
+weight about 1/2 and a row sum ``n / 2``. The rows are not normalised (their sums move with
+the scores); hidden keys get weight 0. ``sigmoid-attn.bias=B`` sets a fixed ``b`` instead.
+Runs in sigprop's attention function (recorded in config.json, restored by sigprop's loader);
+no weight changes.
+
+Theory: measured only. The REM tables are those of a softmax row (weights summing to 1);
+a row of independent sigmoids has neither the normalisation nor the REM's condensation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from .base import Method, Param, register
+from .softmax_owner import claim_softmax
+
+
+@register
+class SigmoidAttention(Method):
+    name = "sigmoid-attn"
+    attention_ops = True
+    replaces_softmax = True
+    params = (Param("bias", "the sigmoid's bias b (default None: -log n, n the row's visible "
+                    "keys, as the paper)", None, lo=-100.0, hi=100.0, optional=True),)
+
+    def apply(self, model, parts, params, ctx, effect):
+        claim_softmax(model, parts, self.name)
+        effect.measured_only.append("sigmoid-attn: sigmoid rows are not normalised (outside "
+                                    "the REM's softmax tables)")
+        b = "-log n" if params["bias"] is None else f"{params['bias']:.4g}"
+        return [f"softmax -> sigmoid(score + b), b = {b} (rows not normalised)"]
+
+    def attend(self, module, query, key, scale, prepare, allowed, n_keys, params):
+        z = prepare(torch.matmul(query, key.transpose(-1, -2)) * scale)
+        b = params["bias"]
+        if b is None:
+            b = -torch.log(n_keys.to(z.dtype))
+        return torch.sigmoid(z + b)  # hidden keys: z = -inf, weight 0
