@@ -41,13 +41,19 @@ def _hidden(model, ids=None, **kw):
 
 
 def _reloads(model, tmp_path):
-    """The written folder, through sigprop's loader, gives the patched model's outputs."""
+    """The written folder, through both of sigprop's loaders (from_pretrained, and
+    model_at_init + load_local_weights as diagnose reads a folder), gives the patched model's
+    outputs."""
     ids = _ids()
     want = _hidden(model, ids).last_hidden_state
+    tol = 1e-6 * max(1.0, float(want.abs().max()))
     model.save_pretrained(tmp_path, safe_serialization=True)
     back = hf.from_pretrained(tmp_path).eval()
-    got = _hidden(back, ids).last_hidden_state
-    assert float((got - want).abs().max()) <= 1e-6 * max(1.0, float(want.abs().max()))
+    assert float((_hidden(back, ids).last_hidden_state - want).abs().max()) <= tol
+    other = hf.model_at_init(hf.load_config(tmp_path), seed=7)
+    rep = hf.load_local_weights(other, tmp_path)
+    assert not [k for k in rep.missing if "sigprop_" in k]
+    assert float((_hidden(other.eval(), ids).last_hidden_state - want).abs().max()) <= tol
     return back
 
 
