@@ -9,6 +9,8 @@ Block structure, exactly as :func:`sigprop.theory.blocks.block_step`:
 * none:    ``x = alpha_A x + Attn(x)``;     ``x = alpha_M x + MLP(x)``
 * parallel (GPT-J, Falcon, Phi): ``x = alpha_A x + Attn(h) + MLP(h)`` with ``h = LN(x)``
   (pre) or ``x`` (none); post-LN normalises the sum
+* a layer with ``branch_gain2`` (Gemma 2, OLMo 2, Peri-LN) normalises each branch's output
+  before the add, times the square root of its mean squared gain
 
 LN has no affine part: ``rms`` is ``x / sqrt(mean(x^2) + eps)`` (gg25, no mean subtraction),
 ``layernorm`` the standard mean-and-variance normalisation. MLP (docs/theory.md §2.5):
@@ -249,12 +251,23 @@ class BatchedBlock(nn.Module):
         self.ln_eps = ln_eps
         self.attn = BatchedAttention(spec, n_seeds, dtype, layer)
         self.mlp = BatchedMLP(spec, n_seeds, dtype, layer)
+        #: norms on the branch outputs (``LayerSpec.branch_gain2``: Gemma 2, Peri-LN): each
+        #: branch normalised, times the square root of its mean squared gain; None: none
+        g2 = None if layer is None else layer.branch_gain2
+        self.branch_gain = None if g2 is None else tuple(float(g) ** 0.5 for g in g2)
 
     def init_targets(self):
         return self.attn.init_targets() + self.mlp.init_targets()
 
     def _ln(self, x: Tensor) -> Tensor:
         return normalise(x, self.spec.ln_kind, self.ln_eps)
+
+    def _out(self, y: Tensor, branch: int) -> Tensor:
+        """A branch's output as added to the stream: normalised and times its gain where the
+        layer normalises its branch outputs (``branch`` 0 attention, 1 MLP)."""
+        if self.branch_gain is None:
+            return y
+        return self._ln(y) * self.branch_gain[branch]
 
     def forward(self, x: Tensor, return_stats: bool = False,
                 return_probs: bool = False) -> tuple[Tensor, AttentionOutput]:
@@ -263,20 +276,20 @@ class BatchedBlock(nn.Module):
         if sp.parallel:  # one skip, both branches read the same input
             h = self._ln(x) if sp.norm == "pre" else x
             att = self.attn(h, return_stats, return_probs)
-            x = skip(x, att.out, a_att) + self.mlp(h)
+            x = skip(x, self._out(att.out, 0), a_att) + self._out(self.mlp(h), 1)
             return (self._ln(x) if sp.norm == "post" else x), att
         if sp.norm == "post":
             att = self.attn(x, return_stats, return_probs)
-            x = self._ln(skip(x, att.out, a_att))
-            x = self._ln(skip(x, self.mlp(x), a_mlp))
+            x = self._ln(skip(x, self._out(att.out, 0), a_att))
+            x = self._ln(skip(x, self._out(self.mlp(x), 1), a_mlp))
         elif sp.norm == "pre":
             att = self.attn(self._ln(x), return_stats, return_probs)
-            x = skip(x, att.out, a_att)
-            x = skip(x, self.mlp(self._ln(x)), a_mlp)
+            x = skip(x, self._out(att.out, 0), a_att)
+            x = skip(x, self._out(self.mlp(self._ln(x)), 1), a_mlp)
         else:
             att = self.attn(x, return_stats, return_probs)
-            x = skip(x, att.out, a_att)
-            x = skip(x, self.mlp(x), a_mlp)
+            x = skip(x, self._out(att.out, 0), a_att)
+            x = skip(x, self._out(self.mlp(x), 1), a_mlp)
         return x, att
 
 
@@ -310,12 +323,6 @@ class SigpropTransformer(nn.Module):
                  vocab_size: int | None = None, beta: float | None = None,
                  std: float | None = None, ln_eps: float = LN_EPS):
         super().__init__()
-        if spec.layers is not None and any(x.branch_gain2 is not None for x in spec.layers):
-            from ..spec import SpecError
-
-            raise SpecError("layers.branch_gain2", "sigprop's torch model has no norms on "
-                                                   "its branch outputs; measure such a model "
-                                                   "on its HF implementation (sigprop diagnose)")
         if spec.memory_len is not None:
             from ..spec import SpecError
 
