@@ -381,8 +381,8 @@ def print_compare(c, console: Console | None = None, wide: bool = False) -> None
     train_only = [r.method for r in c.rows if getattr(methods.REGISTRY.get(r.method),
                                                       "training_only", False)]
     if train_only and not c.train_steps:
-        console.print(f"{', '.join(train_only)}: act during training only; at init each is the "
-                      "baseline itself (compared under --train-steps K only)")
+        console.print(f"training-time only, the baseline itself at init (compared under "
+                      f"--train-steps K only): {', '.join(train_only)}")
     console.print("th cos: theory (blank: measured only); ent: normalised head entropy, "
                   "lowest and median over every head; kept: cosine of each token's centred "
                   "input and centred output (~0: the depth scrambled the tokens)")
