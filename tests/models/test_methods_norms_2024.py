@@ -264,26 +264,50 @@ def test_mix_ln_post_blocks_and_defaults():
 
 
 # ---- the theory -------------------------------------------------------------------------------
-@pytest.mark.parametrize("name", ["ln-scaling", "peri-ln"])
-def test_theory_map_matches_the_patched_weights(name):
-    """The method's effect on the spec read before equals what diagnose reads from the
-    patched GPT-2 (the norm gates read as the norms' gains; Peri-LN's output norms as the
-    normalised branch outputs of a Gemma 2 style block), to float32 rounding."""
-    from sigprop.analysis.diagnose import diagnose
+def _weights(model):
+    """The per-layer parameters diagnose's weight reader finds in ``model`` (one forward)."""
+    from sigprop.measurement.weights import WeightReader
 
-    m = _model("gpt2")
-    d0 = diagnose(m, seq_len=16, sequences=1, recommendations=False)
-    rep = M.apply_methods(m, [name], {}, M.context_for(m, d0.spec, embed_q=d0.embed_q))
-    after = diagnose(m, seq_len=16, sequences=1, recommendations=False).spec
-    for want, got in zip(rep.after.layers, after.layers, strict=True):
-        assert np.allclose(want.sigma_s, got.sigma_s, rtol=1e-5)
-        assert want.var_v == pytest.approx(got.var_v, rel=1e-5)
-        assert want.var_w_in == pytest.approx(got.var_w_in, rel=1e-5)
-        assert want.var_w_out == pytest.approx(got.var_w_out, rel=1e-5)
-        assert (want.branch_gain2 is None) == (name != "peri-ln")
+    with WeightReader(model) as w, torch.no_grad():
+        model(input_ids=_ids())
+    return w.read().layers
+
+
+@pytest.mark.parametrize("family", PRE)
+@pytest.mark.parametrize("name", ["ln-scaling", "peri-ln"])
+def test_theory_map_matches_the_patched_weights(family, name):
+    """What the method tells the theory (its Effect) is what diagnose's weight reader finds
+    in the patched model, to float32 rounding: the norm gates read as the norms' gains
+    (score stds x 1/l, V and MLP-input variances x 1/l), Peri-LN's output norms as the
+    normalised branch outputs of a Gemma 2 style block (mean squared gains 1)."""
+    m = _model(family)
+    before = _weights(m)
+    eff = _apply(m, name).effect
+    after = _weights(m)
+    for i, (b, a) in enumerate(zip(before, after, strict=True)):
+        assert np.allclose(np.divide(a.sigma_s, b.sigma_s), eff.qk[i], rtol=1e-5), i
+        assert a.var_v / b.var_v == pytest.approx(eff.v[i] ** 2, rel=1e-5)
+        assert a.var_w_in / b.var_w_in == pytest.approx(eff.mlp_in[i] ** 2, rel=1e-5)
+        assert a.var_o == pytest.approx(b.var_o, rel=1e-6)
+        assert a.var_w_out == pytest.approx(b.var_w_out, rel=1e-6)
+        assert b.branch_gain2 is None
         if name == "peri-ln":
-            assert np.allclose(want.branch_gain2, got.branch_gain2, rtol=1e-5)
-            assert want.branch_gain2[0] == pytest.approx(1 / d0.embed_q, rel=1e-4)  # eps
+            assert a.branch_gain2 == pytest.approx(eff.branch_gain2[i], rel=1e-5)
+            assert eff.branch_gain2[i] == pytest.approx((1.0, 1.0), rel=1e-4)  # eps
+        else:
+            assert a.branch_gain2 is None and eff.branch_gain2 is None
+
+
+def test_branch_norms_enter_a_pre_ln_spec_in_units_of_the_embeddings():
+    """A pre-LN spec holds its branch variances in units of the embeddings' q0; a norm put on
+    the branch outputs adds g^2 in absolute units, so g^2 / q0 there (and on a post-LN spec,
+    or without a measured q0, g^2 itself)."""
+    spec = ArchSpec(depth=3, d_model=64, heads=4, seq_len=16, norm="pre")
+    eff = M.Effect(depth=3)
+    eff.branch_gain2 = [(1.0, 1.0), (2.0, 0.5), (1.0, 1.0)]
+    got = M.theory_spec(spec, eff, embed_q=4e-3).layers
+    assert got[1].branch_gain2 == pytest.approx((2.0 / 4e-3, 0.5 / 4e-3))
+    assert M.theory_spec(spec, eff).layers[1].branch_gain2 == pytest.approx((2.0, 0.5))
 
 
 @pytest.mark.parametrize("name", ["peri-ln", "ln-scaling"])
