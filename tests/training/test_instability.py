@@ -35,8 +35,11 @@ def test_structure(tiny):
         set(tiny.steps.columns)
     assert list(tiny.runs["fix"]) == list(FIXES)
     assert list(tiny.summary["fix"]) == list(FIXES)
-    for col in ("spiked", "spike_step", "warning_step", "lead", "max_logit", "qk_clips"):
+    for col in ("spiked", "spike_step", "warning_step", "lead", "max_logit", "qk_clips",
+                "clip_median_ratio", "clip_within"):
         assert col in tiny.runs.columns
+    clip = tiny.runs.set_index("fix").loc["qk-clip"]
+    assert 0 < clip["clip_within"] <= 1 and clip["clip_median_ratio"] > 0
     assert all(math.isfinite(v) for v in tiny.steps["loss"])
     d = tiny.to_dict(steps=True)
     json.dumps(d, allow_nan=False)  # JSON-clean

@@ -54,21 +54,29 @@ def print_instability(res, wide: bool = False) -> None:
                   f"lr 0 -> {c.lr:g} over {c.ramp} steps, {c.steps} steps; seeds "
                   f"{','.join(str(s) for s in res.seeds)}; QK-Clip tau {c.tau:g}")
     names = ("fix", "spikes", "warned", "lead", "lead range", "spike", "max logit",
-             "min loss")
+             "min loss", "final loss")
     t = tables.table(*names, right=names[1:])
     for r in res.summary.to_dict(orient="records"):
-        rng = "–" if r["min_lead"] is None else f"{r['min_lead']}..{r['max_lead']}"
+        none = r["min_lead"] is None or (isinstance(r["min_lead"], float)
+                                         and not math.isfinite(r["min_lead"]))
+        rng = "–" if none else f"{int(r['min_lead'])}..{int(r['max_lead'])}"
         t.add_row(r["fix"], f"{r['spikes']}/{r['seeds']}", f"{r['warned']}/{r['seeds']}",
                   _fmt(r["median_lead"]), rng, _fmt(r["median_spike_step"]),
-                  _fmt(r["max_logit"], 3), _fmt(r["median_min_loss"], 3))
+                  _fmt(r["max_logit"], 3), _fmt(r["median_min_loss"], 3),
+                  _fmt(r["median_final_loss"], 3))
     console.print(t)
     console.print("lead, spike (its step), min loss: medians over the seeds; max logit: the "
                   "largest of every step and seed")
     clip = res.summary[res.summary["fix"] == "qk-clip"]
     if len(clip):
         r = clip.iloc[0]
-        console.print(f"QK-Clip bound {'held' if r['clip_held'] else 'NOT held'}: largest "
-                      f"logit {r['clip_ratio']:.3g} x tau (bound {1 + c.clip_slack:g} x tau)")
+        on = "the updated weights'" if c.clip_on == "updated" else "the step's"
+        within = None if r["clip_within"] is None else 100 * r["clip_within"]
+        console.print(f"QK-Clip bound {'held' if r['clip_held'] else 'NOT held'} (on {on} "
+                      f"maxima): largest logit {r['clip_ratio']:.3g} x tau (bound "
+                      f"{1 + c.clip_slack:g} x tau); once active, median "
+                      f"{_fmt(r['clip_median_ratio'], 3)} x tau, {_fmt(within, 3)}% of steps "
+                      f"within the bound (medians over the seeds)")
     console.print(res.rule)
     for n in res.notes:
         console.print(n)

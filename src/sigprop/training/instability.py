@@ -423,6 +423,14 @@ def _run_row(cfg: InstabilityConfig, rec: RunRecord) -> dict:
            "qk_clips": clips, "events": len(rec.events), "seconds": rec.seconds}
     if rec.fix == "qk-clip":
         row["clip_ratio"] = row["max_logit"] / cfg.tau
+        # the steps once the clip is active (from the first logit above tau): the typical
+        # ratio to tau and the share within the bound
+        on = np.flatnonzero(ml > cfg.tau)
+        held = ml[on[0]:] if len(on) else ml[:0]
+        held = held[np.isfinite(held)]
+        row["clip_median_ratio"] = float(np.median(held) / cfg.tau) if len(held) else None
+        row["clip_within"] = float(np.mean(held <= cfg.tau * (1 + cfg.clip_slack))) \
+            if len(held) else None
         row["clip_held"] = bool(row["max_logit"] <= cfg.tau * (1 + cfg.clip_slack)
                                 and not row["non_finite"])
     return row
@@ -449,6 +457,8 @@ def _summary(runs, cfg: InstabilityConfig, fixes):
         if fix == "qk-clip":
             row["clip_held"] = bool(sub["clip_held"].all())
             row["clip_ratio"] = float(sub["clip_ratio"].max())
+            row["clip_median_ratio"] = _median(sub["clip_median_ratio"])
+            row["clip_within"] = _median(sub["clip_within"])
         out.append(row)
     return pd.DataFrame.from_records(out)
 
