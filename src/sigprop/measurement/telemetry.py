@@ -264,52 +264,8 @@ class AttentionTelemetry(Probe):
                 sc = part[seqs][:, idx]
         if sc is None:
             sc = logits(idx, seqs)
-        vis = torch.isfinite(sc)
-        keys = vis.sum(-1)  # (N * H, R)
-        own = torch.zeros_like(vis)
-        if T == Tk:  # sigma_s leaves each row's own key out, as the probe's
-            own[:, torch.arange(R, device=q.device), idx] = True
-        z = sc.masked_fill(~vis | own, 0.0)
-        cnt = (vis & ~own).sum((-1, -2)).clamp_min(1)
-        sigma = (z.square().sum((-1, -2)) / cnt).sqrt()  # (N * H,)
-        # the rows' softmax: masked entries set to 0 before the exponential and to 0 after
-        # (an exponential of a very negative number takes a slow path: ~8x on this CPU)
-        mx = sc.amax(-1, keepdim=True)
-        mx = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
-        d = (sc - mx).masked_fill_(~vis, 0.0)
-        e = d.exp().masked_fill_(~vis, 0.0)
-        rz = e.sum(-1).reciprocal()  # 1 / Z; the largest weight (e = 1 at the maximum)
-        A = e * rz.unsqueeze(-1)
-        ipr = A.square().sum(-1)
-        h = (rz.log().neg() - (e * d).sum(-1) * rz).clamp_min(0.0)  # row entropy, nats
-        h = h / torch.log(keys.clamp_min(2).to(A.dtype))
-        h = h.masked_fill(keys < 2, math.nan).reshape(G, ns, H, R)
-        fpc = math.sqrt((T - R) / (T - 1)) if T > 1 else 0.0
-
-        def entropy_of(hh):  # (..., H, n rows) -> the mean and its standard error
-            n = (~hh.isnan()).sum(-1)
-            mean = torch.nanmean(hh, -1)
-            var = torch.nanmean((hh - mean[..., None]).square(), -1) * n / \
-                (n - 1).clamp_min(1)
-            return mean, (var / n.clamp_min(1)).sqrt() * fpc
-
-        def per_head(x):  # (G * ns * H,) -> the mean over a group's sequences, (G, H)
-            return x.reshape(G, ns, H).mean(1)
-
-        mean, se = entropy_of(h.transpose(1, 2).reshape(G, H, ns * R))
-        by = {"max_logit": best.reshape(G, per, H).amax(1), "entropy": mean,
-              "entropy_se": se, "ipr": per_head(ipr.mean(-1)), "wmax": per_head(rz.mean(-1)),
-              "sink": per_head(A[..., 0].mean(-1)),
-              "sigma_s": per_head(sigma.square()).sqrt(),
-              "keys": per_head(keys.to(q.dtype).mean(-1))}
-        if G == 1:
-            return {k: v[0] for k, v in by.items()}
-        mean, se = entropy_of(h.permute(2, 0, 1, 3).reshape(H, G * ns * R))
-        out = {"max_logit": by["max_logit"].amax(0), "entropy": mean, "entropy_se": se}
-        out.update({k: by[k].mean(0) for k in ("ipr", "wmax", "sink", "keys")})
-        out["sigma_s"] = by["sigma_s"].square().mean(0).sqrt()
-        out.update({f"slice:{k}": v for k, v in by.items()})
-        return out
+        return _sampled_stats(sc, idx, best, T=T, Tk=Tk, groups=G, sampled=ns, per=per,
+                              heads=H)
 
     # ---- steps -----------------------------------------------------------------------------
     def end_step(self, step: int | None = None) -> dict[int, dict[str, torch.Tensor]]:
@@ -386,6 +342,62 @@ class AttentionTelemetry(Probe):
     def attention_layers(self) -> list[int]:
         """The attention-layer indices the telemetry reads (blocks with an attention site)."""
         return [i for i, s in enumerate(self.sites) if s is not None or i in self._own]
+
+
+def _sampled_stats(sc: torch.Tensor, idx: torch.Tensor, best: torch.Tensor, *, T: int, Tk: int,
+                   groups: int, sampled: int, per: int, heads: int) -> dict[str, torch.Tensor]:
+    """One call's statistics from its sampled rows' logits ``sc`` (``(groups * sampled *
+    heads, R, Tk)``, masked -inf; rows ``idx`` of T) and the exact per-map maxima ``best``
+    (``(groups * per * heads,)``): per head ``(H,)``, or with several groups also per group
+    (``slice:<stat>``, ``(groups, H)``; :meth:`AttentionTelemetry._layer_stats`)."""
+    G, ns, H, R = groups, sampled, heads, len(idx)
+    vis = torch.isfinite(sc)
+    keys = vis.sum(-1)  # (N * H, R)
+    own = torch.zeros_like(vis)
+    if T == Tk:  # sigma_s leaves each row's own key out, as the probe's
+        own[:, torch.arange(R, device=sc.device), idx] = True
+    z = sc.masked_fill(~vis | own, 0.0)
+    cnt = (vis & ~own).sum((-1, -2)).clamp_min(1)
+    sigma = (z.square().sum((-1, -2)) / cnt).sqrt()  # (N * H,)
+    # the rows' softmax: masked entries set to 0 before the exponential and to 0 after
+    # (an exponential of a very negative number takes a slow path: ~8x on this CPU)
+    mx = sc.amax(-1, keepdim=True)
+    mx = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
+    d = (sc - mx).masked_fill_(~vis, 0.0)
+    e = d.exp().masked_fill_(~vis, 0.0)
+    rz = e.sum(-1).reciprocal()  # 1 / Z; the largest weight (e = 1 at the maximum)
+    A = e * rz.unsqueeze(-1)
+    ipr = A.square().sum(-1)
+    h = (rz.log().neg() - (e * d).sum(-1) * rz).clamp_min(0.0)  # row entropy, nats
+    h = h / torch.log(keys.clamp_min(2).to(A.dtype))
+    h = h.masked_fill(keys < 2, math.nan).reshape(G, ns, H, R)
+    fpc = math.sqrt((T - R) / (T - 1)) if T > 1 else 0.0
+
+    def entropy_of(hh):  # (..., H, n rows) -> the mean and its standard error
+        n = (~hh.isnan()).sum(-1)
+        mean = torch.nanmean(hh, -1)
+        var = torch.nanmean((hh - mean[..., None]).square(), -1) * n / \
+            (n - 1).clamp_min(1)
+        return mean, (var / n.clamp_min(1)).sqrt() * fpc
+
+    def per_head(x):  # (G * ns * H,) -> the mean over a group's sequences, (G, H)
+        return x.reshape(G, ns, H).mean(1)
+
+    mean, se = entropy_of(h.transpose(1, 2).reshape(G, H, ns * R))
+    by = {"max_logit": best.reshape(G, per, H).amax(1), "entropy": mean,
+          "entropy_se": se, "ipr": per_head(ipr.mean(-1)), "wmax": per_head(rz.mean(-1)),
+          "sink": per_head(A[..., 0].mean(-1)),
+          "sigma_s": per_head(sigma.square()).sqrt(),
+          "keys": per_head(keys.to(sc.dtype).mean(-1))}
+    if G == 1:
+        return {k: v[0] for k, v in by.items()}
+    mean, se = entropy_of(h.permute(2, 0, 1, 3).reshape(H, G * ns * R))
+    out = {"max_logit": by["max_logit"].amax(0), "entropy": mean, "entropy_se": se}
+    out.update({k: by[k].mean(0) for k in ("ipr", "wmax", "sink", "keys")})
+    out["sigma_s"] = by["sigma_s"].square().mean(0).sqrt()
+    out.update({f"slice:{k}": v for k, v in by.items()})
+    return out
+
 
 
 @dataclass

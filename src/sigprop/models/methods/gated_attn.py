@@ -31,7 +31,7 @@ from torch import nn
 
 from ...spec import SpecError
 from .base import Method, Param, register
-from .parts import _hooked, _remember, need, weight_of
+from .parts import hooked, need, remember_hook, weight_of
 
 GATE = "sigprop_attn_gate"
 _X = "_sigprop_gate_x"
@@ -75,12 +75,12 @@ def _install(parts, params, draw: bool) -> list[nn.Linear]:
         if GATE in attn._modules:
             del attn._modules[GATE]
         attn.add_module(GATE, lin)
-        if not _hooked(attn, "gate_x"):
-            _remember(attn, "gate_x", attn.register_forward_pre_hook(_keep_input,
+        if not hooked(attn, "gate_x"):
+            remember_hook(attn, "gate_x", attn.register_forward_pre_hook(_keep_input,
                                                                      with_kwargs=True))
         object.__setattr__(p.o, _ATTN, attn)
-        if not _hooked(p.o, "gate_o"):
-            _remember(p.o, "gate_o", p.o.register_forward_pre_hook(_gate_output))
+        if not hooked(p.o, "gate_o"):
+            remember_hook(p.o, "gate_o", p.o.register_forward_pre_hook(_gate_output))
         out.append(lin)
     return out
 

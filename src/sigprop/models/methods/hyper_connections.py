@@ -38,7 +38,7 @@ from torch import nn
 from ...spec import SpecError
 from . import streams
 from .base import Method, Param, register
-from .parts import _remember
+from .parts import remember_hook
 
 PRE, POST, RES = "sigprop_hc_pre", "sigprop_hc_post", "sigprop_hc_res"
 STATE = "_sigprop_hc"
@@ -129,13 +129,13 @@ def _install(model, parts, params, ctx, method: str) -> None:
                 mod.register_parameter(key, nn.Parameter(val.to(dev)))
             object.__setattr__(mod, "_sigprop_hc_kind", kind)
             object.__setattr__(mod, STATE, st)
-            _remember(mod, "hc", mod.register_forward_hook(hook))
+            remember_hook(mod, "hc", mod.register_forward_hook(hook))
             nm = getattr(*norm)
             object.__setattr__(nm, "_sigprop_hc_of", mod)
-            _remember(nm, "hc", nm.register_forward_pre_hook(_norm_pre))
+            remember_hook(nm, "hc", nm.register_forward_pre_hook(_norm_pre))
         object.__setattr__(lay.block, STATE, st)
         object.__setattr__(lay.block, "_sigprop_hc_first", i == 0)
-        _remember(lay.block, streams.KEY, lay.block.register_forward_pre_hook(
+        remember_hook(lay.block, streams.KEY, lay.block.register_forward_pre_hook(
             _block_pre, with_kwargs=True))
 
 

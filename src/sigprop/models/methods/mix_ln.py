@@ -27,7 +27,7 @@ from torch import nn
 from ...spec import SpecError
 from .base import Method, Param, register
 from .block_norms import need_pre_ln, two_input_norms
-from .parts import Part, _hooked, _remember
+from .parts import Part, hooked, remember_hook
 
 _STASH = "_sigprop_mix"
 
@@ -62,13 +62,13 @@ def _install(parts: list[Part], alpha: float, method: str) -> int:
     k = post_blocks(len(parts), alpha)
     plan = [(p, *two_input_norms(p, method)) for p in parts[:k]]  # check all, then patch
     for p, n1, n2 in plan:
-        if _hooked(p.block, "mix"):
+        if hooked(p.block, "mix"):
             raise SpecError(method, f"{p.name}: mix-ln is already applied")
         _set_ref(n2, "_sigprop_mix_of", (p.block, n1))
         _set_ref(p.block, "_sigprop_mix_n2", n2)
-        _remember(n1, "mix", n1.register_forward_hook(_pass_through))
-        _remember(n2, "mix", n2.register_forward_hook(_mlp_norm_hook))
-        _remember(p.block, "mix", p.block.register_forward_hook(_block_hook))
+        remember_hook(n1, "mix", n1.register_forward_hook(_pass_through))
+        remember_hook(n2, "mix", n2.register_forward_hook(_mlp_norm_hook))
+        remember_hook(p.block, "mix", p.block.register_forward_hook(_block_hook))
     return k
 
 

@@ -43,7 +43,7 @@ from torch import nn
 from ...spec import SpecError
 from . import streams
 from .base import Method, Param, register
-from .parts import _remember, install_qk_norm, need, weight_of
+from .parts import install_qk_norm, need, remember_hook, weight_of
 from .qk_clip import AFTER_STEP
 
 ALPHA = "sigprop_ngpt_alpha"
@@ -130,9 +130,9 @@ def _install(model, parts, params, ctx, method: str) -> list[streams.Layout]:
             mod.register_parameter(ALPHA, nn.Parameter(torch.full((d,), scale, device=dev)))
             object.__setattr__(mod, "_sigprop_ngpt_mult", mult)
             object.__setattr__(mod, STATE, st)
-            _remember(mod, streams.KEY, mod.register_forward_hook(hook))
+            remember_hook(mod, streams.KEY, mod.register_forward_hook(hook))
         object.__setattr__(lay.block, STATE, st)
-        _remember(lay.block, streams.KEY, lay.block.register_forward_pre_hook(
+        remember_hook(lay.block, streams.KEY, lay.block.register_forward_pre_hook(
             _block_pre, with_kwargs=True))
         for role in ("q", "k"):
             for t in need(lay.part, role, method):
@@ -146,7 +146,7 @@ def _install(model, parts, params, ctx, method: str) -> list[streams.Layout]:
         for m, nu in _mlp_inputs(lay, method):
             m.register_parameter(SCALE, nn.Parameter(torch.ones(_width(m), device=dev)))
             object.__setattr__(m, "_sigprop_ngpt_c", math.sqrt(d) if nu else 1.0)
-            _remember(m, "ngpt_scale", m.register_forward_hook(_scale_hook))
+            remember_hook(m, "ngpt_scale", m.register_forward_hook(_scale_hook))
     return lays
 
 

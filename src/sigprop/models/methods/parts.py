@@ -174,11 +174,14 @@ def _gate_hook(module, _args, out):
     return out * g.to(out.dtype)
 
 
-def _hooked(module: nn.Module, key: str) -> bool:
+def hooked(module: nn.Module, key: str) -> bool:
+    """Whether ``module`` already holds sigprop's hook ``key`` (a method applied twice, or
+    restored on a model that has it, installs it once)."""
     return key in getattr(module, HOOKS, {})
 
 
-def _remember(module: nn.Module, key: str, handle) -> None:
+def remember_hook(module: nn.Module, key: str, handle) -> None:
+    """Keep the handle of sigprop's hook ``key`` on ``module`` (see :func:`hooked`)."""
     if not hasattr(module, HOOKS):
         object.__setattr__(module, HOOKS, {})
     getattr(module, HOOKS)[key] = handle
@@ -191,7 +194,7 @@ def install_gate(module: nn.Module, init: torch.Tensor, *, trainable: bool) -> N
     first."""
     dev = next(module.parameters(), torch.empty(0)).device
     init = torch.as_tensor(init, dtype=torch.float32, device=dev)
-    if _hooked(module, GATE):
+    if hooked(module, GATE):
         old = getattr(module, GATE)
         with torch.no_grad():
             new = old.detach() * init
@@ -199,7 +202,7 @@ def install_gate(module: nn.Module, init: torch.Tensor, *, trainable: bool) -> N
         trainable = trainable or isinstance(old, nn.Parameter)
         init = new
     else:
-        _remember(module, GATE, module.register_forward_hook(_gate_hook))
+        remember_hook(module, GATE, module.register_forward_hook(_gate_hook))
     if trainable:
         module.register_parameter(GATE, nn.Parameter(init.clone()))
     else:
@@ -236,5 +239,5 @@ def install_qk_norm(t: Target, role: str, width: int, kind: str, gain_size: int)
     spec = list(getattr(m, "_sigprop_qk", []))
     spec.append((lo, hi, width, kind, gain))
     object.__setattr__(m, "_sigprop_qk", spec)
-    if not _hooked(m, "qk"):
-        _remember(m, "qk", m.register_forward_hook(_qk_hook))
+    if not hooked(m, "qk"):
+        remember_hook(m, "qk", m.register_forward_hook(_qk_hook))

@@ -22,7 +22,7 @@ from torch import nn
 from ...spec import SpecError
 from .base import Method, register
 from .block_norms import fresh_norm, input_norms, need_pre_ln
-from .parts import Part, _hooked, _remember, is_norm, need
+from .parts import Part, hooked, is_norm, need, remember_hook
 
 #: the block attributes of the two output norms (attention, MLP)
 NAMES = ("sigprop_attn_out_norm", "sigprop_mlp_out_norm")
@@ -56,12 +56,12 @@ def _install(model, parts: list[Part], method: str) -> list[float]:
     gains = []
     for p, like, mods in plan:
         for name, mod in zip(NAMES, mods, strict=True):
-            if _hooked(mod, "peri"):
+            if hooked(mod, "peri"):
                 raise SpecError(method, f"{p.name}: peri-ln is already applied")
             norm = fresh_norm(model, like)
             p.block.add_module(name, norm)
             object.__setattr__(mod, _REF, norm)
-            _remember(mod, "peri", mod.register_forward_hook(_out_hook, prepend=True))
+            remember_hook(mod, "peri", mod.register_forward_hook(_out_hook, prepend=True))
         g = norm_gains(getattr(p.block, NAMES[0]))
         gains.append(1.0 if g is None else float(np.mean(np.square(g))))
     return gains

@@ -24,7 +24,7 @@ import torch
 from torch import nn
 
 from ...spec import SpecError
-from .parts import Part, _hooked, is_norm, need
+from .parts import Part, hooked, is_norm, need
 
 #: the hook key a stream method's block pre-hook is remembered under (one per model)
 KEY = "stream"
@@ -63,7 +63,7 @@ def check_unstreamed(parts: list[Part], method: str) -> None:
     """A one-line SpecError where a stream method (ngpt, hyper-connections) already acts on
     the blocks: each replaces what a block adds to its stream, so one per model."""
     for p in parts:
-        if _hooked(p.block, KEY):
+        if hooked(p.block, KEY):
             raise SpecError(method, "the blocks' updates are already replaced (ngpt or "
                                     "hyper-connections applied; one per model)")
 

@@ -26,7 +26,7 @@ from torch import nn
 
 from ...spec import SpecError
 from .base import Method, Param, register
-from .parts import _hooked, _remember, need
+from .parts import hooked, need, remember_hook
 
 MIX = "sigprop_value_mix"
 HOLD = "_sigprop_value_first"
@@ -90,12 +90,12 @@ def _width(m: nn.Module) -> int:
 
 def _install(parts, params, method: str) -> None:
     targets = _targets(parts, method)
-    if any(_hooked(m, "value_residual") for m, _ in targets):
+    if any(hooked(m, "value_residual") for m, _ in targets):
         raise SpecError(method, "the model already mixes its values with the first block's")
     first = _First()
     m0, sl0 = targets[0]
     object.__setattr__(m0, HOLD, (first, sl0))
-    _remember(m0, "value_residual", m0.register_forward_hook(_capture_hook))
+    remember_hook(m0, "value_residual", m0.register_forward_hook(_capture_hook))
     lam = torch.tensor([params["lambda_self"], params["lambda_first"]])
     for m, sl in targets[1:]:
         object.__setattr__(m, HOLD, (first, sl))
@@ -104,7 +104,7 @@ def _install(parts, params, method: str) -> None:
             m.register_parameter(MIX, nn.Parameter(lam.clone().to(dev)))
         else:
             m.register_buffer(MIX, lam.clone().to(dev))
-        _remember(m, "value_residual", m.register_forward_hook(_mix_hook))
+        remember_hook(m, "value_residual", m.register_forward_hook(_mix_hook))
 
 
 @register
