@@ -296,6 +296,7 @@ def test_to_json_has_no_nan_and_spread_exponent_is_reported():
         assert math.isclose(x["gamma_c"], 1 / (1 - x["rho"]))
 
 
+@pytest.mark.slow  # ~30 s (theory tables at 4096 on a cold cache); make test-slow
 def test_an_nn_module_through_the_python_api():
     import sigprop
     from sigprop.models import loading

@@ -104,6 +104,7 @@ def test_spike_rule():
     assert spike_step([5, 4, math.inf, 3], factor=1.1, after=0, window=3) == 2
 
 
+@pytest.mark.slow  # ~12 s: two spawned processes import torch and transformers; make test-slow
 def test_workers_give_the_same_runs():
     """Two worker processes (spawned, one thread each) train exactly the runs one process
     does: each run's init, batches and row sampling depend on its seed only."""
