@@ -278,6 +278,16 @@ def recorded(config) -> list[tuple[Method, dict[str, Any]]]:
             for e in rec.get(RECORD_KEY, []) or []]
 
 
+def recorded_entry(config, key: str, name: str) -> dict[str, Any] | None:
+    """The parameters of method ``name`` in the list ``config.sigprop_fix[key]`` (the
+    training-time records: ``after_step``, ``train_loss``), or None when it is not there."""
+    rec = getattr(config, "sigprop_fix", None)
+    for e in (rec.get(key) or []) if isinstance(rec, dict) else []:
+        if isinstance(e, dict) and e.get("name") == name:
+            return dict(e.get("params") or {})
+    return None
+
+
 def needs_attention(config) -> bool:
     """True if a recorded method acts inside the attention function."""
     return any(m.attention_ops for m, _ in recorded(config))

@@ -42,7 +42,7 @@ from torch import nn
 
 from ...spec import SpecError
 from . import streams
-from .base import Method, Param, register
+from .base import Method, Param, recorded_entry, register
 from .parts import install_qk_norm, need, remember_hook, weight_of
 from .qk_clip import AFTER_STEP
 
@@ -184,11 +184,7 @@ def renormalise_(model, parts=None) -> int:
 
 def recorded_ngpt(config) -> dict[str, Any] | None:
     """The ngpt parameters a config records in ``sigprop_fix["after_step"]``, or None."""
-    rec = getattr(config, "sigprop_fix", None)
-    for e in (rec.get(AFTER_STEP) or []) if isinstance(rec, dict) else []:
-        if isinstance(e, dict) and e.get("name") == NGPT.name:
-            return dict(e.get("params") or {})
-    return None
+    return recorded_entry(config, AFTER_STEP, NGPT.name)
 
 
 @register

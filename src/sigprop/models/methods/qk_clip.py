@@ -43,7 +43,7 @@ from typing import Any
 import torch
 
 from ...spec import SpecError
-from .base import Method, Param, register
+from .base import Method, Param, recorded_entry, register
 from .head_rows import head_rows, linear_of
 
 #: the key of ``config.sigprop_fix`` listing the methods a training loop calls after each
@@ -238,11 +238,7 @@ def qk_clip_own_(attention, max_logits, tau: float = 100.0, alpha: float = 0.5
 
 def recorded_clip(config) -> dict[str, Any] | None:
     """The qk-clip parameters a config records (``sigprop_fix["after_step"]``), or None."""
-    rec = getattr(config, "sigprop_fix", None)
-    for e in (rec.get(AFTER_STEP) or []) if isinstance(rec, dict) else []:
-        if isinstance(e, dict) and e.get("name") == QKClip.name:
-            return dict(e.get("params") or {})
-    return None
+    return recorded_entry(config, AFTER_STEP, QKClip.name)
 
 
 @register

@@ -19,7 +19,7 @@ from typing import Any
 import torch
 
 from ...spec import SpecError
-from .base import Method, Param, register
+from .base import Method, Param, recorded_entry, register
 
 #: the key of ``config.sigprop_fix`` listing the loss terms a training loop adds, each
 #: ``{"name": ..., "params": {...}}``
@@ -42,11 +42,7 @@ def z_loss(logits: torch.Tensor, coeff: float, mask: torch.Tensor | None = None
 
 def recorded_z_loss(config) -> dict[str, Any] | None:
     """The z-loss parameters a config records (``sigprop_fix["train_loss"]``), or None."""
-    rec = getattr(config, "sigprop_fix", None)
-    for e in (rec.get(TRAIN_LOSS) or []) if isinstance(rec, dict) else []:
-        if isinstance(e, dict) and e.get("name") == ZLoss.name:
-            return dict(e.get("params") or {})
-    return None
+    return recorded_entry(config, TRAIN_LOSS, ZLoss.name)
 
 
 @register
