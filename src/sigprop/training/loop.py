@@ -329,12 +329,9 @@ class _Record:
         heads, rows with ``split = "train"``."""
         if not scalars:
             return
-        for layer, st in telemetry.last.items():
+        for layer, st in telemetry.last.items():  # (slices, H); one slice: no slice: keys
             mx = st.get("slice:max_logit", st["max_logit"][None])
             ent = st.get("slice:entropy", st["entropy"][None])
-            per = self.model.n_slices
-            if mx.shape[0] != per:  # one reading for every slice (not sliced)
-                mx, ent = mx.expand(per, -1), ent.expand(per, -1)
             self.emit(step, "max_logit", layer + 1, mx.amax(-1).double().numpy(),
                       split="train")
             self.emit(step, "entropy", layer + 1, ent.nanmean(-1).double().numpy(),
