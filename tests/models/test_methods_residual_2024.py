@@ -35,6 +35,16 @@ def _apply(model, names, params=None, T=16):
     return M.apply_methods(model, list(names), params or {}, M.context_for(model, spec))
 
 
+def _refused(model, name, params, needle, first=None):
+    """Applying ``name`` (after ``first``, when given) is one SpecError line holding
+    ``needle``."""
+    if first:
+        _apply(model, [first])
+    with pytest.raises(SpecError) as err:
+        _apply(model, [name], {name: params})
+    assert needle in str(err.value) and "\n" not in str(err.value)
+
+
 def _hidden(model, ids=None, **kw):
     with torch.no_grad():
         return model(input_ids=_ids() if ids is None else ids, **kw)
@@ -125,10 +135,7 @@ def test_value_residual_reloads(tmp_path, family, trainable):
     ({}, {"lam": 1}, "value-residual.lam: unknown parameter"),
 ])
 def test_value_residual_refusals_are_one_line(over, params, needle):
-    m = _model(GPT2, **over)
-    with pytest.raises(SpecError) as err:
-        _apply(m, ["value-residual"], {"value-residual": params})
-    assert needle in str(err.value) and "\n" not in str(err.value)
+    _refused(_model(GPT2, **over), "value-residual", params, needle)
 
 
 def test_value_residual_twice_is_refused():
@@ -357,12 +364,7 @@ def test_ngpt_reloads(tmp_path, family):
     (GPT2, None, {"alpha_init": 0}, "ngpt.alpha_init: must be a number in"),
 ])
 def test_ngpt_refusals_are_one_line(family, first, params, needle):
-    m = _model(family)
-    if first:
-        _apply(m, [first])
-    with pytest.raises(SpecError) as err:
-        _apply(m, ["ngpt"], {"ngpt": params})
-    assert needle in str(err.value) and "\n" not in str(err.value)
+    _refused(_model(family), "ngpt", params, needle, first)
 
 
 # ---- hyper-connections ---------------------------------------------------------------------------
@@ -484,9 +486,4 @@ def test_hyper_connections_reload(tmp_path, family, kind):
     (GPT2, None, {"kind": "mhc", "n": 1}, "hyper-connections.n: mhc mixes two or more"),
 ])
 def test_hyper_connections_refusals_are_one_line(family, first, params, needle):
-    m = _model(family)
-    if first:
-        _apply(m, [first])
-    with pytest.raises(SpecError) as err:
-        _apply(m, ["hyper-connections"], {"hyper-connections": params})
-    assert needle in str(err.value) and "\n" not in str(err.value)
+    _refused(_model(family), "hyper-connections", params, needle, first)
