@@ -199,6 +199,34 @@ def test_every_k_steps_and_merged_micro_batches():
     assert rows == []  # nothing ran in step 1
 
 
+
+def test_calls_of_different_shapes_in_one_step_merge_as_read_alone():
+    """The sampled rows' statistics are formed at end_step for every call at once, grouped by
+    shape: two micro-batches of different lengths (T 24 and 40) in one step give the merge
+    (maximum of max_logit, mean of the rest) of the same calls read in separate runs of the
+    same step number (same rows: they depend on seed, step, layer and T only)."""
+    m = _model(GPT2)
+    ids = (_ids(2, 24, seed=1), _ids(2, 40, seed=2))
+    singles = []
+    for x in ids:
+        t = AttentionTelemetry(m, rows=8, start=0)
+        m(input_ids=x)
+        singles.append(t.end_step(0))
+        t.close()
+    t = AttentionTelemetry(m, rows=8)
+    for x in ids:
+        m(input_ids=x)
+    both = t.end_step(0)
+    t.close()
+    assert set(both) == {0, 1}
+    for layer in (0, 1):
+        a, b = singles[0][layer], singles[1][layer]
+        for key, got in both[layer].items():
+            want = torch.maximum(a[key], b[key]) if key == "max_logit" else \
+                torch.stack([a[key], b[key]]).nanmean(0)
+            assert torch.allclose(got, want, rtol=1e-6, atol=1e-7), (layer, key, got, want)
+        assert not torch.equal(a["entropy"], b["entropy"])  # two different readings
+
 def test_evaluation_forwards_are_not_read_by_default():
     m = _model(LLAMA)
     tel = AttentionTelemetry(m, rows=4)

@@ -28,13 +28,13 @@ round, minus 1; ``sigprop_s`` and ``reference_s`` are the medians of those means
 ``size`` keeps every round's (``per_step_s``, ``reference_per_step_s``,
 ``overhead_per_round``).
 
-What dominates: in the every-1 variant each ``_layer_stats`` call (the telemetry's
-computation: the exact largest logit and the sampled rows) is timed (wall clock on a CPU,
-CUDA events on a GPU), and so is ``end_step`` (CPU only: on a GPU it waits for the step's
-queued kernels). With the hooks-only overhead these split the every-1 overhead (figure
-``monitor/telemetry-compute``); a short ``torch.profiler`` pass after the rounds names the
-operations inside ``_layer_stats`` (shares of its time; the profiler's own cost inflates
-small operations).
+What dominates: in the every-1 variant each ``_layer_stats`` call (the telemetry's work in the
+forward: the exact largest logit, the sampled rows' logits) is timed (wall clock on a CPU,
+CUDA events on a GPU), and so is ``end_step`` (where every layer's sampled rows are turned
+into statistics at once; CPU only: on a GPU it waits for the step's queued kernels). With the
+hooks-only overhead these split the every-1 overhead (figure ``monitor/telemetry-compute``);
+a short ``torch.profiler`` pass after the rounds names the operations inside both (shares of
+their time; the profiler's own cost inflates small operations).
 
 Sizes. CPU (one thread): 4 layers, d 128, 4 heads, T 128, batch 8 (the issue's reference
 setting), vocabulary 1024 (GPT-2's 50257 would make the LM head and its AdamW state ~90% of
@@ -125,27 +125,34 @@ def _r(xs) -> list[float | None]:
 
 
 def _profile_ops(tel, step, steps: int, start: int, cuda: bool) -> dict[str, float]:
-    """Shares of ``_layer_stats``'s time by the operations it calls directly, from
-    ``torch.profiler`` over ``steps`` steps (CPU time; device time on a GPU)."""
+    """Shares of the telemetry's time (its ``_layer_stats`` calls in the forward and its
+    ``end_step``, where the sampled rows' statistics are formed) by the operations they call
+    directly, from ``torch.profiler`` over ``steps`` steps (CPU time; device time on a GPU)."""
     import torch
     from torch.profiler import ProfilerActivity, profile, record_function
 
-    mark = "sigprop.telemetry._layer_stats"
-    inner = tel._layer_stats
+    mark = "sigprop.telemetry"
+    inner, end = tel._layer_stats, tel.end_step
 
-    def marked(*a):
+    def marked(*a, **kw):
         with record_function(mark):
-            return inner(*a)
+            return inner(*a, **kw)
 
-    tel._layer_stats = marked
+    def marked_end(*a, **kw):
+        with record_function(mark):
+            return end(*a, **kw)
+
+    tel._layer_stats, tel.end_step = marked, marked_end
     acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
-    with profile(activities=acts) as prof:
-        for s in range(start, start + steps):
-            step(s)
-            tel.end_step(s)
-        if cuda:
-            torch.cuda.synchronize()
-    tel._layer_stats = inner
+    try:
+        with profile(activities=acts) as prof:
+            for s in range(start, start + steps):
+                step(s)
+                tel.end_step(s)
+            if cuda:
+                torch.cuda.synchronize()
+    finally:
+        tel._layer_stats, tel.end_step = inner, end
     key = "device_time_total" if cuda else "cpu_time_total"
     by: Counter = Counter()
     for ev in prof.events():
@@ -270,17 +277,17 @@ class _Timed:
 
         self.cuda, self.spans, inner = cuda, [], tel._layer_stats
 
-        def timed(*a):
+        def timed(*a, **kw):
             if cuda:
                 e0 = torch.cuda.Event(enable_timing=True)
                 e1 = torch.cuda.Event(enable_timing=True)
                 e0.record()
-                out = inner(*a)
+                out = inner(*a, **kw)
                 e1.record()
                 self.spans.append((e0, e1))
                 return out
             t0 = time.perf_counter()
-            out = inner(*a)
+            out = inner(*a, **kw)
             self.spans.append(time.perf_counter() - t0)
             return out
 
@@ -357,5 +364,5 @@ def _figures(p, size, cuda, machine, times, compute, ends, ops, failed) -> list[
               "dominant": dominant, "compute_ops": ops},
         notes=f"every-1 overhead {total * 1e3:.2f} ms a step: {share_txt} (hooks from the "
               f"hooks-only variant, rest by difference); dominant: {dominant}"
-              + (f"; inside _layer_stats: {top}" if top else "")))
+              + (f"; inside the telemetry: {top}" if top else "")))
     return figs

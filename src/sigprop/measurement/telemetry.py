@@ -24,8 +24,8 @@ What it computes, per attention call (a layer):
   T`` softmax is kept. This is what QK-Clip reads.
 * on ``rows`` query rows of the first ``sequences`` (2) sequences of the batch, drawn
   uniformly without replacement (the same positions in each; seeded by ``(seed, step,
-  layer)`` through :func:`~.stream_inputs.block_seed`): the normalised ``entropy`` (row
-  entropy over the log of its visible keys),
+  layer)``: the step's seed mixed by :func:`~.stream_inputs.block_seed`): the normalised
+  ``entropy`` (row entropy over the log of its visible keys),
   ``ipr``, ``wmax``, ``sink`` (mass on the first key) and ``sigma_s`` (RMS of the row's logits
   over its visible keys, itself left out), each averaged over the sampled rows;
   ``entropy_se`` is the standard error of the entropy mean over those rows (std / sqrt(n),
@@ -33,6 +33,12 @@ What it computes, per attention call (a layer):
   zero when every row is read). Rows with fewer than two visible keys carry no entropy.
   ``keys``: the sampled rows' mean number of visible keys (the ``n`` of beta = sigma_s /
   sqrt(log n)).
+
+Cost. In the forward, per layer: the exact maximum (under a causal triangle alone, a chunk of
+query rows reads only the keys its last row sees: 5/8 of the products at four chunks) and the
+sampled rows' logits; at :meth:`end_step`, the sampled rows of every layer (and call) of one
+shape are turned into statistics at once, so their dozen small operations run once a step,
+not once a layer. ``sigprop bench monitor`` times it against the same step without.
 
 Several forward calls in one step (gradient accumulation, activation checkpointing's
 recomputation) are merged: the maximum of ``max_logit``, means of the rest. Forward calls
@@ -105,6 +111,7 @@ class AttentionTelemetry(Probe):
         self._last_kept: dict[int, list[dict]] = {}
         self._inputs: dict = {}
         self._causal: dict = {}  # the additive causal triangle per (T, Tk, dtype, device)
+        self._step_seed = (-1, 0)  # (step, its row-sampling seed)
         self.step = int(start)
         self.active = self.step % every == 0
         self._now: dict[int, list[dict]] = defaultdict(list)
@@ -145,13 +152,13 @@ class AttentionTelemetry(Probe):
         self._handles.append(att.register_forward_pre_hook(pre, with_kwargs=True))
         self._handles.append(att.register_forward_hook(post))
 
-    def _own_stats(self, i: int, m, x: torch.Tensor) -> dict[str, torch.Tensor]:
+    def _own_stats(self, i: int, m, x: torch.Tensor, max_only: bool = False):
         q, k = m.qk(x)  # (S, B, H, T, d_H), the score factor on q
         S, B, H, T, dh = q.shape
         site = _OwnSite(f"{self.blocks[i][0]} (sigprop)", H, H, dh, 1.0, bool(m.spec.causal))
         pend = {"q": q.reshape(S * B, H, T, dh).transpose(1, 2),
                 "k": k.reshape(S * B, H, T, dh).transpose(1, 2)}
-        return self._layer_stats(i, site, pend, groups=S)
+        return self._layer_stats(i, site, pend, groups=S, max_only=max_only)
 
     def _hook_site(self, i, s: AttentionSite):
         super()._hook_site(i, s)
@@ -201,13 +208,19 @@ class AttentionTelemetry(Probe):
         self._inputs = {}
         pend.clear()
 
-    def _layer_stats(self, i, s: AttentionSite, pend,
-                     groups: int | None = None) -> dict[str, torch.Tensor]:
-        """One attention call's statistics, per head ``(H,)``. ``groups``: the batch is
-        ``groups`` independent models' batches one after the other (sigprop's stacked
-        initialisations); the rows are then sampled in the first ``sequences`` sequences of
-        each group, and ``slice:<stat>`` holds every statistic per group, ``(groups, H)``
-        (the per-head values are their maximum / mean over groups)."""
+    def _layer_stats(self, i, s: AttentionSite, pend, groups: int | None = None,
+                     max_only: bool = False):
+        """One attention call's reading. ``groups``: the batch is ``groups`` independent
+        models' batches one after the other (sigprop's stacked initialisations); the rows are
+        then sampled in the first ``sequences`` sequences of each group, and ``slice:<stat>``
+        holds every statistic per group, ``(groups, H)`` (the per-head values are their
+        maximum / mean over groups).
+
+        Returns the exact per-map maxima and the sampled rows' logits (a :class:`_Rows`); the
+        statistics of those rows are formed at :meth:`end_step`, every layer's at once
+        (:func:`_sampled_stats` on the rows stacked), so that their many small operations run
+        once a step rather than once a layer. ``max_only``: the largest logits alone,
+        ``{"max_logit": (H,)[, "slice:max_logit": (groups, H)]}``."""
         q, k, rope = self._qk(s, pend)
         self.info[i].update(source="telemetry", rope=rope, approximate=rope == "missing")
         H, T, dh = s.n_heads, q.shape[-2], s.head_dim
@@ -217,55 +230,75 @@ class AttentionTelemetry(Probe):
         kt = k.reshape(-1, Tk, dh).transpose(1, 2)
         NH, scale = q.shape[0], float(s.scale)
         mask = pend.get("mask")
-        allowed, bias = self._mask(s, mask, T, Tk, q.device)
         # the mask and any bias as one additive term, (T, Tk) or (N * H, T, Tk); a causal
-        # triangle alone is built once per shape
-        key = (T, Tk, bool(s.causal), q.dtype, q.device) if mask is None and bias is None \
-            else None
-        add = self._causal.get(key) if key is not None else None
-        if add is None and allowed is not None:
-            add = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(
-                ~allowed, -math.inf)
+        # triangle alone (or no mask) is built once per shape
+        plain = mask is None
+        key = (T, Tk, bool(s.causal), q.dtype, q.device) if plain else None
+        if key is not None and key in self._causal:
+            add = self._causal[key]
+        else:
+            allowed, bias = self._mask(s, mask, T, Tk, q.device)
+            add = None
+            if allowed is not None:
+                add = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(
+                    ~allowed, -math.inf)
+            if bias is not None:
+                add = bias.to(q.dtype) if add is None else add + bias.to(q.dtype)
+            if add is not None and add.dim() > 2:
+                add = torch.broadcast_to(add, (*lead, H, T, Tk)).reshape(NH, T, Tk)
             if key is not None:
                 self._causal[key] = add
-        if bias is not None:
-            add = bias.to(q.dtype) if add is None else add + bias.to(q.dtype)
-        if add is not None and add.dim() > 2:
-            add = torch.broadcast_to(add, (*lead, H, T, Tk)).reshape(NH, T, Tk)
 
-        def logits(rows, maps=slice(None)):  # scale x q.k + the additive term
+        def logits(rows, maps=slice(None), keys=slice(None)):  # scale x q.k + the mask
             if add is None:
-                return torch.bmm(q[maps][:, rows], kt[maps]).mul_(scale)
+                return torch.bmm(q[maps][:, rows], kt[maps][..., keys]).mul_(scale)
             a = add[maps] if add.dim() > 2 else add
-            return torch.baddbmm(a[..., rows, :], q[maps][:, rows], kt[maps], alpha=scale)
+            return torch.baddbmm(a[..., rows, keys], q[maps][:, rows], kt[maps][..., keys],
+                                 alpha=scale)
 
-        g = torch.Generator().manual_seed(block_seed(self.seed & (2**64 - 1), self.step,
-                                                          salt=101 + i))
-        R = min(self.rows, T)
-        idx = torch.randperm(T, generator=g)[:R].sort().values.to(q.device)
+        # the exact maximum, query rows in chunks (no T x Tk map kept); under a causal
+        # triangle alone a chunk of rows reads only the keys its last row sees (4 chunks at
+        # least: 5/8 of the products)
+        causal = plain and bool(s.causal)
+        step = max(1, CHUNK // max(1, NH * Tk))
+        if causal:
+            step = min(step, max(16, -(-T // 4)))
+        best = torch.full((NH,), -math.inf, dtype=q.dtype, device=q.device)
+        sc = None
         G = int(groups or 1)
         per = NH // H // G  # sequences per group
+        for r0 in range(0, T, step):
+            r1 = min(T, r0 + step)
+            kend = min(Tk, r1 + Tk - T) if causal else Tk
+            part = logits(slice(r0, r1), keys=slice(0, kend))
+            best = torch.maximum(best, part.amax((-1, -2)))
+            if r0 == 0 and r1 == T and kend == Tk:
+                sc = part
+        if max_only:
+            by = best.reshape(G, per, H).amax(1)
+            return {"max_logit": by.amax(0), **({"slice:max_logit": by} if G > 1 else {})}
+        idx = self._rows_of(i, T).to(q.device)
         ns = min(self.sequences, per)  # sampled sequences per group
         if G == 1:
             seqs = slice(0, ns * H)
         else:  # the first `ns` sequences of every group, every head: (G * ns * H,) maps
             first = (torch.arange(G)[:, None] * per + torch.arange(ns)[None, :]).reshape(-1)
             seqs = (first[:, None] * H + torch.arange(H)[None, :]).reshape(-1).to(q.device)
-        # the exact maximum, query rows in chunks (no T x Tk map kept); the sampled rows of
-        # the first `sequences` sequences, (S * H, R, Tk) masked -inf, taken from the one
-        # chunk when it holds every row
-        step = max(1, CHUNK // max(1, NH * Tk))
-        best = torch.full((NH,), -math.inf, dtype=q.dtype, device=q.device)
-        sc = None
-        for r0 in range(0, T, step):
-            part = logits(slice(r0, min(T, r0 + step)))
-            best = torch.maximum(best, part.amax((-1, -2)))
-            if step >= T:
-                sc = part[seqs][:, idx]
-        if sc is None:
-            sc = logits(idx, seqs)
-        return _sampled_stats(sc, idx, best, T=T, Tk=Tk, groups=G, sampled=ns, per=per,
-                              heads=H)
+        # the sampled rows of the first `sequences` sequences, (G * ns * H, R, Tk) masked
+        # -inf, taken from the one chunk when it holds every row
+        sc = sc[seqs][:, idx] if sc is not None else logits(idx, seqs)
+        return _Rows(sc, idx, best, (T, Tk, G, ns, per, H))
+
+    def _rows_of(self, i: int, T: int) -> torch.Tensor:
+        """The sorted query rows layer ``i`` samples this step: ``rows`` of ``T`` drawn
+        without replacement from a generator seeded by ``(seed, step, layer)`` (the step's
+        seed mixed once by :func:`block_seed`, the layer added by an odd multiplier)."""
+        if self._step_seed[0] != self.step:
+            self._step_seed = (self.step, block_seed(self.seed & (2**64 - 1), self.step,
+                                                     salt=101))
+        g = torch.Generator().manual_seed((self._step_seed[1] + 0x9E3779B1 * (i + 1))
+                                          % 2**32)
+        return torch.randperm(T, generator=g)[:min(self.rows, T)].sort().values
 
     # ---- steps -----------------------------------------------------------------------------
     def end_step(self, step: int | None = None) -> dict[int, dict[str, torch.Tensor]]:
@@ -274,13 +307,12 @@ class AttentionTelemetry(Probe):
         for the next step (``step + 1``; ``step`` default: one after the last)."""
         step = self.step if step is None else int(step)
         out = {}
-        for i, parts in sorted(self._now.items()):
-            if not parts:
-                continue
-            merged = {}
-            for key in parts[0]:  # the per-head STATS (and the per-group ``slice:`` ones)
-                v = torch.stack([p[key] for p in parts])
-                merged[key] = v.amax(0) if key.endswith("max_logit") else v.nanmean(0)
+        for i, parts in sorted(_statistics(self._now).items()):
+            merged = dict(parts[0])
+            if len(parts) > 1:  # the per-head STATS (and the per-group ``slice:`` ones)
+                for key in parts[0]:
+                    v = torch.stack([p[key] for p in parts])
+                    merged[key] = v.amax(0) if key.endswith("max_logit") else v.nanmean(0)
             out[i] = {k: v.float().cpu() for k, v in merged.items()}
         self._now.clear()
         self.last = out
@@ -310,7 +342,7 @@ class AttentionTelemetry(Probe):
                 parts = []
                 for c in calls:
                     if "own" in c:
-                        parts.append(self._own_stats(i, c["own"], c["x"]))
+                        parts.append(self._own_stats(i, c["own"], c["x"], max_only=True))
                         continue
                     s = c["site"]
                     pend = self._pending[self._layer(i)]
@@ -320,7 +352,7 @@ class AttentionTelemetry(Probe):
                     if not s.fused:
                         s.k(c["k_in"])
                     if "q" in pend and "k" in pend:
-                        parts.append(self._layer_stats(i, s, pend))
+                        parts.append(self._layer_stats(i, s, pend, max_only=True))
                     pend.clear()
                 if parts:
                     out[i] = {k: torch.stack([p[k] for p in parts]).amax(0).float().cpu()
@@ -344,33 +376,69 @@ class AttentionTelemetry(Probe):
         return [i for i, s in enumerate(self.sites) if s is not None or i in self._own]
 
 
+@dataclass
+class _Rows:
+    """One attention call's reading before its statistics: the sampled rows' logits ``sc``
+    (``(G * ns * H, R, Tk)``, masked -inf), their row indices ``idx`` (``(R,)``), the exact
+    per-map maxima ``best`` (``(G * per * H,)``) and ``shape`` = (T, Tk, G, ns, per, H)."""
+
+    sc: torch.Tensor
+    idx: torch.Tensor
+    best: torch.Tensor
+    shape: tuple
+
+
+def _statistics(now: dict[int, list]) -> dict[int, list[dict[str, torch.Tensor]]]:
+    """``{layer: [call's statistics, ...]}`` of the step's readings: the calls of one shape
+    (and dtype, device) stacked and read by one :func:`_sampled_stats`."""
+    out: dict[int, list] = defaultdict(list)
+    groups: dict[tuple, list[tuple[int, int, _Rows]]] = defaultdict(list)
+    for i, parts in now.items():
+        for j, r in enumerate(parts):
+            groups[(r.shape, r.sc.shape, r.sc.dtype, str(r.sc.device))].append((i, j, r))
+            out[i].append(None)
+    for (shape, *_), calls in groups.items():
+        T, Tk, G, ns, per, H = shape
+        st = _sampled_stats(torch.stack([r.sc for _, _, r in calls]),
+                            torch.stack([r.idx for _, _, r in calls]),
+                            torch.stack([r.best for _, _, r in calls]), T=T, Tk=Tk, groups=G,
+                            sampled=ns, per=per, heads=H)
+        for n, (i, j, _) in enumerate(calls):
+            out[i][j] = {k: v[n] for k, v in st.items()}
+    return {i: v for i, v in out.items() if v}
+
+
 def _sampled_stats(sc: torch.Tensor, idx: torch.Tensor, best: torch.Tensor, *, T: int, Tk: int,
                    groups: int, sampled: int, per: int, heads: int) -> dict[str, torch.Tensor]:
-    """One call's statistics from its sampled rows' logits ``sc`` (``(groups * sampled *
-    heads, R, Tk)``, masked -inf; rows ``idx`` of T) and the exact per-map maxima ``best``
-    (``(groups * per * heads,)``): per head ``(H,)``, or with several groups also per group
-    (``slice:<stat>``, ``(groups, H)``; :meth:`AttentionTelemetry._layer_stats`)."""
-    G, ns, H, R = groups, sampled, heads, len(idx)
+    """Statistics of ``L`` calls (layers) at once from their sampled rows' logits ``sc``
+    (``(L, groups * sampled * heads, R, Tk)``, masked -inf; rows ``idx`` ``(L, R)`` of T) and
+    the exact per-map maxima ``best`` (``(L, groups * per * heads)``): per call and head
+    ``(L, H)``, or with several groups also per group (``slice:<stat>``, ``(L, groups, H)``;
+    :meth:`AttentionTelemetry._layer_stats`)."""
+    L, G, ns, H, R = sc.shape[0], groups, sampled, heads, idx.shape[-1]
+    # a dozen passes over the (L, maps, R, Tk) logits, no more: this runs every step
     vis = torch.isfinite(sc)
-    keys = vis.sum(-1)  # (N * H, R)
-    own = torch.zeros_like(vis)
+    hidden = ~vis
+    keys = vis.sum(-1)  # (L, N * H, R)
+    z = sc.masked_fill(hidden, 0.0)
+    s2 = torch.linalg.vector_norm(z, dim=(-1, -2)).square()  # (L, N * H)
+    cnt = keys.sum(-1)
     if T == Tk:  # sigma_s leaves each row's own key out, as the probe's
-        own[:, torch.arange(R, device=sc.device), idx] = True
-    z = sc.masked_fill(~vis | own, 0.0)
-    cnt = (vis & ~own).sum((-1, -2)).clamp_min(1)
-    sigma = (z.square().sum((-1, -2)) / cnt).sqrt()  # (N * H,)
+        at = idx[:, None, :, None].expand(L, sc.shape[1], R, 1)
+        s2 = s2 - z.gather(-1, at).square().sum((-1, -2))
+        cnt = cnt - vis.gather(-1, at).sum((-1, -2))
+    sigma = (s2.clamp_min(0.0) / cnt.clamp_min(1)).sqrt()
     # the rows' softmax: masked entries set to 0 before the exponential and to 0 after
     # (an exponential of a very negative number takes a slow path: ~8x on this CPU)
     mx = sc.amax(-1, keepdim=True)
     mx = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
-    d = (sc - mx).masked_fill_(~vis, 0.0)
-    e = d.exp().masked_fill_(~vis, 0.0)
+    d = (sc - mx).masked_fill_(hidden, 0.0)
+    e = d.exp().masked_fill_(hidden, 0.0)
     rz = e.sum(-1).reciprocal()  # 1 / Z; the largest weight (e = 1 at the maximum)
-    A = e * rz.unsqueeze(-1)
-    ipr = A.square().sum(-1)
-    h = (rz.log().neg() - (e * d).sum(-1) * rz).clamp_min(0.0)  # row entropy, nats
-    h = h / torch.log(keys.clamp_min(2).to(A.dtype))
-    h = h.masked_fill(keys < 2, math.nan).reshape(G, ns, H, R)
+    ipr = torch.linalg.vector_norm(e, dim=-1).square() * rz.square()
+    h = (rz.log().neg() - torch.linalg.vecdot(e, d) * rz).clamp_min(0.0)  # entropy, nats
+    h = h / torch.log(keys.clamp_min(2).to(e.dtype))
+    h = h.masked_fill(keys < 2, math.nan).reshape(L, G, ns, H, R)
     fpc = math.sqrt((T - R) / (T - 1)) if T > 1 else 0.0
 
     def entropy_of(hh):  # (..., H, n rows) -> the mean and its standard error
@@ -380,24 +448,23 @@ def _sampled_stats(sc: torch.Tensor, idx: torch.Tensor, best: torch.Tensor, *, T
             (n - 1).clamp_min(1)
         return mean, (var / n.clamp_min(1)).sqrt() * fpc
 
-    def per_head(x):  # (G * ns * H,) -> the mean over a group's sequences, (G, H)
-        return x.reshape(G, ns, H).mean(1)
+    def per_head(x):  # (L, G * ns * H) -> the mean over a group's sequences, (L, G, H)
+        return x.reshape(L, G, ns, H).mean(2)
 
-    mean, se = entropy_of(h.transpose(1, 2).reshape(G, H, ns * R))
-    by = {"max_logit": best.reshape(G, per, H).amax(1), "entropy": mean,
+    mean, se = entropy_of(h.transpose(2, 3).reshape(L, G, H, ns * R))
+    by = {"max_logit": best.reshape(L, G, per, H).amax(2), "entropy": mean,
           "entropy_se": se, "ipr": per_head(ipr.mean(-1)), "wmax": per_head(rz.mean(-1)),
-          "sink": per_head(A[..., 0].mean(-1)),
+          "sink": per_head((e[..., 0] * rz).mean(-1)),
           "sigma_s": per_head(sigma.square()).sqrt(),
           "keys": per_head(keys.to(sc.dtype).mean(-1))}
     if G == 1:
-        return {k: v[0] for k, v in by.items()}
-    mean, se = entropy_of(h.permute(2, 0, 1, 3).reshape(H, G * ns * R))
-    out = {"max_logit": by["max_logit"].amax(0), "entropy": mean, "entropy_se": se}
-    out.update({k: by[k].mean(0) for k in ("ipr", "wmax", "sink", "keys")})
-    out["sigma_s"] = by["sigma_s"].square().mean(0).sqrt()
+        return {k: v[:, 0] for k, v in by.items()}
+    mean, se = entropy_of(h.permute(0, 3, 1, 2, 4).reshape(L, H, G * ns * R))
+    out = {"max_logit": by["max_logit"].amax(1), "entropy": mean, "entropy_se": se}
+    out.update({k: by[k].mean(1) for k in ("ipr", "wmax", "sink", "keys")})
+    out["sigma_s"] = by["sigma_s"].square().mean(1).sqrt()
     out.update({f"slice:{k}": v for k, v in by.items()})
     return out
-
 
 
 @dataclass
