@@ -367,3 +367,41 @@ def test_max_logit_now_forms_the_step_inputs_through_the_current_weights(cfg):
     assert not torch.allclose(now[1]["max_logit"], step[1]["max_logit"], rtol=1e-2)
     with pytest.raises(SpecError, match="keep_inputs"):
         fresh.max_logit_now()
+
+
+def test_a_projection_returning_a_tuple_is_read():
+    """I-BERT's quantised linear layers return (output, scaling factor): the first element is
+    the projection's output. Its largest logit equals one computed here from the layer's own
+    query / key outputs (1e-5 relative)."""
+    cfg = dict(model_type="ibert", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+               intermediate_size=128, vocab_size=300)
+    m = _model(cfg, "eager")
+    att = m.encoder.layer[0].attention.self
+    got = {}
+    hs = [att.query.register_forward_hook(lambda mod, a, out: got.__setitem__("q", out[0])),
+          att.key.register_forward_hook(lambda mod, a, out: got.__setitem__("k", out[0]))]
+    tel = AttentionTelemetry(m, rows=4)
+    m(input_ids=_ids(2, 24))
+    st = tel.end_step(0)
+    for h in hs:
+        h.remove()
+    tel.close()
+    assert sorted(st) == [0, 1] and tel.unreadable == {}
+    q = got["q"].detach().view(2, 24, 4, 16).transpose(1, 2)
+    k = got["k"].detach().view(2, 24, 4, 16).transpose(1, 2)
+    want = ((q @ k.transpose(-1, -2)) * 16 ** -0.5).amax((-1, -2)).amax(0)
+    assert torch.allclose(st[0]["max_logit"], want, rtol=1e-5, atol=0)
+
+
+def test_an_attention_replaced_at_run_time_is_said_unreadable():
+    """BigBird swaps its block-sparse attention for a new full-attention module when the
+    sequence is short: the module the telemetry hooked never runs. Every layer is then named
+    unreadable with the reason, not silently left out."""
+    cfg = dict(model_type="big_bird", hidden_size=64, num_hidden_layers=2,
+               num_attention_heads=4, intermediate_size=128, vocab_size=300)
+    m = _model(cfg, "eager")
+    tel = AttentionTelemetry(m, rows=4)
+    m(input_ids=_ids(1, 64))
+    assert tel.end_step(0) == {}
+    assert sorted(tel.unreadable) == [0, 1]
+    assert "not called in the forward" in tel.unreadable[0]

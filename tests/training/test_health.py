@@ -105,6 +105,26 @@ def test_non_finite_logits_are_an_event_and_one_warning():
     assert math.isnan(health.scalars[-1]["attention/max_logit"])
 
 
+def test_a_layer_the_telemetry_cannot_read_is_an_event_and_one_warning():
+    """BigBird (its attention module replaced at run time for short sequences): after the
+    first step, one ``unreadable`` event and one warning per layer, naming the reason; none
+    again on later steps; the run goes on."""
+    cfg = dict(model_type="big_bird", hidden_size=64, num_hidden_layers=2,
+               num_attention_heads=4, intermediate_size=128, vocab_size=300)
+    m = loading.model_at_init(loading.load_config(cfg), seed=0, attn_implementation="eager")
+    health = AttentionHealth(m, rows=4)
+    with warnings.catch_warnings(record=True) as got:
+        warnings.simplefilter("always")
+        for step in range(3):
+            m(input_ids=_ids(T=64))
+            assert health.after_step(step) == {}
+    ours = [w for w in got if issubclass(w.category, AttentionWarning)]
+    ev = [e for e in health.events if e.kind == "unreadable"]
+    assert [(e.step, e.layer) for e in ev] == [(0, 0), (0, 1)]
+    assert len(ours) == 2 and "not called in the forward" in str(ours[0].message)
+    assert str(ours[0].message).startswith("step 0: layer 0: not read by the telemetry: ")
+
+
 def test_scalars_sinks_and_rows():
     m = _model()
     seen = []

@@ -267,7 +267,7 @@ class Probe(RecomputeMixin, HookHandles):
             def hook(m, a, out):
                 if not self._wants():
                     return
-                out = self._batch_first(out)
+                out = self._batch_first(_first_of(out))
                 x = a[0] if a and torch.is_tensor(a[0]) else None
                 if torch.is_tensor(out) and out.ndim == 4 and x is not None and x.ndim >= 2:
                     T = x.shape[-2]  # a projection that returns heads first, (B, n, T, dh)
@@ -279,7 +279,7 @@ class Probe(RecomputeMixin, HookHandles):
         def grab_fused(m, a, out):
             if not self._wants():
                 return
-            pend, out = pends[self._layer(i)], self._batch_first(out)
+            pend, out = pends[self._layer(i)], self._batch_first(_first_of(out))
             if not torch.is_tensor(out) or out.shape[-1] < (H + 2 * Hkv) * dh:
                 return  # not the layout read from the module: the layer is noted unreadable
             if s.fused == "per_head":
@@ -457,3 +457,11 @@ def to_trajectory(probe_results, spec=None, source: str = "measured", per_head: 
                 for h in range(H):
                     add(layer, name, [d[name].reshape(-1, H)[:, h] for d in st], head=h)
     return _traj.make(rows, spec)
+
+
+def _first_of(out):
+    """A projection's output tensor: the first element where the layer returns a tuple (a
+    quantised linear layer's ``(output, scaling factor)``, I-BERT), else ``out``."""
+    if isinstance(out, tuple | list) and out and torch.is_tensor(out[0]):
+        return out[0]
+    return out

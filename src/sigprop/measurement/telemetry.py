@@ -112,6 +112,7 @@ class AttentionTelemetry(Probe):
         self._inputs: dict = {}
         self._causal: dict = {}  # the additive causal triangle per (T, Tk, dtype, device)
         self._step_seed = (-1, 0)  # (step, its row-sampling seed)
+        self._ran: set[int] = set()  # blocks that ran in the step's read forward calls
         self.step = int(start)
         self.active = self.step % every == 0
         self._now: dict[int, list[dict]] = defaultdict(list)
@@ -180,8 +181,9 @@ class AttentionTelemetry(Probe):
         return super().__exit__(*exc)
 
     # ---- the probe's hooks, read differently -----------------------------------------------
-    def _record_hidden(self, layer, x):  # hidden states are not read
-        return
+    def _record_hidden(self, layer, x):  # hidden states are not read: which blocks ran
+        if layer > 0 and self._reading():
+            self._ran.add(layer - 1)
 
     def _reading(self) -> bool:
         return self.active and (torch.is_grad_enabled() or not self.grad_only)
@@ -314,6 +316,14 @@ class AttentionTelemetry(Probe):
                     v = torch.stack([p[key] for p in parts])
                     merged[key] = v.amax(0) if key.endswith("max_logit") else v.nanmean(0)
             out[i] = {k: v.float().cpu() for k, v in merged.items()}
+        for i in self._ran - set(out):  # a block ran, its attention was never read
+            info = self.info[i] if i < len(self.info) else None
+            if info is not None and i in self.attention_layers and not info.get("source") \
+                    and not info.get("unreadable"):
+                info["unreadable"] = ("the attention module found in the block was not called "
+                                      "in the forward (the model replaced or bypassed it at "
+                                      "run time)")
+        self._ran.clear()
         self._now.clear()
         self.last = out
         self._last_kept = dict(self._kept)

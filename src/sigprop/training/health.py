@@ -15,10 +15,12 @@ Events (:class:`HealthEvent`, each warned once through :class:`AttentionWarning`
 ``warn=False``): ``non_finite`` (a head's largest logit is NaN or infinite: the run is told,
 never stopped), ``forecast`` (a head's largest logit or beta is projected to cross its
 threshold within ``horizon`` steps: the step it is expected at), ``crossed`` (it did),
-``qk_clip`` (heads rescaled after this step's optimizer step). Thresholds: the largest logit
-``logit_limit`` (default the QK-Clip threshold, else 100), beta = sigma_s / sqrt(log n) at
-``beta_c`` (default sqrt 2, the REM's freezing point for independent scores, docs/theory.md
-§2.1), and optionally a head's entropy falling to ``entropy_floor``.
+``qk_clip`` (heads rescaled after this step's optimizer step), ``unreadable`` (an attention
+layer whose q and k the telemetry could not read, and why: told once per layer; ``head`` -1).
+Thresholds: the largest logit ``logit_limit`` (default the QK-Clip threshold, else 100),
+beta = sigma_s / sqrt(log n) at ``beta_c`` (default sqrt 2, the REM's freezing point for
+independent scores, docs/theory.md §2.1), and optionally a head's entropy falling to
+``entropy_floor``.
 
 Data parallel: when ``torch.distributed`` is initialised every rank must call
 :meth:`after_step` at the same steps; the per-head statistics are reduced (the maximum of the
@@ -66,10 +68,13 @@ class HealthEvent:
     threshold: float
     at: float | None = None
     slice: int | None = None  # sigprop's own stack: which stacked initialisation
+    note: str | None = None  # ``unreadable``: why the layer could not be read
 
     def message(self) -> str:
         where = f"layer {self.layer}, head {self.head}" + (
             f", slice {self.slice}" if self.slice is not None else "")
+        if self.kind == "unreadable":
+            return f"step {self.step}: layer {self.layer}: not read by the telemetry: {self.note}"
         if self.kind == "non_finite":
             return f"step {self.step}: {where}: the largest attention logit is {self.value}"
         if self.kind == "forecast":
@@ -216,9 +221,11 @@ class AttentionHealth:
         stats = self.telemetry.end_step(step)
         if self.reduce:
             stats = reduce_stats(stats)
+        missing = self._unreadable(step)
         if not stats:
+            self._tell(missing)
             return {}
-        events = self._check(step, stats)
+        events = missing + self._check(step, stats)
         if self.qk_clip is not None:
             events += self._clip(step, stats)
         scalars = self._scalars(stats)
@@ -240,6 +247,27 @@ class AttentionHealth:
                         w.event = e
                         warnings.warn(w, stacklevel=2)
         return scalars
+
+    def _unreadable(self, step: int) -> list[HealthEvent]:
+        """The attention layers the telemetry has newly found it cannot read, once each."""
+        out = []
+        for layer, why in sorted(self.telemetry.unreadable.items()):
+            if ("unreadable", layer) not in self._told:
+                self._told.add(("unreadable", layer))
+                out.append(HealthEvent(step, layer, -1, "unreadable", "q/k", math.nan,
+                                       math.nan, note=why))
+        return out
+
+    def _tell(self, events: list[HealthEvent]) -> None:
+        """Keep and warn ``events`` (rank 0) on a step with no statistics."""
+        if not (events and self.rank0):
+            return
+        self.events += events
+        if self.warn:
+            for e in events:
+                w = AttentionWarning(e.message())
+                w.event = e
+                warnings.warn(w, stacklevel=3)
 
     def _check(self, step: int, stats) -> list[HealthEvent]:
         out = []
