@@ -24,7 +24,9 @@ row statistics are those of the renormalised rows ``w / W`` (the ordinary softma
 sink does not change) and ``probs`` the weights themselves (the sink's column dropped, as HF
 gpt-oss returns them). **Output gate** (``LayerSpec.gate_var``): the head outputs are
 multiplied elementwise by ``sigmoid(x W_g + b_g)`` (``x`` the attention's input) before
-``W_O``.
+``W_O``. **Value residual** (``LayerSpec.value_mix = (lambda_self, lambda_first)``): the
+values are ``lambda_self V + lambda_first V_1`` with ``V_1`` the first block's values of the
+same forward pass (a :class:`FirstValues` holder the first block fills).
 """
 
 from __future__ import annotations
@@ -48,6 +50,14 @@ class AttentionOutput(NamedTuple):
     out: Tensor
     stats: dict[str, Tensor] | None
     probs: Tensor | None
+
+
+class FirstValues:
+    """The first block's values (S, B, H, T, d_head) of one forward pass, for the value
+    residual of the later blocks: the first block to see an empty holder fills it."""
+
+    def __init__(self):
+        self.v: Tensor | None = None
 
 
 #: logits per chunk of :meth:`BatchedAttention._chunked` (float32: 2 MiB, about the L2 cache)
@@ -222,20 +232,34 @@ class BatchedAttention(nn.Module):
         return torch.matmul(q, k.transpose(-1, -2))
 
     # ---------------------------------------------------------------- forward
-    def forward(self, x: Tensor, return_stats: bool = False,
-                return_probs: bool = False) -> AttentionOutput:
-        """Attention output for x of shape (S, B, T, d) or (B, T, d) (shared by all seeds)."""
+    def _mixed(self, v: Tensor, values: FirstValues | None) -> Tensor:
+        """The values this block attends over: its own, or mixed with the first block's
+        (``LayerSpec.value_mix``); an empty ``values`` holder is filled with them."""
+        mix = None if self.layer is None else self.layer.value_mix
+        if mix is not None:
+            if values is None or values.v is None:
+                raise RuntimeError("value residual: the first block's values were not computed "
+                                   "in this forward pass (run the whole SigpropTransformer)")
+            return mix[0] * v + mix[1] * values.v
+        if values is not None and values.v is None:
+            values.v = v
+        return v
+
+    def forward(self, x: Tensor, return_stats: bool = False, return_probs: bool = False,
+                values: FirstValues | None = None) -> AttentionOutput:
+        """Attention output for x of shape (S, B, T, d) or (B, T, d) (shared by all seeds);
+        ``values``: the first block's values (value residual, module docstring)."""
         x = self._prepare(x)
         S, B, T, d = x.shape
         x2 = x.reshape(S, B * T, d)
         causal = self.spec.causal
         kind = self.spec.attention
-        plain = self.sink is None and not self.has_gate
+        plain = self.sink is None and not self.has_gate and values is None
         if (return_stats and not return_probs and not torch.is_grad_enabled() and plain
                 and x.device.type == "cpu" and S * B > 1 and kind == "softmax"):
             mask = causal_mask(T, x.device) if causal else None
             return self._chunked(x2, B, T, mask, visible_keys(T, causal, x.dtype, x.device))
-        v = self._heads(x2, self.w_v, B, T, self.b_v)  # (S, B, H, T, dh)
+        v = self._mixed(self._heads(x2, self.w_v, B, T, self.b_v), values)  # (S, B, H, T, dh)
         mask = causal_mask(T, x.device) if causal else None
         n_keys = visible_keys(T, causal, x.dtype, x.device)
         stats = probs = None

@@ -11,6 +11,12 @@ Block structure, exactly as :func:`sigprop.theory.blocks.block_step`:
   (pre) or ``x`` (none); post-LN normalises the sum
 * a layer with ``branch_gain2`` (Gemma 2, OLMo 2, Peri-LN) normalises each branch's output
   before the add, times the square root of its mean squared gain
+* a layer's own ``norm`` (Mix-LN) takes the place of the spec's for that block
+* a layer with ``dyt`` (Dynamic Tanh) has ``tanh(alpha x)`` (the attention's or the MLP's
+  alpha) wherever its LN would be
+* a layer with ``value_mix`` (value residual) attends over ``lambda_self V + lambda_first
+  V_1``, ``V_1`` the first block's values of the same forward pass (:meth:`SigpropTransformer.
+  forward` hands them on; a block called on its own refuses)
 
 LN has no affine part: ``rms`` is ``x / sqrt(mean(x^2) + eps)`` (gg25, no mean subtraction),
 ``layernorm`` the standard mean-and-variance normalisation. MLP (docs/theory.md §2.5):
@@ -28,7 +34,7 @@ from torch import Tensor, nn
 
 from ..spec import ArchSpec, LayerSpec
 from . import init as _init
-from .attention import AttentionOutput, BatchedAttention
+from .attention import AttentionOutput, BatchedAttention, FirstValues
 
 LN_EPS = 1e-6
 
@@ -255,11 +261,18 @@ class BatchedBlock(nn.Module):
         #: branch normalised, times the square root of its mean squared gain; None: none
         g2 = None if layer is None else layer.branch_gain2
         self.branch_gain = None if g2 is None else tuple(float(g) ** 0.5 for g in g2)
+        #: this block's norm placement (a layer's own, Mix-LN) and Dynamic Tanh slopes
+        self.norm = spec.norm if layer is None or layer.norm is None else layer.norm
+        self.dyt = None if layer is None else layer.dyt
 
     def init_targets(self):
         return self.attn.init_targets() + self.mlp.init_targets()
 
-    def _ln(self, x: Tensor) -> Tensor:
+    def _ln(self, x: Tensor, which: int = 0) -> Tensor:
+        """The block's norm ``which`` (0: the attention's, 1: the MLP's): LN, or
+        ``tanh(alpha x)`` with Dynamic Tanh."""
+        if self.dyt is not None:
+            return torch.tanh(x * self.dyt[which])
         return normalise(x, self.spec.ln_kind, self.ln_eps)
 
     def _out(self, y: Tensor, branch: int) -> Tensor:
@@ -267,27 +280,29 @@ class BatchedBlock(nn.Module):
         layer normalises its branch outputs (``branch`` 0 attention, 1 MLP)."""
         if self.branch_gain is None:
             return y
-        return self._ln(y) * self.branch_gain[branch]
+        return normalise(y, self.spec.ln_kind, self.ln_eps) * self.branch_gain[branch]
 
-    def forward(self, x: Tensor, return_stats: bool = False,
-                return_probs: bool = False) -> tuple[Tensor, AttentionOutput]:
+    def forward(self, x: Tensor, return_stats: bool = False, return_probs: bool = False,
+                values: FirstValues | None = None) -> tuple[Tensor, AttentionOutput]:
+        """``values``: the first block's values of this forward pass (value residual; the
+        first block fills it, the later ones read it)."""
         sp = self.spec
         a_att, a_mlp = sp.alpha_attn, sp.alpha_mlp
         if sp.parallel:  # one skip, both branches read the same input
-            h = self._ln(x) if sp.norm == "pre" else x
-            att = self.attn(h, return_stats, return_probs)
+            h = self._ln(x) if self.norm == "pre" else x
+            att = self.attn(h, return_stats, return_probs, values)
             x = skip(x, self._out(att.out, 0), a_att) + self._out(self.mlp(h), 1)
-            return (self._ln(x) if sp.norm == "post" else x), att
-        if sp.norm == "post":
-            att = self.attn(x, return_stats, return_probs)
-            x = self._ln(skip(x, self._out(att.out, 0), a_att))
-            x = self._ln(skip(x, self._out(self.mlp(x), 1), a_mlp))
-        elif sp.norm == "pre":
-            att = self.attn(self._ln(x), return_stats, return_probs)
+            return (self._ln(x) if self.norm == "post" else x), att
+        if self.norm == "post":
+            att = self.attn(x, return_stats, return_probs, values)
+            x = self._ln(skip(x, self._out(att.out, 0), a_att), 0)
+            x = self._ln(skip(x, self._out(self.mlp(x), 1), a_mlp), 1)
+        elif self.norm == "pre":
+            att = self.attn(self._ln(x, 0), return_stats, return_probs, values)
             x = skip(x, self._out(att.out, 0), a_att)
-            x = skip(x, self._out(self.mlp(self._ln(x)), 1), a_mlp)
+            x = skip(x, self._out(self.mlp(self._ln(x, 1)), 1), a_mlp)
         else:
-            att = self.attn(x, return_stats, return_probs)
+            att = self.attn(x, return_stats, return_probs, values)
             x = skip(x, self._out(att.out, 0), a_att)
             x = skip(x, self._out(self.mlp(x), 1), a_mlp)
         return x, att
@@ -416,8 +431,10 @@ class SigpropTransformer(nn.Module):
         hidden = [x] if return_hidden else None
         stats = [] if return_stats else None
         probs = [] if return_probs else None
+        lays = self.spec.layers or ()
+        values = FirstValues() if any(y.value_mix is not None for y in lays) else None
         for blk in self.blocks:
-            x, att = blk(x, return_stats, return_probs)
+            x, att = blk(x, return_stats, return_probs, values)
             if return_hidden:
                 hidden.append(x)
             if return_stats:

@@ -23,7 +23,7 @@ from .causal_positions import causal_grid
 
 
 def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o=None,
-                  gate=None):
+                  gate=None, first=None):
     """(q, p) after one attention layer (docs/theory.md §2.4), before the residual.
 
     softmax/uniform: ``q_att = s_v^2 [p + (q-p) Y2] + s_b^2``, ``p_att = s_v^2 [p + (q-p) Yx]
@@ -32,7 +32,10 @@ def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o
     ``st.wx``, §2.4.3): the mean and value-bias terms carry the rows' masses,
     ``s_v^2 [p E W^2 + (q-p) Y2s] + s_b^2 E W^2`` (pairs: ``E W_a W_c``, ``Yxs``). ``gate``:
     ``(E sigmoid(g)^2, E sigmoid(g) sigmoid(g'))`` of an output gate (§2.4.4), multiplying
-    the head outputs' moments before ``W_O``.
+    the head outputs' moments before ``W_O``. ``first``: value residual learning
+    (§2.4.6), ``(lambda_self^2, lambda_first^2, k1, c1)`` with ``(k1, c1)`` the first block's
+    value kernel (diagonal, off-diagonal): the values' kernel is ``lambda_self^2`` times the
+    block's own plus ``lambda_first^2 (k1, c1)``, which the same rows mix.
     With an output projection: ``q -> s_o^2 q + s_b^2`` (same for p).
     """
     if variant == "centred":
@@ -46,6 +49,10 @@ def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o
         wx = 1.0 if st.wx is None else st.wx
         qa = var_v * (p * w2 + (q - p) * st.y2) + var_b * w2
         pa = var_v * (p * wx + (q - p) * st.yx) + var_b * wx
+    if first is not None:  # the first block's values: the same rows, their own kernel
+        ls2, lf2, k1, c1 = first
+        q1, p1 = attention_map(k1, c1, st, variant=variant, var_v=1.0, var_b=0.0)
+        qa, pa = ls2 * qa + lf2 * q1, ls2 * pa + lf2 * p1
     if gate is not None:
         qa, pa = gate[0] * qa, gate[1] * pa
     if var_o is not None:
@@ -165,6 +172,13 @@ class BlockParams:
     mixer: MixerMap | None = None
     #: constant shift of a gated MLP's up branch (docs/theory.md §2.5.3), 0 for none
     glu_shift: float = 0.0
+    #: Dynamic Tanh slopes ``(alpha_attn, alpha_mlp)`` in place of the norms (§2.6.2), or None
+    dyt: tuple | None = None
+    #: value residual ``(lambda_self, lambda_first)`` (docs/theory.md §2.4.6), or None
+    value_mix: tuple | None = None
+    #: the first block's value kernel ``(diagonal, off-diagonal)`` that ``value_mix`` mixes
+    #: in (:func:`value_kernel`; filled by :mod:`.depth`, which carries it), or None
+    value_first: tuple | None = None
 
     @classmethod
     def from_spec(cls, spec: ArchSpec, layer: int | None = None, **override) -> BlockParams:
@@ -205,6 +219,12 @@ class BlockParams:
                     shared_gate_var=lay.moe_shared_gate_var)
             if lay.glu_shift:
                 base["glu_shift"] = lay.glu_shift
+            if lay.norm is not None:
+                base["norm"] = lay.norm
+            if lay.dyt is not None:
+                base["dyt"] = lay.dyt
+            if lay.value_mix is not None:
+                base["value_mix"] = lay.value_mix
             if lay.measured:
                 if lay.mixer_map is None:
                     raise SpecError("layers.mixer_map", f"layer {layer or 1} is a measured "
@@ -236,7 +256,11 @@ def _ln_fluct_inputs(qa, pa, bp: BlockParams):
     """What the LN averages of :mod:`.fluct` need from the attention input (q, p) = (qa, pa):
     ``b = s_o^2 s_v^2 (q - p)``, the weight of Y2 in a token's norm; ``rho`` = p / q; ``v``, a
     row's REM score variance (docs/theory.md §2.1)."""
-    b = bp.var_v * (qa - pa) * (1.0 if bp.var_o is None else bp.var_o)
+    b = bp.var_v * (qa - pa)
+    first = value_first(bp)
+    if first is not None:  # value residual: the first block's values add to the spread
+        b = first[0] * b + first[1] * (first[2] - first[3])
+    b = b * (1.0 if bp.var_o is None else bp.var_o)
     rho = np.clip(cos_of(pa, qa), 0.0, 1.0)
     return b, rho, (bp.sigma_s0 * qa) ** 2 * (1.0 - rho)
 
@@ -433,6 +457,48 @@ def measured_map(q, p, bp: BlockParams, *, branch_scale=1.0):
     return q2, np.clip(p2, -q2, q2), None
 
 
+def attention_input(q, p, bp: BlockParams, raw_input: bool = False):
+    """The ``(q, p)`` the attention of a block reads from its input state ``(q, p)``
+    (:func:`block_step`): normalised, ``(1, cos)``, behind a norm (post-LN: the previous
+    block's output, unless ``raw_input``); Dynamic Tanh (``bp.dyt``, §2.6.2): pre-LN the
+    tanh kernel of the stream, post-LN the stream itself (the previous block's tanh
+    output); no norm: the state as it is."""
+    if bp.dyt is not None:
+        return kernels.dyt_kernel(bp.dyt[0], q, p) if bp.norm == "pre" else (q, p)
+    if bp.norm in ("post", "pre") and not (raw_input and bp.norm == "post"):
+        return np.ones_like(q), cos_of(p, q)
+    return q, p
+
+
+def _mlp_input(q, p, bp: BlockParams):
+    """The ``(q, p)`` the MLP reads from the stream after the attention's add (and, post-LN,
+    its norm): :func:`attention_input` with the MLP's own norm."""
+    if bp.dyt is not None:
+        return kernels.dyt_kernel(bp.dyt[1], q, p) if bp.norm == "pre" else (q, p)
+    return (np.ones_like(q), cos_of(p, q)) if bp.norm in ("post", "pre") else (q, p)
+
+
+def value_kernel(q, p, bp: BlockParams, raw_input: bool = False):
+    """The kernel ``(diagonal, off-diagonal)`` of the values of a block whose input state is
+    ``(q, p)``: ``(s_v^2 q_a + s_b^2, s_v^2 p_a + s_b^2)`` of its attention input
+    (:func:`attention_input`). For value residual learning (§2.4.6) the depth driver keeps
+    the first block's and hands it to the later ones (``BlockParams.value_first``)."""
+    qa, pa = attention_input(q, p, bp, raw_input)
+    return bp.var_v * qa + bp.var_b, bp.var_v * pa + bp.var_b
+
+
+def value_first(bp: BlockParams):
+    """``(lambda_self^2, lambda_first^2, k1, c1)`` of a value-residual block (the
+    ``first`` of :func:`attention_map`), or None without one."""
+    if bp.value_mix is None:
+        return None
+    if bp.value_first is None:
+        raise SpecError("layers.value_mix", "needs the first block's value kernel (carried "
+                                            "by sigprop.theory.depth: propagate, final_cos)")
+    ls, lf = bp.value_mix
+    return ls * ls, lf * lf, bp.value_first[0], bp.value_first[1]
+
+
 def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False,
                branch_scale=1.0, raw_input: bool = False):
     """One transformer block (docs/theory.md §2.6): returns ``(q, p, attention stats)``.
@@ -454,12 +520,16 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     stream, so they do not depend on S); see :mod:`.depth`. ``raw_input`` (post-LN): the
     input is not the output of a LayerNorm (the first block of a stack whose embeddings are
     not normalised, ``ArchSpec.q0``), so the attention reads it as it is.
+
+    Dynamic Tanh (``bp.dyt``, §2.6.2) in place of the norms: the branches read the tanh
+    kernel of the stream (pre-LN) or the stream is the tanh kernel of the sum (post-LN). A
+    value-residual block (``bp.value_mix``, §2.4.6) mixes the first block's value kernel
+    (``bp.value_first``) into its values.
     """
     if bp.mixer is not None:
         return measured_map(q, p, bp, branch_scale=branch_scale)
     normed = bp.norm in ("post", "pre")
-    qa, pa = (np.ones_like(q), cos_of(p, q)) if normed and not (raw_input and bp.norm == "post") \
-        else (q, p)
+    qa, pa = attention_input(q, p, bp, raw_input)
     if asymptotic:
         # a mean pairwise cosine is >= -1/(T-1), so >= 0 as T -> inf; the limit maps (Y2 = 0
         # below beta_c gives q_att = s_v^2 p) need it: a roundoff-negative p (-1e-9) would
@@ -474,7 +544,7 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
         st, rep = _head_stats(bp, qa, pa, asymptotic=asymptotic, full=full)
     q_att, p_att = attention_map(qa, pa, st, variant=bp.attention, var_v=bp.var_v,
                                  var_b=bp.var_b, var_o=bp.var_o,
-                                 gate=gate_factors(bp, qa, pa))
+                                 gate=gate_factors(bp, qa, pa), first=value_first(bp))
     if bp.branch_gain2 is not None:  # the branch output is normalised before the add:
         # per token, so its cosine is the LayerNorm average of the post-LN path (causal rows'
         # norms differ with position), not the ratio of averages
@@ -491,14 +561,17 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
         q = a2 * q + branch_scale * (q_att + q_h)
         p = a2 * p + branch_scale * (p_att + p_h)
         if bp.norm == "post":
-            q, p = np.ones_like(q), cos_of(p, q)
+            q, p = kernels.dyt_kernel(bp.dyt[0], q, p) if bp.dyt is not None else (
+                np.ones_like(q), cos_of(p, q))
         return q, p, rep
     q, p = a2 * q + branch_scale * q_att, a2 * p + branch_scale * p_att
     if bp.cross is not None and bp.norm != "post":  # decoder: cross-attention, then the MLP
         qc_in, pc_in = (np.ones_like(q), cos_of(p, q)) if normed else (q, p)
         q_c, p_c = cross_map(qc_in, pc_in, bp)
         q, p = q + branch_scale * q_c, p + branch_scale * p_c
-    if bp.norm == "post":
+    if bp.norm == "post" and bp.dyt is not None:  # the stream is tanh(alpha (x + f))
+        q, p = kernels.dyt_kernel(bp.dyt[0], q, p)
+    elif bp.norm == "post":
         # sinks and gates: the ratio of averages (the LN averages of §2.3.3 do not carry
         # the rows' masses or the gates' per-token factors)
         ln_avg = (bp.ln_fluct and not asymptotic and bp.cross is None and bp.sink is None
@@ -513,7 +586,7 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
         if bp.cross is not None:  # post-LN decoder: LN(x + cross(x, memory))
             q_c, p_c = cross_map(q, p, bp)
             q, p = np.ones_like(q), cos_of(p + p_c, q + q_c)
-    qm, pm = (np.ones_like(q), cos_of(p, q)) if normed else (q, p)
+    qm, pm = _mlp_input(q, p, bp)
     q_h, p_h = mlp_map(qm, pm, activation=bp.activation, var_w_in=bp.var_w_in,
                        var_w_out=bp.var_w_out, var_b=bp.var_b, moe=bp.moe,
                        glu_shift=bp.glu_shift)
@@ -522,5 +595,6 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     m2 = np.asarray(bp.alpha_mlp, dtype=np.float64) ** 2
     q, p = m2 * q + branch_scale * q_h, m2 * p + branch_scale * p_h
     if bp.norm == "post":
-        q, p = np.ones_like(q), cos_of(p, q)
+        q, p = kernels.dyt_kernel(bp.dyt[1], q, p) if bp.dyt is not None else (
+            np.ones_like(q), cos_of(p, q))
     return q, p, rep

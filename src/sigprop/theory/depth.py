@@ -45,7 +45,7 @@ import numpy as np
 from ..spec import ArchSpec, SpecError
 from . import rem
 from .attention import AttentionStats
-from .blocks import BlockParams, block_step, cos_of
+from .blocks import BlockParams, block_step, cos_of, value_kernel
 
 #: largest signal norm q carried unscaled (beyond it the next layer may overflow float64)
 Q_MAX = 1e300
@@ -62,14 +62,43 @@ CERT_EVERY = 8
 
 
 def scale_mode(bp: BlockParams) -> str | None:
-    """``"homogeneous"``, ``"pre"`` or None (see the module docstring)."""
+    """``"homogeneous"``, ``"pre"`` or None (see the module docstring). Dynamic Tanh reads
+    the stream's scale (no mode); a value residual adds the first block's values, which do
+    not scale with a no-norm stream (no ``homogeneous``)."""
+    if bp.dyt is not None:
+        return None
     if bp.norm == "pre":
         return "pre"
     if (bp.norm == "none" and bp.attention in ("uniform", "identity")
-            and bp.activation in ("relu", "linear")
+            and bp.activation in ("relu", "linear") and bp.value_mix is None
             and np.all(np.asarray(bp.var_b) == 0) and bp.gate is None):
         return "homogeneous"  # (a sigmoid output gate is not homogeneous)
     return None
+
+
+def stack_mode(spec: ArchSpec, bp: BlockParams) -> str | None:
+    """:func:`scale_mode` of the whole stack from its first block's ``bp``: None where a
+    later block breaks it (a per-block norm placement such as Mix-LN's post-LN blocks below
+    pre-LN ones, Dynamic Tanh, a value residual on a no-norm stack), so the state is then
+    carried as it is (a pre-LN stream grows about linearly with depth: no overflow)."""
+    mode = scale_mode(bp)
+    if mode is None or spec.layers is None:
+        return mode
+    for x in spec.layers:
+        if (x.norm or spec.norm) != bp.norm or x.dyt is not None or (
+                x.value_mix is not None and mode == "homogeneous"):
+            return None
+    return mode
+
+
+def first_values(spec: ArchSpec, q, p, over: dict | None = None):
+    """The first block's value kernel (:func:`~.blocks.value_kernel`) for the stack's input
+    state ``(q, p)`` (as :func:`_initial` carries it), or None when no block mixes it in
+    (value residual learning, docs/theory.md §2.4.6)."""
+    if spec.layers is None or all(x.value_mix is None for x in spec.layers):
+        return None
+    bp = BlockParams.from_spec(spec, 1, **(over or {}))
+    return value_kernel(q, p, bp, raw_input=spec.q0 is not None)
 
 
 def overflow_error(spec: ArchSpec, layer: int) -> SpecError:
@@ -176,9 +205,10 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
     sig = np.broadcast_to(np.asarray(bp.sigma_s0, dtype=np.float64), shape).ravel()
     alp = np.broadcast_to(np.asarray(bp.alpha_attn, dtype=np.float64), shape).ravel()
     p = np.broadcast_to(np.asarray(r0, dtype=np.float64), shape).ravel().copy()
-    mode, bpa, bpa_n = scale_mode(bp), None, -1
+    mode, bpa, bpa_n = stack_mode(spec, bp), None, -1
     q, logs = _initial(spec, mode, p)
     p = p * q
+    vk = first_values(spec, q, p, {"ln_fluct": over["ln_fluct"]})
     out, act = np.full(p.shape, np.nan), np.arange(p.size)
     n_layers = spec.depth if depth is None else depth
     per_layer = spec.layers is not None  # weights-derived blocks differ: no 1-D map to certify
@@ -203,6 +233,10 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
                 bl = _layer_params(spec, layer + 1, over)
                 bpa = dataclasses.replace(bl, sigma_s0=sig[act] * _ratio(spec, layer + 1),
                                           alpha_attn=alp[act])
+                if bl.value_mix is not None:  # the first block's values, per entry
+                    bpa = dataclasses.replace(bpa, value_first=(
+                        np.broadcast_to(vk[0], p.shape)[act],
+                        np.broadcast_to(vk[1], p.shape)[act]))
             elif bpa is None or bpa_n != act.size:  # the active set only ever shrinks
                 bpa = dataclasses.replace(bp, sigma_s0=sig[act], alpha_attn=alp[act])
                 bpa_n = act.size
@@ -254,15 +288,18 @@ def propagate(spec: ArchSpec, rho0: float | None = None, *,
         raise SpecError("rho0", f"must be a finite number in [0, 1] (got {rho0!r})")
     source = "theory_asymptotic" if asymptotic else "theory"
     bp = BlockParams.from_spec(spec, ln_fluct=bool(fluctuations))
-    mode, inv_t = scale_mode(bp), 1.0 / spec.seq_len
+    mode, inv_t = stack_mode(spec, bp), 1.0 / spec.seq_len
     q, logs = _initial(spec, mode, np.float64(r0))
     p = np.float64(r0) * q
+    vk = first_values(spec, q, p)
     rows = [dict(layer=0, observable="cos", source=source, value=r0),
             dict(layer=0, observable="q", source=source, value=spec.q_init)]
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
         for layer in range(1, spec.depth + 1):
             if spec.layers is not None:
                 bp = BlockParams.from_spec(spec, layer, ln_fluct=bool(fluctuations))
+                if bp.value_mix is not None:
+                    bp = dataclasses.replace(bp, value_first=vk)
             blk = step(q, p, logs, bp, mode, asymptotic=asymptotic, full=True,
                        raw_input=layer == 1 and spec.q0 is not None)
             q2, p2, lg2, st = blk.q, blk.p, blk.logs, blk.stats

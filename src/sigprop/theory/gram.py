@@ -51,7 +51,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..spec import ArchSpec
+from ..spec import ArchSpec, SpecError
 from . import kernels, rem
 from .blocks import BlockParams, mlp_map
 
@@ -319,6 +319,10 @@ def propagate_gram(spec: ArchSpec, C0: np.ndarray, *, rope=None, fluct: bool = T
     cosine matrix ``C0`` (..., T, T) of :func:`input_gram`. The embeddings enter at q = 1
     (pre-LN: ``spec``'s branch variances are in units of the embedding's q0, as
     :func:`sigprop.models.spec_from_config` absorbs it)."""
+    if spec.layers is not None and any(x.dyt is not None or x.value_mix is not None
+                                       for x in spec.layers):
+        raise SpecError("layers", "Dynamic Tanh and value residuals are in the homogeneous "
+                                  "theory only (sigprop.theory.depth), not the Gram one")
     G = np.asarray(C0, dtype=np.float64).copy()
     out = [mean_cos(G)]
     L = spec.depth if depth is None else depth

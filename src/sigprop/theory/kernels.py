@@ -404,3 +404,14 @@ def gate_kernel(q1, p1) -> tuple[np.ndarray, np.ndarray]:
     n = _auto_n(float(np.max(q1f)))
     diag, off = _quad(special.expit, q1f, cf, "trapezoid", n)
     return _finish(diag, off, cf, shape)
+
+
+def dyt_kernel(alpha, q, p) -> tuple[np.ndarray, np.ndarray]:
+    """Dynamic Tanh in place of a norm (docs/theory.md §2.6.2): ``(E tanh(alpha u)^2,
+    E tanh(alpha u) tanh(alpha u'))`` for ``(u, u')`` zero-mean Gaussian with variances ``q``
+    and covariance ``p``, i.e. the tanh kernel at ``(alpha^2 q, alpha^2 p)`` (the same
+    quadrature as the MLP's tanh, :func:`kernel`); ``p`` is clipped to ``[-q, q]``."""
+    q = np.asarray(q, dtype=np.float64)
+    a2 = np.asarray(alpha, dtype=np.float64) ** 2
+    p = np.clip(np.asarray(p, dtype=np.float64), -q, q)
+    return kernel("tanh", a2 * q, a2 * p)

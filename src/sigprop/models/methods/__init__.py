@@ -271,6 +271,7 @@ def runtime_effect(model, depth: int) -> Effect | None:
         m = REGISTRY.get(name)
         if m is not None and m.theory == "measured only":
             eff.measured_only.append(f"{name}: {m.acts} is outside the theory")
+    _norm_and_value_effect(model, parts, eff)
     for m, p in recorded(model.config):
         if m.name == "tfixup" or (m.name == "rezero" and p.get("norms") == "remove"):
             eff.norm = "none"
@@ -280,6 +281,34 @@ def runtime_effect(model, depth: int) -> Effect | None:
             eff.measured_only.append("gated-attn: the weight reader reads elementwise output "
                                      "gates, not head-wise ones")
     return eff
+
+
+def _norm_and_value_effect(model, parts, eff: Effect) -> None:
+    """Mix-LN's post-LN blocks (from its recorded alpha) and the value-residual pairs (the
+    blocks' ``sigprop_value_mix``, trained or not) of a built model; Dynamic Tanh is measured
+    only there (the weight reader does not read its modules' alpha and gamma)."""
+    from .mix_ln import post_blocks
+    from .value_residual import MIX
+
+    depth = len(parts)
+    for m, p in recorded(model.config):
+        if m.name == "mix-ln":
+            k = post_blocks(depth, p.get("alpha", 0.25))
+            eff.layer_norm = ["post"] * k + [None] * (depth - k)
+        if m.name == "dyt":
+            eff.measured_only.append("dyt: the weight reader does not read the DynamicTanh "
+                                     "modules (alpha, gamma) of a built model")
+        if m.name == "value-residual":
+            pairs = []
+            for part in parts:
+                t = part.v[0][0] if part.v else None
+                lam = getattr(t, MIX, None) if t is not None else None
+                pairs.append(None if lam is None else tuple(float(x) for x in lam.detach()))
+            if pairs[0] is not None or any(x is None for x in pairs[1:]):
+                eff.measured_only.append("value-residual: the value mix is not on blocks "
+                                         "2..L as the method puts it")
+            else:
+                eff.value_mix = pairs
 
 
 def _shaped_effect(parts, eff: Effect) -> None:

@@ -95,8 +95,10 @@ class Effect:
     the branch, ``lam_attn``/``lam_mlp``: a multiplier on the residual stream it is added
     to), the attention map (``attention``: ``centred``), a length ``scaling``, ``norm``
     removed (``"none"``), attention sinks and output gates (``sink_logit``, ``gate``: the
-    :class:`~sigprop.spec.LayerSpec` fields per block), and ``measured_only``: one line per
-    part the theory does not reach."""
+    :class:`~sigprop.spec.LayerSpec` fields per block), per-block norm placement, Dynamic
+    Tanh and value residuals (``layer_norm``, ``dyt``, ``value_mix``: the LayerSpec's
+    ``norm``, ``dyt``, ``value_mix``), and ``measured_only``: one line per part the theory
+    does not reach."""
 
     depth: int
     qk: np.ndarray = None
@@ -122,6 +124,12 @@ class Effect:
     #: per block: the mean squared gains (attention, MLP) of norms put on the branch outputs
     #: (Peri-LN), in absolute units; None: unchanged
     branch_gain2: list[tuple[float, float]] | None = None
+    #: per block: its own norm placement (Mix-LN; None: the spec's); None: unchanged
+    layer_norm: list[str | None] | None = None
+    #: per block: Dynamic Tanh slopes (attention, MLP) in place of its norms; None: unchanged
+    dyt: list[tuple[float, float]] | None = None
+    #: per block: value residual ``(lambda_self, lambda_first)`` (None on the first block)
+    value_mix: list[tuple[float, float] | None] | None = None
     measured_only: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -142,7 +150,8 @@ class Method:
 
     ``name``: the registry key (``--method``); ``title``, ``cite``: how the tables and docs
     name it; ``acts``: where it acts; ``theory``: what sigprop predicts for it (``"beta"``,
-    ``"residual"``, ``"attention map"``, ``"variances"`` or ``"measured only"``);
+    ``"residual"``, ``"attention map"``, ``"variances"``, ``"value kernel"``, ``"norm
+    placement"``, ``"tanh kernel"`` or ``"measured only"``);
     ``params``: its :class:`Param` table; ``attention_ops``: True when it hooks the attention
     function (:meth:`scores`, :meth:`weights`). Whether it is a runtime method follows from
     these (:attr:`runtime`)."""
@@ -313,11 +322,15 @@ def theory_spec(before: ArchSpec, effect: Effect, embed_q: float | None = None) 
     norm q0 (the stream is scale-free under pre-LN; :mod:`sigprop.models.arch`). When the
     methods take the norms away, the branches read the stream as it is, so with
     ``embed_q`` (the measured q0) the variances return to absolute units and the first
-    block starts from ``q0 = embed_q``; without it the stream is taken to start at 1."""
+    block starts from ``q0 = embed_q``; without it the stream is taken to start at 1. The
+    same holds where Dynamic Tanh takes the norms' place (tanh reads the stream's scale) or
+    some blocks become post-LN (Mix-LN: they read the raw stream and reset its scale)."""
     spec = before if before.layers is not None else _with_layers(before)
     L = spec.depth
     norm = effect.norm or spec.norm
-    if spec.norm == "pre" and norm != "pre" and embed_q is not None and spec.q0 is None:
+    scale_free = norm == "pre" and effect.dyt is None and all(
+        x in (None, "pre") for x in (effect.layer_norm or ()))
+    if spec.norm == "pre" and not scale_free and embed_q is not None and spec.q0 is None:
         spec = _unabsorbed(spec, float(embed_q))
     # a pre-LN spec's branch variances are in units of the embeddings' q0 (docstring)
     unit = float(embed_q) if norm == "pre" and spec.q0 is None and embed_q else 1.0
@@ -368,6 +381,10 @@ def theory_spec(before: ArchSpec, effect: Effect, embed_q: float | None = None) 
             extra["sink_logit"] = tuple(effect.sink_logit[i])
         if effect.gate is not None and effect.gate[i] is not None:
             extra["gate_var"], extra["gate_bias2"] = effect.gate[i]
+        for name in ("layer_norm", "dyt", "value_mix"):  # Mix-LN, DyT, value residual
+            got = getattr(effect, name)
+            if got is not None and got[i] is not None:
+                extra["norm" if name == "layer_norm" else name] = got[i]
         layers.append(replace(lay, sigma_s=tuple(sig.tolist()), var_v=var_v, var_o=var_o,
                               var_w_in=lay.var_w_in * effect.mlp_in[i] ** 2,
                               var_w_out=var_w_out, branch_gain2=gain2, **extra))

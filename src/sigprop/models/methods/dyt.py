@@ -16,8 +16,14 @@ The new modules (:class:`DynamicTanh`, parameters ``weight``, ``bias``, ``alpha`
 norms' places, so their parameters are saved under the norms' names; config.json records
 the method and sigprop's loader puts the modules back before loading the weights.
 
-Theory: measured only: tanh(alpha x) does not normalise, so each branch reads a tanh
-kernel of the raw stream (its scale included), a norm kind the spec does not have.
+Theory (docs/theory.md §2.6.2): at init (gamma 1, beta 0; the gains fold into the weights
+the branch reads, as a norm's do) a norm of kind tanh maps the kernel ``(q, p)`` of its input
+to ``(E tanh(alpha u)^2, E tanh(alpha u) tanh(alpha v))`` over the bivariate Gaussian of
+that kernel (``LayerSpec.dyt``, also on sigprop's stack): pre-LN each branch reads the tanh
+kernel of the raw stream, whose scale the theory then carries; post-LN the stream itself is
+``tanh(alpha (x + f))``. Measured only on a post-LN HF model: its embeddings' norm becomes a
+tanh of the raw embeddings, an input the spec does not describe. The final norm (after the
+last block) is outside the theory as before, but a tanh there changes the cosine.
 """
 
 from __future__ import annotations
@@ -112,10 +118,12 @@ class DyT(Method):
                                                         f"attention); this one is {ctx.norm}")
 
     def apply(self, model, parts, params, ctx, effect):
-        effect.measured_only.append("dyt: tanh(alpha x) in place of the norms does not "
-                                    "normalise (a tanh kernel of the raw stream: no norm kind "
-                                    "of the spec)")
         a0, aa = params["alpha0"], params["alpha0_attn"]
+        effect.dyt = [(float(aa), float(a0))] * ctx.depth
+        if model is not None and ctx.norm == "post":
+            effect.measured_only.append("dyt: a post-LN model's embedding norm becomes tanh of "
+                                        "the raw embeddings, a first-block input the spec does "
+                                        "not describe")
         what = f"alpha_0 {a0:.3g}" + ("" if aa == a0 else f" ({aa:.3g} before attention)")
         if model is None:
             return [f"every norm -> gamma tanh(alpha x) + beta, {what}"]

@@ -14,8 +14,11 @@ precision of ``h``, ~1e-7 relative in float32. Recorded in config.json and re-in
 sigprop's loader. Sequential pre-LN blocks with two input norms only (a parallel block or a
 post-LN model is refused).
 
-Theory: measured only: the spec has one norm placement for the whole stack (post-LN blocks
-below pre-LN ones are outside it).
+Theory (docs/theory.md §2.6.1): each block's own norm placement (``LayerSpec.norm``: post
+for the first ``floor(alpha L)``, the spec's pre after; also on sigprop's stack). A post-LN
+block reads the raw stream and leaves it at unit scale, so the stack's state is carried in
+absolute units (the pre-LN spec's variances, in units of the embeddings' q0, return to
+absolute ones with the measured q0).
 """
 
 from __future__ import annotations
@@ -92,8 +95,7 @@ class MixLN(Method):
         k = post_blocks(ctx.depth, params["alpha"])
         if parts:
             _install(parts, params["alpha"], self.name)
-        effect.measured_only.append("mix-ln: post-LN blocks below pre-LN ones (the spec has "
-                                    "one norm placement per stack)")
+        effect.layer_norm = ["post"] * k + [None] * (ctx.depth - k)
         return [f"blocks 1-{k} post-LN, {k + 1}-{ctx.depth} pre-LN" if k else
                 f"alpha={params['alpha']:.3g}: no block post-LN (floor(alpha L) = 0)"]
 

@@ -21,7 +21,11 @@ projections' variances: at init the stack computes the same function in distribu
 does not carry the gate as a separate trainable parameter. Attention sinks and the output
 gate of gated attention are the stack's own per-layer fields (``LayerSpec.sink_logit``,
 ``gate_var``); sigmoid attention, softpick and differential attention replace the softmax by
-maps the stack does not have: refused with one line.
+maps the stack does not have: refused with one line. Value residuals, Mix-LN's per-block norm
+placement and Dynamic Tanh are per-layer fields too (``LayerSpec.value_mix``, ``norm``,
+``dyt``): the stack hands the first block's values on, puts each block's own norm where it
+sits, and has ``tanh(alpha x)`` (alpha constant, gamma 1, beta 0: DyT at init) in place of
+its norms (the stack's input is the theory's layer-0 state, not an embedding norm).
 """
 
 from __future__ import annotations
@@ -40,9 +44,6 @@ NOT_ON_STACK = {
                "have (apply it to an HF model: sigprop fix MODEL --method softcap)",
     "mimetic": "structured W_Q W_K^T and W_V W_O are not the stack's Gaussian draws (apply it "
                "to an HF model: sigprop fix MODEL --method mimetic)",
-    "value-residual": "block l's values mixed with block 1's need a kernel carried from the "
-                      "first block, which the stack's per-layer spec has no slot for (apply it "
-                      "to an HF model: sigprop fix MODEL --method value-residual)",
     "hyper-connections": "n residual streams mixed by learned matrices are not the stack's one "
                          "stream (apply it to an HF model: sigprop fix MODEL --method "
                          "hyper-connections)",
@@ -56,10 +57,6 @@ NOT_ON_STACK = {
                 "model: sigprop fix MODEL --method softpick)",
     "diff-attn": "the stack's heads have one softmax each, not a difference of two (apply it to "
                  "an HF model: sigprop fix MODEL --method diff-attn)",
-    "mix-ln": "post-LN blocks below pre-LN ones: the stack has one norm placement (apply it "
-              "to an HF model: sigprop fix MODEL --method mix-ln)",
-    "dyt": "tanh(alpha x) in place of the norms is not a norm kind of the stack (apply it to an "
-           "HF model: sigprop fix MODEL --method dyt)",
 }
 
 

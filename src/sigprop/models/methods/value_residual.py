@@ -13,10 +13,12 @@ The pair ``(lambda_self, lambda_first)`` is ``sigprop_value_mix`` on each later 
 projection (a buffer, or a parameter when trainable; in the state dict, so the written folder
 carries it), restored by sigprop's loader.
 
-Theory: measured only. With independent value weights the mean-field value kernel of block
-``l`` becomes ``lambda_self^2 K_l + lambda_first^2 K_1`` (the cross term vanishes), a kernel
-carried from the first block that the theory's per-layer recursion (one Gram matrix in, one
-out) has no slot for.
+Theory (docs/theory.md §2.4.6): the value projections of two blocks are independent draws,
+so the mixed values' kernel is ``lambda_self^2 K_l + lambda_first^2 K_1`` (no cross term),
+``K_1`` the kernel of the first block's values, which the depth driver carries from block 1
+(``LayerSpec.value_mix``, also on sigprop's stack); the attention rows stay block ``l``'s own.
+The learned pair (``trainable=yes``) starts at the constants, so the prediction at init is
+the same.
 """
 
 from __future__ import annotations
@@ -125,9 +127,8 @@ class ValueResidual(Method):
                                        "has two")
 
     def apply(self, model, parts, params, ctx, effect):
-        effect.measured_only.append("value-residual: block l's values carry the first "
-                                    "block's (a kernel from block 1), outside the theory's "
-                                    "per-layer recursion")
+        pair = (float(params["lambda_self"]), float(params["lambda_first"]))
+        effect.value_mix = [None] + [pair] * (ctx.depth - 1)
         if not parts:
             return [f"values of blocks 2..L: {params['lambda_self']:.4g} V_l + "
                     f"{params['lambda_first']:.4g} V_1"]

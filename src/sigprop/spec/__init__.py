@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from .checks import SpecError, check_choice, check_float, check_int, float_tuple
+
 NORMS = ("post", "pre", "none")
 LN_KINDS = ("rms", "layernorm")
 ATTENTIONS = ("softmax", "centred", "uniform", "identity")
@@ -40,14 +42,6 @@ SINK_MAX = 50.0
 #: token mixers a LayerSpec takes from the measurement (docs/theory.md §2.8.1)
 MIXERS = ("measured",)
 MAX_SEQ_LEN = 2**30
-
-
-class SpecError(ValueError):
-    """Invalid architecture value; ``str(err)`` is one line naming the field and its range."""
-
-    def __init__(self, field_name: str, message: str):
-        self.field = field_name
-        super().__init__(f"{field_name}: {message}")
 
 
 # --------------------------------------------------------------------------------------------
@@ -111,46 +105,6 @@ def score_multiplier(kind: str, n, param: float | None = None) -> np.ndarray:
     return np.full_like(n, p)  # tau multiplies the logits (noci22 Eq. 45)
 
 
-# --------------------------------------------------------------------------------------------
-# validation helpers
-# --------------------------------------------------------------------------------------------
-def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer):
-        raise SpecError(name, f"must be an integer in [{lo}, {hi}] (got {value!r})")
-    if not lo <= value <= hi:
-        raise SpecError(name, f"must be an integer in [{lo}, {hi}] (got {value})")
-
-
-def check_float(name: str, value: Any, lo: float, hi: float, *, lo_open: bool = False) -> None:
-    lo_b = "(" if lo_open else "["
-    try:
-        x = float(value)
-    except (TypeError, ValueError):
-        msg = f"must be a number in {lo_b}{lo:g}, {hi:g}] (got {value!r})"
-        raise SpecError(name, msg) from None
-    if not math.isfinite(x) or x < lo or (lo_open and x == lo) or x > hi:
-        raise SpecError(name, f"must be a finite number in {lo_b}{lo:g}, {hi:g}] (got {value!r})")
-
-
-def _float_tuple(name: str, values: Any, lo: float, hi: float, *, array: bool = False,
-                 size: int | None = None, need: str = "") -> tuple[float, ...]:
-    """``values`` as a tuple of floats, each checked by :func:`check_float`; ``array``: a
-    scalar is one value (``np.atleast_1d``); ``size``: the length it must have, else
-    ``SpecError(name, "needs " + need)`` with ``{got}`` the length found."""
-    vals = np.atleast_1d(np.asarray(values, dtype=float)) if array else values
-    out = tuple(float(x) for x in vals)
-    if size is not None and len(out) != size:
-        raise SpecError(name, "needs " + need.format(got=len(out)))
-    for x in out:
-        check_float(name, x, lo, hi)
-    return out
-
-
-def _check_choice(name: str, value: Any, choices: tuple[str, ...]) -> None:
-    if value not in choices:
-        raise SpecError(name, f"must be one of {', '.join(choices)} (got {value!r})")
-
-
 @dataclass(frozen=True)
 class LayerSpec:
     """One block's theory parameters read from its weights (docs/theory.md §2.8).
@@ -189,6 +143,15 @@ class LayerSpec:
     theory then refuses the layer. ``glu_shift``: a gated MLP whose up branch is shifted by a
     constant, ``phi(g) (u + c)`` (gpt-oss: c = 1): ``c^2`` over the up branch's variance
     ratio folded into ``var_w_out`` (docs/theory.md §2.5.3); 0 for none.
+    ``norm``: this block's norm placement in place of the spec's (``post``, ``pre``,
+    ``none``; Mix-LN: post-LN blocks below pre-LN ones, docs/theory.md §2.6.1); None: the
+    spec's. ``dyt``: Dynamic Tanh in place of the block's two norms, ``tanh(alpha x)``
+    elementwise with ``(alpha_attn, alpha_mlp)`` for the norm of the attention's and of the
+    MLP's input (post-LN: the norms after the attention's and the MLP's add;
+    docs/theory.md §2.6.2); needs a block with a norm. ``value_mix``: value residual
+    learning, ``(lambda_self, lambda_first)``: the block's values are
+    ``lambda_self V + lambda_first V_1`` with ``V_1`` the first block's (docs/theory.md
+    §2.4.6); not on the first block.
     """
 
     sigma_s: tuple[float, ...]
@@ -216,24 +179,45 @@ class LayerSpec:
     mixer: str | None = None
     mixer_map: tuple[float, float, float, float] | None = None
     glu_shift: float = 0.0
+    norm: str | None = None
+    dyt: tuple[float, float] | None = None
+    value_mix: tuple[float, float] | None = None
 
     def __post_init__(self) -> None:
         self._check_moe()
+        if self.norm is not None:
+            check_choice("layers.norm", self.norm, NORMS)
+        if self.dyt is not None:
+            a = float_tuple("layers.dyt", self.dyt, 0.0, 1e4, size=2,
+                             need="(attention, MLP) tanh slopes alpha (got {got} values)")
+            if min(a) <= 0:
+                raise SpecError("layers.dyt", f"needs slopes alpha > 0 (got {self.dyt!r})")
+            object.__setattr__(self, "dyt", a)
+            for name in ("branch_gain2", "cross_sigma_s", "mixer"):
+                if getattr(self, name) is not None:
+                    raise SpecError("layers.dyt", f"Dynamic Tanh with {name} is outside the "
+                                                  "theory (one tanh per norm of a plain block)")
+        if self.value_mix is not None:
+            v = float_tuple("layers.value_mix", self.value_mix, 0.0, 1e3, size=2,
+                             need="(lambda_self, lambda_first) (got {got} values)")
+            object.__setattr__(self, "value_mix", v)
+            if self.mixer is not None:
+                raise SpecError("layers.value_mix", "a measured mixer has no values to mix")
         self._check_mixer()
         check_float("layers.glu_shift", self.glu_shift, 0.0, 1e12)
         object.__setattr__(self, "glu_shift", float(self.glu_shift))
         if self.branch_gain2 is not None:
-            g = _float_tuple("layers.branch_gain2", self.branch_gain2, 0.0, 1e12, size=2,
+            g = float_tuple("layers.branch_gain2", self.branch_gain2, 0.0, 1e12, size=2,
                              need="(attention, MLP) mean squared gains (got {got} values)")
             object.__setattr__(self, "branch_gain2", g)
         if self.cross_sigma_s is not None:
-            cs = _float_tuple("layers.cross_sigma_s", self.cross_sigma_s, 0.0, 1e6, array=True)
+            cs = float_tuple("layers.cross_sigma_s", self.cross_sigma_s, 0.0, 1e6, array=True)
             object.__setattr__(self, "cross_sigma_s", cs)
             for name in ("cross_var_v", "cross_var_o"):
                 if getattr(self, name) is None:
                     raise SpecError(f"layers.{name}", "needed with cross_sigma_s")
                 check_float(f"layers.{name}", getattr(self, name), 0.0, 1e12)
-        sig = _float_tuple("layers.sigma_s", self.sigma_s, 0.0, 1e6, array=True)
+        sig = float_tuple("layers.sigma_s", self.sigma_s, 0.0, 1e6, array=True)
         if not sig:
             raise SpecError("layers.sigma_s", "needs one score std per head (got none)")
         object.__setattr__(self, "sigma_s", sig)
@@ -243,11 +227,11 @@ class LayerSpec:
             check_float("layers.var_o", self.var_o, 0.0, 1e12)
         per_head = f"{len(sig)} entries, one per head (got {{got}})"
         if self.head_weights is not None:
-            w = _float_tuple("layers.head_weights", self.head_weights, 0.0, 1e6,
+            w = float_tuple("layers.head_weights", self.head_weights, 0.0, 1e6,
                              size=len(sig), need=per_head)
             object.__setattr__(self, "head_weights", w)
         if self.sink_logit is not None:
-            sk = _float_tuple("layers.sink_logit", self.sink_logit, -SINK_MAX, SINK_MAX,
+            sk = float_tuple("layers.sink_logit", self.sink_logit, -SINK_MAX, SINK_MAX,
                               array=True, size=len(sig), need=per_head)
             object.__setattr__(self, "sink_logit", sk)
         if self.gate_var is not None:
@@ -262,7 +246,7 @@ class LayerSpec:
             if self.mixer_map is not None:
                 raise SpecError("layers.mixer_map", "needs mixer='measured'")
             return
-        _check_choice("layers.mixer", self.mixer, MIXERS)
+        check_choice("layers.mixer", self.mixer, MIXERS)
         if self.mixer_map is None:
             return
         try:
@@ -294,10 +278,10 @@ class LayerSpec:
                     raise SpecError(f"layers.{name}", "needs moe_experts (a mixture-of-"
                                                       "experts MLP)")
             return
-        _check_int("layers.moe_experts", self.moe_experts, 1, 1_000_000)
-        _check_int("layers.moe_top_k", self.moe_top_k, 1, int(self.moe_experts))
+        check_int("layers.moe_experts", self.moe_experts, 1, 1_000_000)
+        check_int("layers.moe_top_k", self.moe_top_k, 1, int(self.moe_experts))
         check_float("layers.moe_router_var", self.moe_router_var, 0.0, 1e8)
-        _check_choice("layers.moe_weighting", self.moe_weighting, MOE_WEIGHTINGS)
+        check_choice("layers.moe_weighting", self.moe_weighting, MOE_WEIGHTINGS)
         check_float("layers.moe_scale", self.moe_scale, 0.0, 1e6)
         object.__setattr__(self, "moe_router_var", float(self.moe_router_var))
         object.__setattr__(self, "moe_scale", float(self.moe_scale))
@@ -369,19 +353,19 @@ class ArchSpec:
     memory_rho: float | None = None
 
     def __post_init__(self) -> None:
-        _check_int("depth", self.depth, 1, 100_000)
-        _check_int("d_model", self.d_model, 1, 1_000_000)
-        _check_int("heads", self.heads, 1, self.d_model)
+        check_int("depth", self.depth, 1, 100_000)
+        check_int("d_model", self.d_model, 1, 1_000_000)
+        check_int("heads", self.heads, 1, self.d_model)
         if self.d_model % self.heads:
             raise SpecError("heads", f"must divide d_model={self.d_model} (got {self.heads})")
         if self.d_ff is not None:
-            _check_int("d_ff", self.d_ff, 1, 10_000_000)
-        _check_int("seq_len", self.seq_len, 2, MAX_SEQ_LEN)
-        _check_choice("norm", self.norm, NORMS)
-        _check_choice("ln_kind", self.ln_kind, LN_KINDS)
-        _check_choice("attention", self.attention, ATTENTIONS)
-        _check_choice("scaling", self.scaling, SCALINGS)
-        _check_choice("activation", self.activation, ACTIVATIONS)
+            check_int("d_ff", self.d_ff, 1, 10_000_000)
+        check_int("seq_len", self.seq_len, 2, MAX_SEQ_LEN)
+        check_choice("norm", self.norm, NORMS)
+        check_choice("ln_kind", self.ln_kind, LN_KINDS)
+        check_choice("attention", self.attention, ATTENTIONS)
+        check_choice("scaling", self.scaling, SCALINGS)
+        check_choice("activation", self.activation, ACTIVATIONS)
         if self.beta is not None and self.qk_std is not None:
             raise SpecError("beta", "give beta or qk_std, not both")
         if self.beta is not None:
@@ -422,17 +406,31 @@ class ArchSpec:
             if len(lay) != self.depth:
                 raise SpecError("layers", f"needs depth={self.depth} entries (got {len(lay)})")
             object.__setattr__(self, "layers", lay)
+            self._check_layer_norms(lay)
             if self.attention != "softmax" and any(x.sink_logit is not None for x in lay):
                 raise SpecError("layers.sink_logit", "attention sinks need softmax attention "
                                                      f"(got attention={self.attention!r})")
         if self.memory_len is not None:
-            _check_int("memory_len", self.memory_len, 1, MAX_SEQ_LEN)
+            check_int("memory_len", self.memory_len, 1, MAX_SEQ_LEN)
             check_float("memory_q", self.memory_q, 0.0, 1e12, lo_open=True)
             check_float("memory_rho", self.memory_rho, 0.0, 1.0)
         if self.layers is not None and any(x.cross_sigma_s is not None for x in self.layers) \
                 and self.memory_len is None:
             raise SpecError("memory_len", "layers with cross-attention need the encoder "
                                           "output's memory_len, memory_q and memory_rho")
+
+    def _check_layer_norms(self, lay: tuple[LayerSpec, ...]) -> None:
+        """Per-block norms, Dynamic Tanh and value residuals that the stack can hold."""
+        if lay[0].value_mix is not None:
+            raise SpecError("layers.value_mix", "the first block has no earlier values to mix "
+                                                "in (give it from the second block on)")
+        for x in lay:
+            if x.dyt is not None and (x.norm or self.norm) == "none":
+                raise SpecError("layers.dyt", "Dynamic Tanh takes the place of a norm; this "
+                                              "block has none (norm none)")
+            if (x.norm or self.norm) != self.norm and self.parallel:
+                raise SpecError("layers.norm", "a per-block norm placement needs sequential "
+                                               "blocks (parallel is true)")
 
     # ---------------------------------------------------------------- resolved widths/variances
     @property
