@@ -405,3 +405,61 @@ def test_an_attention_replaced_at_run_time_is_said_unreadable():
     assert tel.end_step(0) == {}
     assert sorted(tel.unreadable) == [0, 1]
     assert "not called in the forward" in tel.unreadable[0]
+
+
+DEEPSEEK = dict(model_type="deepseek_v3", hidden_size=64, num_hidden_layers=2,
+                num_attention_heads=4, num_key_value_heads=4, intermediate_size=128,
+                moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2,
+                n_group=1, topk_group=1, first_k_dense_replace=2, q_lora_rank=32,
+                kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16,
+                vocab_size=300, max_position_embeddings=256, initializer_range=0.3)
+
+
+@pytest.mark.parametrize("impl", ["eager", "sdpa"])
+def test_max_logit_of_multi_head_latent_attention_is_exact(impl):
+    """DeepSeek-V3's MLA (query rank 32, key/value latent 16, heads of 16 + 8 RoPE dims): q and
+    k are read at the attention interface. By hand from layer 0's input through its own maps
+    (query down / norm / up, the latent's norm and up-projection per head, the shared RoPE key,
+    HF's interleaved rotary function, the module's scaling): the largest causal logit per head
+    equals the telemetry's (1e-5 relative). The model's output is bit-identical with the
+    telemetry on, and closing it gives the module its own config back."""
+    from transformers.models.deepseek_v3.modeling_deepseek_v3 import (
+        apply_rotary_pos_emb_interleave,
+    )
+
+    m = _model(DEEPSEEK, impl)
+    att = m.layers[0].self_attn
+    cfg0 = att.config
+    got = {}
+
+    def grab(mod, args, kwargs):
+        got["x"] = kwargs.get("hidden_states", args[0] if args else None)
+        got["pos"] = kwargs["position_embeddings"]
+
+    h = att.register_forward_pre_hook(grab, with_kwargs=True)
+    ids = _ids(2, 40)
+    with torch.no_grad():
+        plain = m(input_ids=ids).last_hidden_state
+    tel = AttentionTelemetry(m, rows=4)
+    assert tel.attention_layers == [0, 1]
+    out = m(input_ids=ids).last_hidden_state
+    st = tel.end_step(0)
+    tel.close()
+    h.remove()
+    assert att.config is cfg0 and torch.equal(out.detach(), plain)
+    x, (cos, sin) = got["x"].detach(), got["pos"]
+    B, T, _ = x.shape
+    with torch.no_grad():
+        q = att.q_b_proj(att.q_a_layernorm(att.q_a_proj(x))).view(B, T, 4, 24).transpose(1, 2)
+        kv = att.kv_a_proj_with_mqa(x)
+        latent, k_rot = kv[..., :16], kv[..., 16:].view(B, 1, T, 8)
+        k_nope = att.kv_b_proj(att.kv_a_layernorm(latent)).view(B, T, 4, 32)[..., :16]
+        q_rot, k_rot = apply_rotary_pos_emb_interleave(q[..., 16:], k_rot, cos, sin)
+        qq = torch.cat([q[..., :16], q_rot], -1)
+        kk = torch.cat([k_nope.transpose(1, 2), k_rot.expand(B, 4, T, 8)], -1)
+        s = (qq @ kk.transpose(-1, -2)) * att.scaling
+    s = s.masked_fill(~torch.ones(T, T, dtype=torch.bool).tril(), -math.inf)
+    want = s.amax((-1, -2)).amax(0)
+    assert torch.allclose(st[0]["max_logit"], want, rtol=1e-5, atol=0), (st[0], want)
+    assert want.max() > 1.0
+    assert tel.info[0]["rope"] == "applied"

@@ -319,3 +319,31 @@ def test_qk_clip_on_the_updated_weights_bounds_the_batch_just_seen(clip_on):
         assert worst > 1.2 * tau
     with pytest.raises(SpecError, match="clip_on"):
         AttentionHealth(m, qk_clip=tau, clip_on="later")
+
+
+@pytest.mark.parametrize("clip_on", ["step", "updated"])
+def test_qk_clip_on_multi_head_latent_attention(clip_on):
+    """DeepSeek-V3's MLA, read at the attention interface: QK-Clip at tau 2 after a step
+    without an optimizer update rescales every head above tau (q_C^a k_C^(1-a), q_R by
+    gamma), so the same batch read again has layer 0's largest logit at tau (1e-5; deeper
+    layers' inputs move with layer 0's clip)."""
+    from sigprop.measurement.telemetry import AttentionTelemetry
+
+    cfg = dict(model_type="deepseek_v3", hidden_size=64, num_hidden_layers=2,
+               num_attention_heads=4, num_key_value_heads=4, intermediate_size=128,
+               moe_intermediate_size=32, n_routed_experts=4, num_experts_per_tok=2, n_group=1,
+               topk_group=1, first_k_dense_replace=2, q_lora_rank=32, kv_lora_rank=16,
+               qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, vocab_size=300,
+               max_position_embeddings=256, initializer_range=0.3)
+    m = _model(cfg)
+    health = AttentionHealth(m, rows=4, qk_clip=2.0, clip_on=clip_on, warn=False)
+    ids = _ids(T=40)
+    m(input_ids=ids)
+    health.after_step(0)
+    assert any(e.kind == "qk_clip" for e in health.events)
+    health.telemetry.close()
+    t = AttentionTelemetry(m, rows=4)
+    m(input_ids=ids)
+    after = t.end_step(0)
+    assert sorted(after) == [0, 1]
+    assert abs(float(after[0]["max_logit"].max()) - 2.0) < 2e-5, after[0]["max_logit"]

@@ -97,7 +97,9 @@ class AttentionTelemetry(Probe):
         except ValueError as err:  # no block list, or layers= naming nothing
             raise SpecError("model", f"{type(model).__name__}: {err}") from None
         self._own = _own_attention(self.blocks, self.sites)
-        if not any(s is not None for s in self.sites) and not self._own:
+        self._iface = _interface_attention(self.blocks, self.sites, self._own)
+        self._undo: list = []
+        if not any(s is not None for s in self.sites) and not self._own and not self._iface:
             raise SpecError("model", f"{type(model).__name__}: no attention layer with Q/K "
                                      "projections found (the telemetry reads q and k where "
                                      "they are projected)")
@@ -126,8 +128,38 @@ class AttentionTelemetry(Probe):
             super().__enter__()
             for i, att in self._own.items():
                 self._hook_own(i, att)
+            for i, (name, att) in self._iface.items():
+                self._hook_interface(i, name, att)
             self._attached = True
         return self
+
+    def _hook_interface(self, i: int, name: str, att: nn.Module) -> None:
+        """A block whose attention sigprop finds no Q/K projections in, but whose module
+        calls transformers' attention interface (multi-head latent attention, and any other
+        module that forms q and k its own way): q and k are read as the interface receives
+        them (:mod:`.interface_capture`: after RoPE, latent up-projections, norms), with the
+        mask, the scale and the causal flag of that call."""
+        from .interface_capture import attach
+
+        def read(m, query, key, mask, kwargs):
+            if not self._reading() or query.dim() != 4 or key.dim() != 4:
+                return
+            H, Hkv, dh = query.shape[1], key.shape[1], query.shape[-1]
+            scale = kwargs.get("scaling")
+            causal = bool(kwargs.get("is_causal", getattr(m, "is_causal", False)))
+            site = _OwnSite(f"{name} (attention interface)", H, Hkv, dh,
+                            float(dh ** -0.5 if scale is None else scale),
+                            causal and mask is None and query.shape[-2] > 1)
+            pend = {"q": query.detach().transpose(1, 2), "k": key.detach().transpose(1, 2),
+                    "mask": mask, "roped": True}
+            with torch.no_grad():
+                self._now[i].append(self._layer_stats(i, site, pend))
+
+        undo = attach(att, read)
+        if isinstance(undo, str):
+            self.info[i]["unreadable"] = f"{name}: {undo}"
+        else:
+            self._undo.append(undo)
 
     def _hook_own(self, i: int, att) -> None:
         """sigprop's own stack (:class:`sigprop.nn.attention.BatchedAttention`: Q/K as weight
@@ -178,6 +210,8 @@ class AttentionTelemetry(Probe):
 
     def __exit__(self, *exc):
         self._attached = False
+        while self._undo:
+            self._undo.pop()()
         return super().__exit__(*exc)
 
     # ---- the probe's hooks, read differently -----------------------------------------------
@@ -224,6 +258,8 @@ class AttentionTelemetry(Probe):
         once a step rather than once a layer. ``max_only``: the largest logits alone,
         ``{"max_logit": (H,)[, "slice:max_logit": (groups, H)]}``."""
         q, k, rope = self._qk(s, pend)
+        if pend.get("roped"):  # read at the attention interface: RoPE already in q and k
+            rope = "applied" if self.model_has_rope else "none"
         self.info[i].update(source="telemetry", rope=rope, approximate=rope == "missing")
         H, T, dh = s.n_heads, q.shape[-2], s.head_dim
         Tk = k.shape[-2]
@@ -383,7 +419,8 @@ class AttentionTelemetry(Probe):
     @property
     def attention_layers(self) -> list[int]:
         """The attention-layer indices the telemetry reads (blocks with an attention site)."""
-        return [i for i, s in enumerate(self.sites) if s is not None or i in self._own]
+        return [i for i, s in enumerate(self.sites)
+                if s is not None or i in self._own or i in self._iface]
 
 
 @dataclass
@@ -503,15 +540,36 @@ def _own_attention(blocks, sites) -> dict[int, nn.Module]:
     return out
 
 
+def _interface_attention(blocks, sites, own) -> dict[int, tuple[str, nn.Module]]:
+    """``{block index: (qualified name, module)}`` of the blocks without an attention site or
+    sigprop's own attention whose attention module calls transformers' attention interface
+    (the first such module of the block)."""
+    from .interface_capture import interface_modules
+
+    out = {}
+    for i, ((bname, block), site) in enumerate(zip(blocks, sites, strict=True)):
+        if site is None and i not in own and block is not None:
+            found = interface_modules(block)
+            if found:
+                out[i] = (f"{bname}.{found[0][0]}".strip("."), found[0][1])
+    return out
+
+
 def every_stack(model: nn.Module) -> list[tuple[str, nn.Module]] | None:
     """The blocks of every block list with attention, in module order (a multimodal model's
     vision tower and its language model, an encoder and its decoder: whichever the training
     forward runs); None where there is none (the probe then says why)."""
+    from .interface_capture import interface_modules
     from .probe_sites import blocks_of, candidate_stacks, stack_has_attention
 
     order = {n: i for i, (n, _) in enumerate(model.named_modules())}
-    names = sorted((n for n in candidate_stacks(model) if stack_has_attention(model, n)),
-                   key=order.get)
+    mods = dict(model.named_modules())
+
+    def attends(n):  # Q/K projections sigprop reads, or a module calling the interface
+        return stack_has_attention(model, n) or any(
+            interface_modules(b) for b in mods.get(n, ()))
+
+    names = sorted((n for n in candidate_stacks(model) if attends(n)), key=order.get)
     out, seen = [], set()
     for n in names:
         if any(n.startswith(m + ".") for m in names if m != n):
