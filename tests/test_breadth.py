@@ -43,7 +43,12 @@ def _check(mt: str, tmp_path) -> dict:
     return rec
 
 
-@pytest.mark.parametrize("mt", SAMPLE)
+#: sample types whose one diagnose takes ~15 s here (the default suite's budget): make test-slow
+HEAVY = {"blt", "pe_audio_encoder"}
+
+
+@pytest.mark.parametrize("mt", [pytest.param(t, marks=pytest.mark.slow) if t in HEAVY else t
+                                for t in SAMPLE])
 def test_sample_no_traceback(mt, tmp_path):
     _check(mt, tmp_path)
 
