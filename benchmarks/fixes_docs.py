@@ -3,10 +3,14 @@ presets (through :func:`sigprop.analysis.ranking.rank_fixes`), the JSON kept in
 benchmarks/results/fixes_<model>.json and a Markdown table written between the page's
 ``<!-- fixes-table:start -->`` / ``end`` markers.
 
-    python benchmarks/fixes_docs.py                 # bert-deep-48 at T 128, gpt2 at T 256
+    python benchmarks/fixes_docs.py                 # bert-deep-48 T 128, gpt2 T 256, qwen2 T 128
+    python benchmarks/fixes_docs.py --model gpt2    # one of them (then --render for the page)
     python benchmarks/fixes_docs.py --quick         # a small BERT config (seconds)
     python benchmarks/fixes_docs.py --train         # bert-tiny-collapse, T 64, 200 steps each
     python benchmarks/fixes_docs.py --render        # the page's tables from the saved JSON
+    python benchmarks/fixes_docs.py --refresh dyt,mix-ln  # those rows again in every saved
+                                                    # JSON (after their theory changed)
+    python benchmarks/fixes_docs.py --train --refresh sinks,dyt  # those trained, merged
 
 ``--train`` writes benchmarks/results/fixes_bert-tiny-collapse_train.json (the JSON of
 ``sigprop fix bert-tiny-collapse --compare all --seq-len 64 --train-steps 200 --format
@@ -27,7 +31,7 @@ from sigprop.analysis.ranking import RANKING, rank_fixes
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "fixes.md"
 RESULTS = ROOT / "benchmarks" / "results"
-CASES = (("bert-deep-48", 128), ("gpt2", 256))
+CASES = (("bert-deep-48", 128), ("gpt2", 256), ("qwen2-0.5b", 128))
 TRAIN = ("bert-tiny-collapse", 64, 200)
 
 
@@ -60,9 +64,16 @@ def table(c: dict) -> str:
                      f"{_f(m['entropy_median'])} | {_f(m.get('kept'))} | {r['verdict']} |")
     rec = c["recommendation"]
     secs = f", {c['seconds']:.0f} s" if c.get("seconds") else ""
+    only = [f"- {r['note'] if r['note'].startswith(r['method'] + ':') else r['method'] + ': '}"
+            f"{'' if r['note'].startswith(r['method'] + ':') else r['note']}"
+            for r in c["methods"]
+            if not r["error"] and (r["predicted"] or {}).get("cos_final") is None
+            and r.get("note")]
+    tail = ("\nMeasured only (no theory cos), and why:\n\n" + "\n".join(only) + "\n"
+            if only else "")
     return (f"**{c['model']}**, T = {c['seq_len']}, {c['seeds']} seed x {c['sequences']} "
             f"sequences{secs}: recommended `{rec['command']}`\n\n" + head
-            + "\n".join(lines) + "\n")
+            + "\n".join(lines) + "\n" + tail)
 
 
 def train_table(c: dict) -> str:
@@ -95,12 +106,72 @@ def _replace(text: str, marker: str, block: str) -> str:
                   lambda m: m.group(1) + block + m.group(2), text, flags=re.S)
 
 
+def _key(r: dict):  # the comparison's ranking (sigprop.analysis.ranking) on saved rows
+    m, g = r.get("measured") or {}, r.get("train_gain")
+    return (bool(r.get("error")), r.get("verdict") != "trainable",
+            -(g if g is not None else -math.inf), m.get("cos_final", math.inf),
+            -m.get("entropy_median", -math.inf))
+
+
+def train_merge(names: list[str]) -> None:
+    """Train ``names`` (and the baseline) as ``--train`` does and merge their rows into the
+    saved training comparison, re-ranked; the baseline's gain must equal the saved one (the
+    same run, so the rows compare), else nothing is written."""
+    path = RESULTS / f"fixes_{TRAIN[0]}_train.json"
+    d = json.loads(path.read_text())
+    t0 = time.perf_counter()
+    c = rank_fixes(TRAIN[0], names, seq_len=TRAIN[1], train_steps=TRAIN[2]).to_dict()
+    secs = round(time.perf_counter() - t0, 1)
+    old, new = d["baseline"].get("train_gain"), c["baseline"].get("train_gain")
+    if old is None or new is None or abs(old - new) > 1e-6:
+        raise SystemExit(f"baseline gain {new} differs from the saved run's {old}: not merged")
+    rows = {r["method"]: r for r in d["methods"]}
+    rows.update({r["method"]: r for r in c["methods"]})
+    d["methods"] = sorted(rows.values(), key=_key)
+    d["seconds"] = round(d.get("seconds", 0) + secs, 1)
+    d.setdefault("merged", {})[",".join(names)] = secs
+    path.write_text(json.dumps(d, indent=1, default=str) + "\n")
+    print(f"{TRAIN[0]}: {len(names)} methods trained in {secs:.0f} s, baseline gain {new:.6f}")
+    PAGE.write_text(_replace(PAGE.read_text(), "fixes-train", train_table(d)))
+
+
+def refresh(names: list[str], cases) -> None:
+    """Recompute ``names``' rows of each saved comparison (same model, length and seed: the
+    measured numbers are those of the full run; what changed is the code, e.g. a new theory)
+    and render the page's tables again."""
+    for model, T in cases:
+        path = RESULTS / f"fixes_{model}.json"
+        if not path.exists():
+            continue
+        d = json.loads(path.read_text())
+        t0 = time.perf_counter()
+        new = {r["method"]: r for r in rank_fixes(model, names, seq_len=T).to_dict()["methods"]}
+        d["methods"] = [new.get(r["method"], r) for r in d["methods"]]
+        d.setdefault("refreshed", {})[",".join(names)] = round(time.perf_counter() - t0, 1)
+        path.write_text(json.dumps(d, indent=1, default=str) + "\n")
+        print(f"{model}: {', '.join(names)} again in {time.perf_counter() - t0:.0f} s")
+    parts = [table(json.loads((RESULTS / f"fixes_{m}.json").read_text()))
+             for m, _ in CASES if (RESULTS / f"fixes_{m}.json").exists()]
+    PAGE.write_text(_replace(PAGE.read_text(), "fixes-table",
+                             "\n".join(parts) + f"\nRanking: {RANKING}.\n"))
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--train", action="store_true")
     ap.add_argument("--render", action="store_true")
+    ap.add_argument("--model", choices=[m for m, _ in CASES], help="compute this preset only")
+    ap.add_argument("--refresh", metavar="NAMES",
+                    help="recompute these methods' rows in the saved JSON, then render")
     args = ap.parse_args()
+    if args.refresh and not args.train:
+        refresh([m for m in args.refresh.split(",") if m],
+                [c for c in CASES if args.model in (None, c[0])])
+        return
+    if args.train and args.refresh:  # these methods trained, merged into the saved run
+        train_merge([m for m in args.refresh.split(",") if m])
+        return
     if args.train or args.render:
         path = RESULTS / f"fixes_{TRAIN[0]}_train.json"
         if args.train:
@@ -118,7 +189,7 @@ def main() -> None:
             text = _replace(text, "fixes-table", "\n".join(parts) + f"\nRanking: {RANKING}.\n")
         PAGE.write_text(text)
         return
-    cases = CASES
+    cases = tuple(c for c in CASES if args.model in (None, c[0]))
     if args.quick:
         from sigprop.models.presets import PRESETS, shrink
 
@@ -139,6 +210,10 @@ def main() -> None:
     if args.quick:
         print(block)
         return
+    if args.model:  # one preset: the page is rendered from every saved JSON
+        parts = [table(json.loads((RESULTS / f"fixes_{m}.json").read_text()))
+                 for m, _ in CASES if (RESULTS / f"fixes_{m}.json").exists()]
+        block = "\n".join(parts) + f"\nRanking: {RANKING}.\n"
     PAGE.write_text(_replace(PAGE.read_text(), "fixes-table", block))
 
 
