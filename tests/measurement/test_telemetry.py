@@ -463,3 +463,26 @@ def test_max_logit_of_multi_head_latent_attention_is_exact(impl):
     assert torch.allclose(st[0]["max_logit"], want, rtol=1e-5, atol=0), (st[0], want)
     assert want.max() > 1.0
     assert tel.info[0]["rope"] == "applied"
+
+
+def test_a_two_dimensional_key_mask_is_per_sequence():
+    """Modules that receive the tokenizer's raw (B, Tk) attention mask (YOSO, MRA): with the
+    call's batch size known and B != T, the mask's 0 / 1 values are each sequence's visible
+    keys; a (T, Tk) mask keeps its meaning (rows, keys); an additive (B, Tk) mask adds."""
+    m = _model(LLAMA)
+    tel = AttentionTelemetry(m, rows=4)
+    s = tel.sites[0]
+    keys = torch.tensor([[1.0] * 6, [1.0] * 4 + [0.0] * 2])
+    allowed, bias = tel._mask(s, keys, 3, 6, "cpu", batch=2)
+    tri = torch.ones(3, 6, dtype=torch.bool).tril(3)
+    assert bias is None and allowed.shape == (2, 1, 3, 6)
+    assert torch.equal(allowed[0, 0], tri)
+    assert torch.equal(allowed[1, 0], tri & torch.tensor([True] * 4 + [False] * 2))
+    rows = torch.zeros(3, 6)
+    rows[:, 5] = -math.inf
+    allowed, bias = tel._mask(s, rows, 3, 6, "cpu", batch=3)  # B == T: rows and keys
+    assert allowed.shape == (3, 6) and not allowed[:, 5].any()
+    additive = torch.tensor([[0.0, -2.0, 0.0, 0.0, 0.0, 0.0]] * 2)
+    allowed, bias = tel._mask(s, additive, 3, 6, "cpu", batch=2)
+    assert bias.shape == (2, 1, 1, 6) and float(bias[0, 0, 0, 1]) == -2.0
+    tel.close()

@@ -123,11 +123,22 @@ def softmax_stats(sc: torch.Tensor, keys: torch.Tensor | None, want_probs: bool 
 class RecomputeMixin:
     """Masks, statistics and recomputation of attention probabilities (methods of ``Probe``)."""
 
-    def _mask(self, s, mask, T, Tk, device):
-        """(allowed bool (..., T, Tk) or None, additive finite bias or None)."""
+    def _mask(self, s, mask, T, Tk, device, batch: int | None = None):
+        """(allowed bool (..., T, Tk) or None, additive finite bias or None). ``batch``: the
+        sequences of the call; a 2-D mask of shape ``(batch, Tk)`` (with ``batch != T``) is
+        then a per-sequence key mask as the tokenizer gives it (a module that receives the
+        raw ``attention_mask``: YOSO, MRA), its 0 / 1 values visibility."""
         allowed, bias = None, None
         if s.causal:
             allowed = torch.ones(T, Tk, dtype=torch.bool, device=device).tril(Tk - T)
+        if torch.is_tensor(mask) and mask.ndim == 2 and batch is not None and \
+                tuple(mask.shape) == (batch, Tk) and batch != T:
+            keys = mask if mask.dtype == torch.bool or not mask.dtype.is_floating_point or \
+                not bool(((mask != 0) & (mask != 1)).any()) else None
+            if keys is not None:
+                vis = (keys != 0)[:, None, None, :]
+                return (vis if allowed is None else allowed & vis), None
+            mask = mask[:, None, None, :]
         if torch.is_tensor(mask) and mask.ndim >= 2:
             mask = mask[..., -T:, :Tk] if mask.shape[-2] >= T else mask[..., :Tk]
             if mask.dtype == torch.bool:

@@ -152,8 +152,13 @@ class AttentionTelemetry(Probe):
                             causal and mask is None and query.shape[-2] > 1)
             pend = {"q": query.detach().transpose(1, 2), "k": key.detach().transpose(1, 2),
                     "mask": mask, "roped": True}
-            with torch.no_grad():
-                self._now[i].append(self._layer_stats(i, site, pend))
+            try:  # never an error inside the model's forward: the layer is noted instead
+                with torch.no_grad():
+                    self._now[i].append(self._layer_stats(i, site, pend))
+            except (RuntimeError, ValueError, TypeError, AttributeError, IndexError,
+                    KeyError) as e:
+                self.info[i]["unreadable"] = f"{name}: {type(e).__name__}: " \
+                    f"{(str(e).splitlines() or [''])[0][:120]}"
 
         undo = attach(att, read)
         if isinstance(undo, str):
@@ -275,7 +280,8 @@ class AttentionTelemetry(Probe):
         if key is not None and key in self._causal:
             add = self._causal[key]
         else:
-            allowed, bias = self._mask(s, mask, T, Tk, q.device)
+            allowed, bias = self._mask(s, mask, T, Tk, q.device,
+                                       batch=math.prod(lead) if lead else None)
             add = None
             if allowed is not None:
                 add = torch.zeros(allowed.shape, dtype=q.dtype, device=q.device).masked_fill_(
