@@ -367,3 +367,18 @@ def test_old_names_of_the_fix_ranking_still_import():
     with pytest.warns(FutureWarning, match="pass a dict"), \
             pytest.raises(SpecError, match="train_steps"):
         ranking.rank_fixes("bert-tiny-collapse", "softcap", ["softcap.cap=30"], train_steps=-1)
+
+
+def test_compare_on_a_causal_decoder_with_the_per_layer_norm_and_value_fixes():
+    """A shrunk Qwen2 (causal, RoPE, token input: diagnose's position-resolved Gram theory
+    applies to its baseline): DyT, value residuals and Mix-LN have only the homogeneous
+    theory, so their rows get it instead of the Gram one (the Gram map refuses them); every
+    row has a finite predicted and measured final cos, none an error."""
+    from sigprop.analysis.ranking import rank_fixes
+
+    cfg = shrink(PRESETS["qwen2-0.5b"], layers=4, hidden=64, heads=4, kv_heads=2,
+                 intermediate=128, vocab=200)
+    c = rank_fixes(cfg, "dyt,value-residual,mix-ln", seq_len=16)
+    for r in c.rows:
+        assert r.error is None, (r.method, r.error)
+        assert np.isfinite(r.predicted["cos_final"]) and np.isfinite(r.measured["cos_final"])
