@@ -26,8 +26,8 @@ def _spec_for(name: str) -> ArchSpec:
 
 
 def test_every_method_patches_the_stack_or_is_refused_in_one_line():
-    assert set(NOT_ON_STACK) == {"softcap", "mimetic", "sigmoid-attn", "softpick",
-                                 "diff-attn", "hyper-connections", "ngpt"}
+    assert set(NOT_ON_STACK) == {"softcap", "mimetic", "softpick", "hyper-connections",
+                                 "ngpt"}
     for name in M.names():
         if name in NOT_ON_STACK:
             with pytest.raises(SpecError) as err:

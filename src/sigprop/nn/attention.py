@@ -26,7 +26,15 @@ gpt-oss returns them). **Output gate** (``LayerSpec.gate_var``): the head output
 multiplied elementwise by ``sigmoid(x W_g + b_g)`` (``x`` the attention's input) before
 ``W_O``. **Value residual** (``LayerSpec.value_mix = (lambda_self, lambda_first)``): the
 values are ``lambda_self V + lambda_first V_1`` with ``V_1`` the first block's values of the
-same forward pass (a :class:`FirstValues` holder the first block fills).
+same forward pass (a :class:`FirstValues` holder the first block fills). **Sigmoid rows**
+(``LayerSpec.sigmoid_bias = (k, b0)``): ``w = sigmoid(z + b0 - k log n)`` in place of the
+softmax, n the row's visible keys; the statistics are those of the renormalised rows ``w /
+W``. **Differential rows** (``LayerSpec.diff_lambda = (lambda_init, lambda_std)``): ``A1 -
+lambda A2``, the softmaxes of each head's first and second halves of q and k channels at
+``1/sqrt(d_H/2)``, ``lambda = exp(l1 . l2) - exp(l3 . l4) + lambda_init`` per seed slice
+(the four vectors drawn N(0, lambda_std^2)); statistics of ``A1``. **Head norm**
+(``LayerSpec.head_norm2``): each head's output RMS-normalised (eps 1e-5) times the square
+root of that gain, before the gate and ``W_O``.
 """
 
 from __future__ import annotations
@@ -60,6 +68,8 @@ class FirstValues:
         self.v: Tensor | None = None
 
 
+#: epsilon of the per-head output norm (``LayerSpec.head_norm2``; differential attention's)
+HEAD_EPS = 1e-5
 #: logits per chunk of :meth:`BatchedAttention._chunked` (float32: 2 MiB, about the L2 cache)
 CHUNK = 2**19
 
@@ -177,6 +187,16 @@ class BatchedAttention(nn.Module):
         self.has_gate = layer is not None and layer.gate_var is not None
         if self.has_gate:
             self.w_g, self.b_g = p(S, d, d), p(S, d)
+        self.sigmoid_bias = None if layer is None else layer.sigmoid_bias
+        self.diff = None if layer is None else layer.diff_lambda
+        self.head_norm2 = None if layer is None else layer.head_norm2
+        if self.diff is not None:  # lambda's four vectors of d_head / 2 entries
+            if self.d_head % 2:
+                raise ValueError(f"layers.diff_lambda: head dim {self.d_head} is odd")
+            self.lam = p(S, 4, self.d_head // 2)
+        #: plain softmax rows (the chunked and fused paths)
+        self.softmax_rows = (self.sink is None and self.sigmoid_bias is None
+                             and self.diff is None and self.head_norm2 is None)
 
     def init_targets(self):
         """(param, role, fan_in, fan_out) in a fixed draw order (see nn.init)."""
@@ -187,6 +207,8 @@ class BatchedAttention(nn.Module):
             out += [(self.w_o, "o", d, d), (self.b_o, "bias", d, d)]
         if self.has_gate:  # last, so that models without a gate draw as before
             out += [(self.w_g, "gate", d, d), (self.b_g, "gate_bias", d, d)]
+        if self.diff is not None:
+            out += [(self.lam, "diff_lambda", self.d_head // 2, self.d_head // 2)]
         return out
 
     # ---------------------------------------------------------------- pieces
@@ -254,7 +276,7 @@ class BatchedAttention(nn.Module):
         x2 = x.reshape(S, B * T, d)
         causal = self.spec.causal
         kind = self.spec.attention
-        plain = self.sink is None and not self.has_gate and values is None
+        plain = self.softmax_rows and not self.has_gate and values is None
         if (return_stats and not return_probs and not torch.is_grad_enabled() and plain
                 and x.device.type == "cpu" and S * B > 1 and kind == "softmax"):
             mask = causal_mask(T, x.device) if causal else None
@@ -280,7 +302,7 @@ class BatchedAttention(nn.Module):
                              for k, val in row_stats(a, logp, n_keys).items()}
                 if return_probs:
                     probs = a.expand(S, B, self.heads, T, T)
-        elif not (return_stats or return_probs) and self.sink is None and isinstance(
+        elif not (return_stats or return_probs) and self.softmax_rows and isinstance(
                 scale := self._scale(T, x.dtype, x.device), float):
             out = self._fused(x2, v, B, T, scale, causal)
             if kind == "centred":
@@ -288,21 +310,24 @@ class BatchedAttention(nn.Module):
         else:
             q = self._heads(x2, self.w_q, B, T)
             k = self._heads(x2, self.w_k, B, T)
-            logits = torch.matmul(q * self._scale(T, q.dtype, q.device), k.transpose(-1, -2))
+            if self.diff is not None:
+                a, stats = self._diff_rows(q, k, mask, n_keys, return_stats)
+            logits = self._logits(q, k, mask) if self.diff is None else None
             del q, k
-            if causal:
-                # the most negative finite number, not -inf: its probability is exactly 0
-                # and its log-probability stays finite, so 0 * logp = 0 in the entropy
-                logits = logits.masked_fill(mask, torch.finfo(logits.dtype).min)
-            if return_stats:
+            if self.sigmoid_bias is not None:
+                a, stats = self._sigmoid_rows(logits, n_keys, return_stats)
+            elif logits is not None and return_stats:
                 a, stats = softmax_with_stats(logits, n_keys)
-            else:
+            elif logits is not None:
                 a = torch.softmax(logits, dim=-1)
             if self.sink is not None:  # the rows' mass on the keys, W = 1 - p0
                 sk = self.sink.to(logits.dtype).view(S, 1, self.heads, 1)
                 a = a * torch.sigmoid(torch.logsumexp(logits, dim=-1) - sk).unsqueeze(-1)
             del logits
             out = torch.matmul(a, v)
+            if self.head_norm2 is not None:  # each head's output RMS-normalised
+                out = out * (torch.rsqrt(out.square().mean(-1, keepdim=True) + HEAD_EPS)
+                             * math.sqrt(self.head_norm2))
             if kind == "centred":
                 out = out - self._running_mean(v, n_keys)
             if return_probs:
@@ -315,6 +340,44 @@ class BatchedAttention(nn.Module):
         if self.has_out:
             out = torch.baddbmm(self.b_o.unsqueeze(1), out, self.w_o)
         return AttentionOutput(out.view(S, B, T, d), stats, probs)
+
+    def _logits(self, q: Tensor, k: Tensor, mask, factor: float = 1.0) -> Tensor:
+        """Scaled logits ``q k^T m(n) / sqrt(d_H)`` (times ``factor``), the hidden keys at
+        the most negative finite number, not -inf: their probability is exactly 0 and their
+        log-probability stays finite, so 0 * logp = 0 in the entropy."""
+        T = q.shape[-2]
+        z = torch.matmul(q * (self._scale(T, q.dtype, q.device) * factor), k.transpose(-1, -2))
+        return z if mask is None else z.masked_fill(mask, torch.finfo(z.dtype).min)
+
+    def _sigmoid_rows(self, logits: Tensor, n_keys: Tensor, stats: bool):
+        """Sigmoid rows ``sigmoid(z + b0 - k log n)`` (``LayerSpec.sigmoid_bias``, n the
+        row's visible keys) and, with ``stats``, the statistics of the renormalised rows
+        ``w / W`` (``W`` the row's mass)."""
+        kk, b0 = self.sigmoid_bias
+        z = logits + (b0 - kk * torch.log(n_keys.to(logits.dtype))).unsqueeze(-1)
+        a = torch.sigmoid(z)
+        if not stats:
+            return a, None
+        with torch.no_grad():
+            mass = a.sum(-1, keepdim=True)
+            return a, row_stats(a / mass, F.logsigmoid(z) - torch.log(mass), n_keys)
+
+    def diff_lambda(self) -> Tensor:
+        """lambda per seed slice (S,): ``exp(l1 . l2) - exp(l3 . l4) + lambda_init``."""
+        lv = self.lam
+        return (torch.exp((lv[:, 0] * lv[:, 1]).sum(-1)) - torch.exp((lv[:, 2] * lv[:, 3])
+                                                                     .sum(-1)) + self.diff[0])
+
+    def _diff_rows(self, q: Tensor, k: Tensor, mask, n_keys: Tensor, stats: bool):
+        """Differential rows ``A1 - lambda A2`` (``LayerSpec.diff_lambda``): the softmaxes of
+        the heads' first and second halves of channels, each at ``1/sqrt(d_H/2)``; the
+        statistics are those of ``A1``."""
+        h = self.d_head // 2
+        z1 = self._logits(q[..., :h], k[..., :h], mask, math.sqrt(2.0))
+        a1, st = softmax_with_stats(z1, n_keys) if stats else (torch.softmax(z1, -1), None)
+        a2 = torch.softmax(self._logits(q[..., h:], k[..., h:], mask, math.sqrt(2.0)), -1)
+        lam = self.diff_lambda().to(a1.dtype).view(-1, *(1,) * (a1.dim() - 1))
+        return a1 - lam * a2, st
 
     def _fused(self, x2: Tensor, v: Tensor, B: int, T: int, scale: float, causal: bool):
         """Softmax attention through torch's fused kernel when nothing but the output is

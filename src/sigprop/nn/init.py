@@ -38,9 +38,11 @@ from ..spec import ArchSpec
 
 SCHEMES = ("spec", "rem", "hf", "xavier", "xavier_uniform", "he")
 ROLES = ("q", "k", "v", "o", "mlp_in", "mlp_out", "bias", "embed", "gate", "gate_bias",
-         "router", "shared_in", "shared_out", "shared_gate")
-#: roles whose law comes from the block's LayerSpec (output gate, mixture of experts)
-_LAYER_ROLES = ("gate", "gate_bias", "router", "shared_in", "shared_out", "shared_gate")
+         "router", "shared_in", "shared_out", "shared_gate", "diff_lambda")
+#: roles whose law comes from the block's LayerSpec (output gate, mixture of experts,
+#: differential attention's lambda vectors)
+_LAYER_ROLES = ("gate", "gate_bias", "router", "shared_in", "shared_out", "shared_gate",
+                "diff_lambda")
 
 
 def rem_qk_std(beta: float, seq_len: int, d_model: int) -> float:
@@ -149,11 +151,13 @@ def init_batched(model: nn.Module, scheme: str = "spec", seed: int = 0, *,
         for param, role, fan_in, fan_out in targets:
             bs = per_block.get(id(param))
             lay = bs[2] if bs else None
-            if role in _LAYER_ROLES and lay is not None and scheme in ("spec", "rem"):
+            if role in _LAYER_ROLES and lay is not None and (scheme in ("spec", "rem")
+                                                             or role == "diff_lambda"):
                 var = {"gate": lay.gate_var, "router": lay.moe_router_var,
                        "shared_in": lay.moe_shared_var_in, "shared_out": lay.moe_shared_var_out,
                        "shared_gate": lay.moe_shared_gate_var}.get(role)
                 s, uni = (math.sqrt(lay.gate_bias2) if role == "gate_bias"
+                          else lay.diff_lambda[1] if role == "diff_lambda"
                           else math.sqrt(var / fan_in)), False
             else:
                 s, uni = law(scheme, role, fan_in, fan_out, spec=bs[0] if bs else spec,

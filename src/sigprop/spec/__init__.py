@@ -25,7 +25,15 @@ from typing import Any
 
 import numpy as np
 
-from .checks import SpecError, check_choice, check_float, check_int, float_tuple
+from .checks import (
+    SpecError,
+    check_attention_map,
+    check_choice,
+    check_float,
+    check_int,
+    check_moe,
+    float_tuple,
+)
 
 NORMS = ("post", "pre", "none")
 LN_KINDS = ("rms", "layernorm")
@@ -151,7 +159,12 @@ class LayerSpec:
     docs/theory.md §2.6.2); needs a block with a norm. ``value_mix``: value residual
     learning, ``(lambda_self, lambda_first)``: the block's values are
     ``lambda_self V + lambda_first V_1`` with ``V_1`` the first block's (docs/theory.md
-    §2.4.6); not on the first block.
+    §2.4.6); not on the first block. ``sigmoid_bias = (k, b0)``: sigmoid attention,
+    ``w = sigmoid(z + b0 - k log n)`` in place of the softmax (n the row's visible keys;
+    §2.4.7). ``diff_lambda = (lambda_init, lambda_std)``: differential attention, two
+    half-width softmax maps ``A1 - lambda A2``, ``lambda = exp(l1 . l2) - exp(l3 . l4) +
+    lambda_init`` with the four vectors' entries N(0, lambda_std^2) (§2.4.8). ``head_norm2``:
+    each head's output RMS-normalised (before ``W_O``) times a gain of this mean square.
     """
 
     sigma_s: tuple[float, ...]
@@ -182,9 +195,13 @@ class LayerSpec:
     norm: str | None = None
     dyt: tuple[float, float] | None = None
     value_mix: tuple[float, float] | None = None
+    sigmoid_bias: tuple[float, float] | None = None
+    diff_lambda: tuple[float, float] | None = None
+    head_norm2: float | None = None
 
     def __post_init__(self) -> None:
-        self._check_moe()
+        check_moe(self, MOE_WEIGHTINGS)
+        check_attention_map(self)
         if self.norm is not None:
             check_choice("layers.norm", self.norm, NORMS)
         if self.dyt is not None:
@@ -267,34 +284,6 @@ class LayerSpec:
     def measured(self) -> bool:
         """Whether this block is a measured residual map (``mixer``), not attention."""
         return self.mixer is not None
-
-    def _check_moe(self) -> None:
-        if self.moe_experts is None:
-            for name, default in (("moe_top_k", 1), ("moe_router_var", 0.0),
-                                  ("moe_weighting", "softmax_norm"), ("moe_scale", 1.0),
-                                  ("moe_shared_var_in", None), ("moe_shared_var_out", None),
-                                  ("moe_shared_gate_var", None)):
-                if getattr(self, name) != default:
-                    raise SpecError(f"layers.{name}", "needs moe_experts (a mixture-of-"
-                                                      "experts MLP)")
-            return
-        check_int("layers.moe_experts", self.moe_experts, 1, 1_000_000)
-        check_int("layers.moe_top_k", self.moe_top_k, 1, int(self.moe_experts))
-        check_float("layers.moe_router_var", self.moe_router_var, 0.0, 1e8)
-        check_choice("layers.moe_weighting", self.moe_weighting, MOE_WEIGHTINGS)
-        check_float("layers.moe_scale", self.moe_scale, 0.0, 1e6)
-        object.__setattr__(self, "moe_router_var", float(self.moe_router_var))
-        object.__setattr__(self, "moe_scale", float(self.moe_scale))
-        if (self.moe_shared_var_in is None) != (self.moe_shared_var_out is None):
-            raise SpecError("layers.moe_shared_var_out", "give both moe_shared_var_in and "
-                                                         "moe_shared_var_out, or neither")
-        for name in ("moe_shared_var_in", "moe_shared_var_out", "moe_shared_gate_var"):
-            if getattr(self, name) is not None:
-                check_float(f"layers.{name}", getattr(self, name), 0.0, 1e12)
-                object.__setattr__(self, name, float(getattr(self, name)))
-        if self.moe_shared_gate_var is not None and self.moe_shared_var_in is None:
-            raise SpecError("layers.moe_shared_gate_var", "needs a shared expert "
-                                                          "(moe_shared_var_in)")
 
     @property
     def sigma_rms(self) -> float:
@@ -407,9 +396,10 @@ class ArchSpec:
                 raise SpecError("layers", f"needs depth={self.depth} entries (got {len(lay)})")
             object.__setattr__(self, "layers", lay)
             self._check_layer_norms(lay)
-            if self.attention != "softmax" and any(x.sink_logit is not None for x in lay):
-                raise SpecError("layers.sink_logit", "attention sinks need softmax attention "
-                                                     f"(got attention={self.attention!r})")
+            for f in ("sink_logit", "sigmoid_bias", "diff_lambda"):
+                if self.attention != "softmax" and any(getattr(x, f) is not None for x in lay):
+                    raise SpecError(f"layers.{f}", "a map in place of the softmax needs softmax "
+                                                   f"attention (got {self.attention!r})")
         if self.memory_len is not None:
             check_int("memory_len", self.memory_len, 1, MAX_SEQ_LEN)
             check_float("memory_q", self.memory_q, 0.0, 1e12, lo_open=True)

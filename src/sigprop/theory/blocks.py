@@ -15,15 +15,15 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..spec import ArchSpec, SpecError
+from . import attn_maps, causal_positions, fluct, kernels, rem
 from . import causal as causal_nodes
-from . import causal_positions, fluct, kernels, rem, sink
 from . import moe as _moe
 from .attention import AttentionStats, attention_stats, identity_stats, uniform_stats
 from .causal_positions import causal_grid
 
 
 def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o=None,
-                  gate=None, first=None):
+                  gate=None, first=None, head_norm2=None):
     """(q, p) after one attention layer (docs/theory.md §2.4), before the residual.
 
     softmax/uniform: ``q_att = s_v^2 [p + (q-p) Y2] + s_b^2``, ``p_att = s_v^2 [p + (q-p) Yx]
@@ -35,7 +35,8 @@ def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o
     the head outputs' moments before ``W_O``. ``first``: value residual learning
     (§2.4.6), ``(lambda_self^2, lambda_first^2, k1, c1)`` with ``(k1, c1)`` the first block's
     value kernel (diagonal, off-diagonal): the values' kernel is ``lambda_self^2`` times the
-    block's own plus ``lambda_first^2 (k1, c1)``, which the same rows mix.
+    block's own plus ``lambda_first^2 (k1, c1)``, which the same rows mix. ``head_norm2``
+    (§2.4.8): each head's output RMS-normalised to this mean square, its cosine kept.
     With an output projection: ``q -> s_o^2 q + s_b^2`` (same for p).
     """
     if variant == "centred":
@@ -53,6 +54,8 @@ def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o
         ls2, lf2, k1, c1 = first
         q1, p1 = attention_map(k1, c1, st, variant=variant, var_v=1.0, var_b=0.0)
         qa, pa = ls2 * qa + lf2 * q1, ls2 * pa + lf2 * p1
+    if head_norm2 is not None:
+        qa, pa = _renorm(qa, pa, head_norm2)
     if gate is not None:
         qa, pa = gate[0] * qa, gate[1] * pa
     if var_o is not None:
@@ -155,8 +158,7 @@ class BlockParams:
     heads: int = 1
     ln_fluct: bool = True
     parallel: bool = False
-    #: cross-attention over an encoder output, or None
-    cross: CrossParams | None = None
+    cross: CrossParams | None = None  # cross-attention over an encoder output, or None
     #: normalised branch outputs (attention, MLP mean squared gains), or None
     branch_gain2: tuple | None = None
     head_scale: np.ndarray | None = None  # per-head score std / sigma_s0 (RMS 1)
@@ -179,6 +181,18 @@ class BlockParams:
     #: the first block's value kernel ``(diagonal, off-diagonal)`` that ``value_mix`` mixes
     #: in (:func:`value_kernel`; filled by :mod:`.depth`, which carries it), or None
     value_first: tuple | None = None
+    #: sigmoid rows ``(k, b0)`` (§2.4.7); differential rows ``(E lambda, E lambda^2)``
+    #: (§2.4.8); the per-head output norm's mean squared gain (§2.4.8); None: without
+    sigmoid_bias: tuple | None = None
+    diff_lambda: tuple | None = None
+    head_norm2: float | None = None
+
+    @property
+    def softmax_rows(self) -> bool:
+        """No sink, output gate, sigmoid or differential map: plain softmax rows, which the
+        LayerNorm averages of :mod:`.fluct` were derived for."""
+        return (self.sink is None and self.gate is None and self.sigmoid_bias is None
+                and self.diff_lambda is None)
 
     @classmethod
     def from_spec(cls, spec: ArchSpec, layer: int | None = None, **override) -> BlockParams:
@@ -225,6 +239,13 @@ class BlockParams:
                 base["dyt"] = lay.dyt
             if lay.value_mix is not None:
                 base["value_mix"] = lay.value_mix
+            if lay.sigmoid_bias is not None:
+                base["sigmoid_bias"] = lay.sigmoid_bias
+            if lay.diff_lambda is not None:
+                base["diff_lambda"] = attn_maps.diff_lambda_moments(
+                    *lay.diff_lambda, spec.d_head // 2)
+            if lay.head_norm2 is not None:
+                base["head_norm2"] = lay.head_norm2
             if lay.measured:
                 if lay.mixer_map is None:
                     raise SpecError("layers.mixer_map", f"layer {layer or 1} is a measured "
@@ -337,8 +358,11 @@ def _head_stats(bp: BlockParams, qa, pa, *, asymptotic: bool, full: bool
     output (``bp.head_w``); the reported ipr, entropy, ... are the plain head means, as
     measured."""
     sig, rho = bp.sigma_s0 * qa, cos_of(pa, qa)
-    if bp.sink is not None and not asymptotic:
-        return _sink_head_stats(bp, sig, rho, full)
+    maps = [x is not None for x in (bp.sigmoid_bias, bp.diff_lambda, bp.sink)]
+    if any(maps[:2]) and asymptotic:
+        raise SpecError("attention", "sigmoid and differential attention: finite T only")
+    if any(maps) and not asymptotic:
+        return attn_maps.head_map_stats(bp, sig, rho, full)
     if bp.head_scale is None and bp.head_w is None:
         st = attention_stats(sig, rho, bp.seq_len, d_head=bp.d_head, causal=bp.causal,
                              asymptotic=asymptotic, full=full)
@@ -359,30 +383,6 @@ def _head_stats(bp: BlockParams, qa, pa, *, asymptotic: bool, full: bool
             AttentionStats(*(avg(x, 1.0) for x in st)))
 
 
-def _sink_head_stats(bp: BlockParams, sig, rho, full: bool):
-    """:func:`_head_stats` for heads with attention sinks (docs/theory.md §2.4.3): the map
-    takes each head's sinked moments (``Y2s``, ``Yxs``, ``E W^2``, ``E W_a W_c``,
-    :func:`.sink.sink_stats`) averaged with the output shares; the reported ipr, entropy,
-    ... are those of the renormalised rows ``w / W``, the ordinary softmax's (the sink does
-    not change them)."""
-    hs = (np.ones(np.size(bp.sink)) if bp.head_scale is None
-          else np.asarray(bp.head_scale, dtype=np.float64))
-    sg = np.asarray(sig, dtype=np.float64)[..., None] * hs
-    rh = np.asarray(rho, dtype=np.float64)[..., None]
-    rep = attention_stats(sg, rh, bp.seq_len, d_head=bp.d_head, causal=bp.causal,
-                          full=full)._replace(nodes=None)
-    sk = sink.sink_stats(sg, rh, bp.sink, bp.seq_len, d_head=bp.d_head, causal=bp.causal)
-    w = np.ones(sg.shape[-1]) if bp.head_w is None else np.asarray(bp.head_w, dtype=np.float64)
-    w = w / np.mean(w)
-
-    def avg(x, weights):
-        return None if x is None else np.mean(np.asarray(x) * weights, axis=-1)
-
-    st = AttentionStats(*(avg(x, w) for x in rep))
-    st = st._replace(y2=avg(sk.y2, w), yx=avg(sk.yx, w), w2=avg(sk.w2, w), wx=avg(sk.wx, w))
-    return st, AttentionStats(*(avg(x, 1.0) for x in rep))
-
-
 def gate_factors(bp: BlockParams, qa, pa):
     """``(E sigmoid(g_a)^2, E sigmoid(g_a) sigmoid(g_c))`` of the block's output gate for
     gate inputs at ``(qa, pa)`` (docs/theory.md §2.4.4), or None without a gate."""
@@ -398,8 +398,7 @@ def _branch_norm_cos(q_att, p_att, qa, pa, bp: BlockParams, st, asymptotic: bool
     """Cosine of the attention branch's output after a per-token norm: the LayerNorm averages
     of :func:`_ln_fluct_cos` / :func:`_ln_fluct_cos_causal` where they apply (finite T,
     softmax or uniform attention), else the ratio of averages."""
-    if bp.ln_fluct and not asymptotic and bp.cross is None and bp.sink is None \
-            and bp.gate is None:
+    if bp.ln_fluct and not asymptotic and bp.cross is None and bp.softmax_rows:
         if bp.causal and bp.attention in ("softmax", "uniform"):
             return _ln_fluct_cos_causal(q_att, p_att, qa, pa, bp, st)
         if not bp.causal and bp.attention == "softmax":
@@ -543,7 +542,7 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     else:
         st, rep = _head_stats(bp, qa, pa, asymptotic=asymptotic, full=full)
     q_att, p_att = attention_map(qa, pa, st, variant=bp.attention, var_v=bp.var_v,
-                                 var_b=bp.var_b, var_o=bp.var_o,
+                                 var_b=bp.var_b, var_o=bp.var_o, head_norm2=bp.head_norm2,
                                  gate=gate_factors(bp, qa, pa), first=value_first(bp))
     if bp.branch_gain2 is not None:  # the branch output is normalised before the add:
         # per token, so its cosine is the LayerNorm average of the post-LN path (causal rows'
@@ -574,8 +573,7 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     elif bp.norm == "post":
         # sinks and gates: the ratio of averages (the LN averages of §2.3.3 do not carry
         # the rows' masses or the gates' per-token factors)
-        ln_avg = (bp.ln_fluct and not asymptotic and bp.cross is None and bp.sink is None
-                  and bp.gate is None)
+        ln_avg = bp.ln_fluct and not asymptotic and bp.cross is None and bp.softmax_rows
         if ln_avg and bp.causal and bp.attention in ("softmax", "uniform"):
             p = _ln_fluct_cos_causal(q, p, qa, pa, bp, st)
         elif ln_avg and not bp.causal and bp.attention == "softmax":

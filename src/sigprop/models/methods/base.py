@@ -97,7 +97,9 @@ class Effect:
     removed (``"none"``), attention sinks and output gates (``sink_logit``, ``gate``: the
     :class:`~sigprop.spec.LayerSpec` fields per block), per-block norm placement, Dynamic
     Tanh and value residuals (``layer_norm``, ``dyt``, ``value_mix``: the LayerSpec's
-    ``norm``, ``dyt``, ``value_mix``), and ``measured_only``: one line per part the theory
+    ``norm``, ``dyt``, ``value_mix``), sigmoid and differential attention and a per-head
+    output norm (``sigmoid_bias``, ``diff_lambda``, ``head_norm2``, the LayerSpec's fields),
+    and ``measured_only``: one line per part the theory
     does not reach."""
 
     depth: int
@@ -130,6 +132,13 @@ class Effect:
     dyt: list[tuple[float, float]] | None = None
     #: per block: value residual ``(lambda_self, lambda_first)`` (None on the first block)
     value_mix: list[tuple[float, float] | None] | None = None
+    #: per block: sigmoid rows ``(k, b0)``, bias ``b0 - k log n`` (§2.4.7); None: unchanged
+    sigmoid_bias: list[tuple[float, float]] | None = None
+    #: per block: differential rows ``(lambda_init, lambda_std)`` (§2.4.8); None: unchanged
+    diff_lambda: list[tuple[float, float]] | None = None
+    #: per block: the mean squared gain of a per-head norm on the head outputs (before W_O,
+    #: absolute units); None: unchanged
+    head_norm2: list[float] | None = None
     measured_only: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -367,10 +376,15 @@ def theory_spec(before: ArchSpec, effect: Effect, embed_q: float | None = None) 
         gain2 = lay.branch_gain2
         if effect.branch_gain2 is not None:  # norms put on the branch outputs (Peri-LN)
             gain2 = tuple(g / unit for g in effect.branch_gain2[i])
+        hn = lay.head_norm2
+        if effect.head_norm2 is not None:  # a per-head norm before W_O (diff-attn): its
+            hn = effect.head_norm2[i] / (unit if var_o is None else 1.0)  # gain is the output
         if gain2 is not None:  # the gate acts after the branch's own norm
             gain2 = (gain2[0] * ga[i] ** 2, gain2[1] * gm[i] ** 2)
         elif var_o is not None:
             var_o = var_o * ga[i] ** 2
+        elif hn is not None:
+            hn = hn * ga[i] ** 2
         else:
             var_v = var_v * ga[i] ** 2
         var_w_out = lay.var_w_out * effect.mlp_out[i] ** 2
@@ -381,13 +395,13 @@ def theory_spec(before: ArchSpec, effect: Effect, embed_q: float | None = None) 
             extra["sink_logit"] = tuple(effect.sink_logit[i])
         if effect.gate is not None and effect.gate[i] is not None:
             extra["gate_var"], extra["gate_bias2"] = effect.gate[i]
-        for name in ("layer_norm", "dyt", "value_mix"):  # Mix-LN, DyT, value residual
-            got = getattr(effect, name)
+        for name in ("layer_norm", "dyt", "value_mix", "sigmoid_bias", "diff_lambda"):
+            got = getattr(effect, name)  # Mix-LN, DyT, value residual, the two maps
             if got is not None and got[i] is not None:
                 extra["norm" if name == "layer_norm" else name] = got[i]
         layers.append(replace(lay, sigma_s=tuple(sig.tolist()), var_v=var_v, var_o=var_o,
                               var_w_in=lay.var_w_in * effect.mlp_in[i] ** 2,
-                              var_w_out=var_w_out, branch_gain2=gain2, **extra))
+                              var_w_out=var_w_out, branch_gain2=gain2, head_norm2=hn, **extra))
     out = spec.replace(layers=tuple(layers), norm=norm, alpha_attn=alpha_a, alpha_mlp=alpha_m)
     if effect.attention is not None:
         out = out.replace(attention=effect.attention)

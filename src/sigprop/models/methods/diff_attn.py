@@ -21,9 +21,17 @@ the gains) are parameters ``sigprop_diff_lambda`` (4, d'), ``sigprop_diff_norm``
 attention module, ``lambda_init`` a buffer; the map runs in sigprop's attention function
 (recorded in config.json, restored by sigprop's loader).
 
-Theory: measured only. The map's rows are signed and sum to ``1 - lambda``; the REM tables
-are those of one softmax row. (Two independent half-width REM rows would give it, but sigprop
-does not tabulate their difference.)
+Theory (docs/theory.md §2.4.8): the per-layer spec's ``diff_lambda = (lambda_init,
+lambda_std)`` and, with the head norm, ``head_norm2 = (1 - lambda_init)^2`` (the norm's gains
+are ones at init). Given the tokens, ``A1`` and ``A2`` are independent softmax rows of one
+score std over ``d_H / 2`` channels, each of mean ``1/n`` per key, so ``E sum_b D_ab D_cb =
+(1 + E lambda^2) Yx - 2 E lambda / n`` (``Y2`` alike) with the REM tables at ``d_H / 2``, and
+every row sums to ``1 - lambda``; ``E lambda = lambda_init`` and ``E lambda^2`` follow from
+the vectors' Gaussian draw in closed form. The head norm makes each head's output of mean
+square ``(1 - lambda_init)^2`` and keeps its cosine (the ratio of the branch's averages;
+:mod:`sigprop.theory.attn_maps`). The reported ipr, entropy, ... are ``A1``'s. A
+``lambda_std`` of 0.7 or more (``E lambda^2`` infinite) is measured only. On sigprop's stack
+the same fields (each head's q and k split into its first and second halves of channels).
 """
 
 from __future__ import annotations
@@ -100,10 +108,20 @@ class DiffAttention(Method):
             if p.site is not None and p.head_dim % 4:
                 raise SpecError(self.name, f"{p.name}: head dim {p.head_dim} is not divisible "
                                            "by 4 (two halves of rotary pairs)")
+        if not parts and ctx.spec.d_head % 2:
+            raise SpecError(self.name, f"head dim {ctx.spec.d_head} is odd (two halves)")
         claim_softmax(model, parts, self.name)
         _install(parts, params, draw=True)
-        effect.measured_only.append("diff-attn: a difference of two softmax rows (signed, sum "
-                                    "1 - lambda) is outside the REM's one-row tables")
+        n = len(parts) if parts else ctx.depth
+        li = [lambda_init(i + 1) if params["lambda_init"] is None else
+              float(params["lambda_init"]) for i in range(n)]
+        if params["lambda_std"] >= 0.7:
+            effect.measured_only.append("diff-attn: lambda_std >= 0.7 gives lambda an infinite "
+                                        "second moment (outside the theory)")
+        else:
+            effect.diff_lambda = [(x, float(params["lambda_std"])) for x in li]
+            if params["headnorm"] == "yes":
+                effect.head_norm2 = [(1.0 - x) ** 2 for x in li]
         li = ("0.8 - 0.6 exp(-0.3 (l - 1))" if params["lambda_init"] is None
               else f"{params['lambda_init']:.4g}")
         return [f"A = softmax(q1 k1^T / sqrt(d/2)) - lambda softmax(q2 k2^T / sqrt(d/2)), "

@@ -8,8 +8,15 @@ the scores); hidden keys get weight 0. ``sigmoid-attn.bias=B`` sets a fixed ``b`
 Runs in sigprop's attention function (recorded in config.json, restored by sigprop's loader);
 no weight changes.
 
-Theory: measured only. The REM tables are those of a softmax row (weights summing to 1);
-a row of independent sigmoids has neither the normalisation nor the REM's condensation.
+Theory (docs/theory.md §2.4.7): the per-layer spec's ``sigmoid_bias = (k, b0)``, the bias
+``b0 - k log n`` ((1, 0) for the paper's ``-log n``, (0, B) for a fixed B). A row's weights
+do not sum to 1, so the attention map carries the rows' masses as for sinks: ``q_att = s_v^2
+[p E W^2 + (q - p) E sum_b w_b^2] + s_b^2 E W^2`` (pairs of rows alike), each moment a sum of
+2-D Gaussian integrals ``E sigmoid(X - beta) sigmoid(Y - beta')`` over two scores of one row
+(correlation rho), of two rows on one key (rho) or on two keys (rho^2) -- the REM's product
+covariance of the scores, taken Gaussian (:mod:`sigprop.theory.attn_maps`). The reported
+ipr, entropy, ... are those of the softmax rows of the same scores, which the renormalised
+rows ``w / W`` approach while ``e^s << n``. On sigprop's stack the same field.
 """
 
 from __future__ import annotations
@@ -30,8 +37,8 @@ class SigmoidAttention(Method):
 
     def apply(self, model, parts, params, ctx, effect):
         claim_softmax(model, parts, self.name)
-        effect.measured_only.append("sigmoid-attn: sigmoid rows are not normalised (outside "
-                                    "the REM's softmax tables)")
+        bias = (1.0, 0.0) if params["bias"] is None else (0.0, float(params["bias"]))
+        effect.sigmoid_bias = [bias] * (len(parts) if parts else ctx.depth)
         b = "-log n" if params["bias"] is None else f"{params['bias']:.4g}"
         return [f"softmax -> sigmoid(score + b), b = {b} (rows not normalised)"]
 

@@ -20,12 +20,14 @@ with one line. Trainable gates (ReZero, SkipInit, LayerScale) are folded into th
 projections' variances: at init the stack computes the same function in distribution; it
 does not carry the gate as a separate trainable parameter. Attention sinks and the output
 gate of gated attention are the stack's own per-layer fields (``LayerSpec.sink_logit``,
-``gate_var``); sigmoid attention, softpick and differential attention replace the softmax by
-maps the stack does not have: refused with one line. Value residuals, Mix-LN's per-block norm
-placement and Dynamic Tanh are per-layer fields too (``LayerSpec.value_mix``, ``norm``,
-``dyt``): the stack hands the first block's values on, puts each block's own norm where it
-sits, and has ``tanh(alpha x)`` (alpha constant, gamma 1, beta 0: DyT at init) in place of
-its norms (the stack's input is the theory's layer-0 state, not an embedding norm).
+``gate_var``), and so are sigmoid and differential attention (``sigmoid_bias``,
+``diff_lambda`` with ``head_norm2``: the stack's own sigmoid rows and split heads); softpick
+replaces the softmax by a map the stack does not have: refused with one line. Value
+residuals, Mix-LN's per-block norm placement and Dynamic Tanh are per-layer fields too
+(``LayerSpec.value_mix``, ``norm``, ``dyt``): the stack hands the first block's values on,
+puts each block's own norm where it sits, and has ``tanh(alpha x)`` (alpha constant, gamma
+1, beta 0: DyT at init) in place of its norms (the stack's input is the theory's layer-0
+state, not an embedding norm).
 """
 
 from __future__ import annotations
@@ -50,13 +52,8 @@ NOT_ON_STACK = {
     "ngpt": "states on the unit sphere, normalised weights and the update h + alpha (f - h) "
             "are not the stack's residual form (apply it to an HF model: sigprop fix MODEL "
             "--method ngpt)",
-    "sigmoid-attn": "the stack's attention is a softmax (or its centred, uniform, identity "
-                    "maps), not a sigmoid (apply it to an HF model: sigprop fix MODEL --method "
-                    "sigmoid-attn)",
     "softpick": "the stack's attention is a softmax, not a rectified one (apply it to an HF "
                 "model: sigprop fix MODEL --method softpick)",
-    "diff-attn": "the stack's heads have one softmax each, not a difference of two (apply it to "
-                 "an HF model: sigprop fix MODEL --method diff-attn)",
 }
 
 
