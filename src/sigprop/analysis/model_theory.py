@@ -141,8 +141,9 @@ def _gram_applies(spec: ArchSpec, kind: str) -> str | None:
     if any(x.measured for x in spec.layers):  # measured mixers: no Gram map (§2.8.1)
         return "layout"
     if any(x.dyt is not None or x.value_mix is not None or x.norm not in (None, spec.norm)
-           for x in spec.layers):  # DyT, value residuals, Mix-LN: the homogeneous theory's
-        return "layout"
+           or x.sigmoid_bias is not None or x.diff_lambda is not None
+           for x in spec.layers):  # DyT, value residuals, Mix-LN, sigmoid and differential
+        return "layout"  # attention: in the homogeneous theory only
     if spec.seq_len > GRAM_MAX_LEN:
         return "length"
     return None
