@@ -382,3 +382,21 @@ def test_compare_on_a_causal_decoder_with_the_per_layer_norm_and_value_fixes():
     for r in c.rows:
         assert r.error is None, (r.method, r.error)
         assert np.isfinite(r.predicted["cos_final"]) and np.isfinite(r.measured["cos_final"])
+
+
+def test_a_vanishing_stream_is_signal_lost_not_trainable():
+    """DyT in place of bert-tiny-collapse's 49 post-LN norms (alpha 0.5: tanh(x / 2) ~ x / 2
+    on small states) shrinks the stream's mean square: measured at T 16, the last block's output
+    is 5e-23 of the first block's input (bound: below the 1e-8 floor), its cosine (0.9996
+    here; 7e-32 on bert-deep-48) rounding, so the verdict is signal_lost, and it ranks below a
+    fix that keeps the stream (ReZero, trainable, ratio within 1e-3 of 1: the identity at
+    init)."""
+    from sigprop.analysis.ranking import SIGNAL_FLOOR, rank_fixes
+
+    c = rank_fixes("bert-tiny-collapse", "dyt,rezero", seq_len=16)
+    got = {r.method: r for r in c.rows}
+    assert got["dyt"].measured["q_ratio"] < SIGNAL_FLOOR
+    assert got["dyt"].verdict == "signal_lost"
+    assert got["rezero"].measured["q_ratio"] == pytest.approx(1.0, abs=1e-3)
+    assert got["rezero"].verdict == "trainable"
+    assert [r.method for r in c.rows] == ["rezero", "dyt"]

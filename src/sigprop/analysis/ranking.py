@@ -144,10 +144,13 @@ def _measured(d: Diagnosis) -> dict[str, float]:
     cos = m[m.observable == "cos"].sort_values("layer")["value"].to_numpy()
     ipr = m[m.observable == "ipr"].groupby("layer")["value"].mean().to_numpy()
     ent = h[h.observable == "entropy"]["value"].to_numpy() if len(h) else np.array([])
+    q = m[m.observable == "q"].groupby("layer")["value"].mean().sort_index().to_numpy()
     out = {"cos_final": float(cos[-1]) if cos.size else math.nan,
            "entropy_min": float(ent.min()) if ent.size else math.nan,
            "entropy_median": float(np.median(ent)) if ent.size else math.nan,
            "ipr_max": float(ipr.max()) if ipr.size else math.nan}
+    if q.size > 1 and q[0] > 0:  # the stream's mean square at the end over at the input
+        out["q_ratio"] = float(q[-1] / q[0])
     for name in ("entropy_bound", "entropy_bound_centred"):  # floors from the weights
         b = h[h.observable == name]["value"].to_numpy() if len(h) else np.array([])
         if b.size:
@@ -236,6 +239,21 @@ def kept_floor(d: int, n: int) -> float:
     """The ``|kept|`` below which the input counts as lost: ``KEPT_Z / sqrt(d n)`` for the
     mean of ``n`` token cosines in ``d`` dimensions."""
     return KEPT_Z / math.sqrt(max(d, 1) * max(n, 1))
+
+
+#: ``signal_lost`` where the last block's output has a mean square below SIGNAL_FLOOR times
+#: the first block's input's (its RMS 10^4 times smaller): a cosine of such states measures
+#: rounding, not geometry. Dynamic Tanh in place of bert-deep-48's 97 post-LN norms shrinks
+#: the stream ~4x a norm (tanh(x / 2) ~ x / 2): 7e-32 cos at the last of its 48 blocks.
+SIGNAL_FLOOR = 1e-8
+
+
+def _with_signal(verdict: str, q_ratio: float | None) -> str:
+    """``verdict``, or ``signal_lost`` where the measured stream vanished (:data:`SIGNAL_FLOOR`;
+    a non-finite ratio too)."""
+    if q_ratio is not None and not (math.isfinite(q_ratio) and q_ratio >= SIGNAL_FLOOR):
+        return "signal_lost"
+    return verdict
 
 
 def _with_kept(verdict: str, kept: float | None, floor: float) -> str:
@@ -341,6 +359,8 @@ class _Runs:
             baseline["measured"]["kept"] = float(np.mean(self.kept_base))
             baseline["verdict"] = _with_kept(baseline["verdict"], baseline["measured"]["kept"],
                                              kept_floor(width, tokens * len(self.kept_base)))
+        baseline["verdict"] = _with_signal(baseline["verdict"],
+                                           baseline["measured"].get("q_ratio"))
         for name, r in self.first.items():
             if r.error is None:
                 r.measured = _mean(self.measured[name])
@@ -409,8 +429,9 @@ def _measure_method(runs: _Runs, name: str, built, ctx, given, stack: str, floor
     if k.value is not None:
         meas["kept"] = k.value
     runs.measured[name].append(meas)
-    runs.verdicts[name].append(_with_kept(verdict_of(spec, d.trajectory[
-        d.trajectory.source == "measured"], d.heads, theory=False)[0], k.value, floor))
+    runs.verdicts[name].append(_with_signal(_with_kept(verdict_of(spec, d.trajectory[
+        d.trajectory.source == "measured"], d.heads, theory=False)[0], k.value, floor),
+        meas.get("q_ratio")))
     if name not in runs.first:
         pred = None if rep.after is None else _predicted(rep.after, base.rho0)
         note = "; ".join(rep.effect.measured_only) or None
@@ -426,7 +447,7 @@ def _vocab(config, base) -> int:
 
 
 def _worst(verdicts: list[str]) -> str:
-    for v in ("entropy_collapse", "rank_collapse", "input_lost"):
+    for v in ("signal_lost", "entropy_collapse", "rank_collapse", "input_lost"):
         if v in verdicts:
             return v
     return verdicts[0] if verdicts else "n/a"

@@ -10,7 +10,8 @@ import numpy as np
 from .figures import REGIME_COLOURS, finish, panels
 
 _COLOURS = dict(zip(("trainable", "rank_collapse", "entropy_collapse"), REGIME_COLOURS,
-                    strict=True)) | {"input_lost": "#7b3294"}  # the comparison's own failure
+                    strict=True)) | {"input_lost": "#7b3294",  # the comparison's own failures
+                                     "signal_lost": "#4d4d4d"}
 
 
 def plot_ranking(c, path: str | None = None, dpi: int = 150, *, ax=None):

@@ -11,7 +11,8 @@ from ..spec import ArchSpec
 from . import tables
 
 _VERDICT_STYLE = {"trainable": "bold green", "rank_collapse": "bold yellow",
-                  "entropy_collapse": "bold red", "input_lost": "bold magenta"}
+                  "entropy_collapse": "bold red", "input_lost": "bold magenta",
+                  "signal_lost": "bold magenta"}
 _COLUMNS = ("cos", "q", "ipr", "ipr_cross", "entropy", "wmax")
 _ABBR = {"entropy": "ent", "stable_rank": "srank"}
 
