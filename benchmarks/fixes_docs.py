@@ -113,6 +113,16 @@ def _key(r: dict):  # the comparison's ranking (sigprop.analysis.ranking) on sav
             -m.get("entropy_median", -math.inf))
 
 
+def _recommend(model: str, r: dict) -> dict:
+    """The comparison's recommendation from its top row (as sigprop.analysis.ranking)."""
+    ps = " ".join(f"--param {r['method']}.{k}={v:.6g}" if isinstance(v, float) else
+                  f"--param {r['method']}.{k}={v}" for k, v in r["params"].items())
+    return {"method": r["method"], "params": r["params"], "verdict": r["verdict"],
+            "measured": r["measured"], "predicted": r["predicted"],
+            "command": f"sigprop fix {model} --method {r['method']} {ps} --out DIR"
+            .replace("  ", " ")}
+
+
 def train_merge(names: list[str]) -> None:
     """Train ``names`` (and the baseline) as ``--train`` does and merge their rows into the
     saved training comparison, re-ranked; the baseline's gain must equal the saved one (the
@@ -146,7 +156,8 @@ def refresh(names: list[str], cases) -> None:
         d = json.loads(path.read_text())
         t0 = time.perf_counter()
         new = {r["method"]: r for r in rank_fixes(model, names, seq_len=T).to_dict()["methods"]}
-        d["methods"] = [new.get(r["method"], r) for r in d["methods"]]
+        d["methods"] = sorted((new.get(r["method"], r) for r in d["methods"]), key=_key)
+        d["recommendation"] = _recommend(model, d["methods"][0])
         d.setdefault("refreshed", {})[",".join(names)] = round(time.perf_counter() - t0, 1)
         path.write_text(json.dumps(d, indent=1, default=str) + "\n")
         print(f"{model}: {', '.join(names)} again in {time.perf_counter() - t0:.0f} s")
