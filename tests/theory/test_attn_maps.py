@@ -53,7 +53,8 @@ def test_sigmoid_moments_against_monte_carlo_rows(sigma, rho, causal):
     cross = np.einsum("rab,rcb->rac", w, w)[:, off].mean()
     want = ((w**2).sum(-1).mean(), cross, (mass**2).mean(),
             (mass[:, :, None] * mass[:, None, :])[:, off].mean())
-    got = attn_maps.sigmoid_moments(sigma, rho, T, (1.0, 0.0), causal=causal)
+    m = attn_maps.sigmoid_moments(sigma, rho, T, (1.0, 0.0), causal=causal)
+    got = [m.y2, m.yx, m.w2, m.wx]
     np.testing.assert_allclose(np.array(got, dtype=float), want, rtol=0.06 if causal else 0.02)
 
 
@@ -61,9 +62,9 @@ def test_sigmoid_fixed_bias():
     """bias (0, b0): sigmoid(s + b0) at every row length (k = 0): at sigma 0 every weight is
     sigmoid(b0), so y2 = T sigmoid(b0)^2 and the rows' masses are T sigmoid(b0)."""
     T, b0 = 12, -1.3
-    y2, yx, w2, wx = attn_maps.sigmoid_moments(1e-9, 0.4, T, (0.0, b0))
+    sm = attn_maps.sigmoid_moments(1e-9, 0.4, T, (0.0, b0))
     m = expit(b0)
-    np.testing.assert_allclose([y2, yx, w2, wx], [T * m * m, T * m * m, (T * m) ** 2,
+    np.testing.assert_allclose([sm.y2, sm.yx, sm.w2, sm.wx], [T * m * m, T * m * m, (T * m) ** 2,
                                                   (T * m) ** 2], rtol=1e-6)
 
 

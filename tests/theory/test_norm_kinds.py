@@ -14,6 +14,7 @@ from sigprop.nn.model import SigpropTransformer, normalise
 from sigprop.spec import ArchSpec, LayerSpec, SpecError
 from sigprop.theory import blocks, depth, kernels
 from sigprop.theory.attention import AttentionStats
+from sigprop.theory.attn_maps import ValueMix
 
 pytestmark = pytest.mark.usefixtures("torch_one_thread")
 
@@ -68,7 +69,7 @@ def test_value_residual_kernel_matches_monte_carlo_over_the_value_weights():
     G2 = A @ A.T
     st = AttentionStats(y2=np.mean(np.diag(G2)), yx=np.mean(G2[off]), entropy=0.0, wmax=0.0,
                         inv_t=1.0 / T, inv_t_cross=1.0 / T)
-    first = (ls**2, lf**2, var_v1 * 1.0 + var_b, var_v1 * 0.1 + var_b)
+    first = ValueMix(ls2=ls**2, lf2=lf**2, k1=var_v1 * 1.0 + var_b, c1=var_v1 * 0.1 + var_b)
     qa, pa = blocks.attention_map(1.0, 0.4, st, variant="softmax", var_v=var_v, var_b=var_b,
                                   first=first)
     assert float(qa) == pytest.approx(np.mean(qs), rel=0.04)

@@ -28,6 +28,7 @@ sums to ``1 - lambda``: ``w2 = wx = 1 - 2 E lambda + E lambda^2``.
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import numpy as np
 from numpy.polynomial.hermite_e import hermegauss
@@ -75,7 +76,8 @@ def sigmoid_pair(sigma, r, beta1, beta2):
 
 
 def sigmoid_moments(sigma_s, rho, T: int, bias, *, causal: bool = False):
-    """``(y2, yx, w2, wx)`` of sigmoid rows (module docstring) with score std ``sigma_s`` on
+    """The row moments (:class:`~.sink.SinkStats`: ``y2, yx, w2, wx``, the same four a sink's
+    map takes) of sigmoid rows (module docstring) with score std ``sigma_s`` on
     tokens at cosine ``rho`` (broadcast), ``bias = (k, b0)``: ``w = sigmoid(s + b0 - k log
     n)``, n the row's visible keys (T bidirectional, t at causal position t)."""
     k, b0 = (float(x) for x in bias)
@@ -101,7 +103,7 @@ def sigmoid_moments(sigma_s, rho, T: int, bias, *, causal: bool = False):
     fx2 = sigmoid_pair(s2, r2 * r2, bi, bj)
     yx = np.sum(wij * m * fxr, axis=(-2, -1))
     wx = np.sum(wij * (m * fxr + (t[:, None] * t[None, :] - m) * fx2), axis=(-2, -1))
-    return y2, yx, w2, wx
+    return sink.SinkStats(y2=y2, yx=yx, w2=w2, wx=wx)
 
 
 def diff_lambda_moments(lambda_init: float, lambda_std: float, d_half: int):
@@ -150,9 +152,9 @@ def head_map_stats(bp, sig, rho, full: bool):
         st = st._replace(y2=avg(sk.y2, w), yx=avg(sk.yx, w), w2=avg(sk.w2, w),
                          wx=avg(sk.wx, w))
     elif bp.sigmoid_bias is not None:
-        y2, yx, w2, wx = sigmoid_moments(sg, rh, bp.seq_len, bp.sigmoid_bias,
-                                         causal=bp.causal)
-        st = st._replace(y2=avg(y2, w), yx=avg(yx, w), w2=avg(w2, w), wx=avg(wx, w))
+        sm = sigmoid_moments(sg, rh, bp.seq_len, bp.sigmoid_bias, causal=bp.causal)
+        st = st._replace(y2=avg(sm.y2, w), yx=avg(sm.yx, w), w2=avg(sm.w2, w),
+                         wx=avg(sm.wx, w))
     else:
         lam, lam2 = bp.diff_lambda
         mass2 = np.full(np.shape(st.y2), 1.0 - 2.0 * lam + lam2)
@@ -160,3 +162,27 @@ def head_map_stats(bp, sig, rho, full: bool):
                          yx=(1.0 + lam2) * st.yx - 2.0 * lam * st.inv_t_cross,
                          w2=mass2, wx=mass2)
     return st, AttentionStats(*(avg(x, 1.0) for x in rep))
+
+
+@dataclass(frozen=True, kw_only=True)
+class ValueMix:
+    """A value-residual block's mix (§2.4.6): ``ls2`` = lambda_self^2, ``lf2`` =
+    lambda_first^2, and the first block's value kernel ``(k1, c1)``."""
+
+    ls2: float
+    lf2: float
+    k1: object
+    c1: object
+
+
+def value_first(bp) -> ValueMix | None:
+    """The :class:`ValueMix` of a value-residual block's parameters ``bp``
+    (:class:`~.blocks.BlockParams`; the ``first`` of :func:`~.blocks.attention_map`), or
+    None without one."""
+    if bp.value_mix is None:
+        return None
+    if bp.value_first is None:
+        raise SpecError("layers.value_mix", "needs the first block's value kernel (carried "
+                                            "by sigprop.theory.depth: propagate, final_cos)")
+    ls, lf = bp.value_mix
+    return ValueMix(ls2=ls * ls, lf2=lf * lf, k1=bp.value_first[0], c1=bp.value_first[1])

@@ -33,11 +33,12 @@ def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o
     ``s_v^2 [p E W^2 + (q-p) Y2s] + s_b^2 E W^2`` (pairs: ``E W_a W_c``, ``Yxs``). ``gate``:
     ``(E sigmoid(g)^2, E sigmoid(g) sigmoid(g'))`` of an output gate (§2.4.4), multiplying
     the head outputs' moments before ``W_O``. ``first``: value residual learning
-    (§2.4.6), ``(lambda_self^2, lambda_first^2, k1, c1)`` with ``(k1, c1)`` the first block's
-    value kernel (diagonal, off-diagonal): the values' kernel is ``lambda_self^2`` times the
-    block's own plus ``lambda_first^2 (k1, c1)``, which the same rows mix. ``head_norm2``
-    (§2.4.8): each head's output RMS-normalised to this mean square, its cosine kept.
-    With an output projection: ``q -> s_o^2 q + s_b^2`` (same for p).
+    (§2.4.6), a :class:`~.attn_maps.ValueMix` (``ls2`` = lambda_self^2, ``lf2``, ``k1``,
+    ``c1``), ``(k1, c1)`` the first block's value kernel (diagonal, off-diagonal): the
+    values' kernel is ``lambda_self^2`` times the block's own plus ``lambda_first^2 (k1,
+    c1)``, which the same rows mix. ``head_norm2`` (§2.4.8): each head's output
+    RMS-normalised to this mean square, its cosine kept. With an output projection:
+    ``q -> s_o^2 q + s_b^2`` (same for p).
     """
     if variant == "centred":
         # E sum_b (A_ab - 1/t)^2 >= 0 and |E sum_b (A_ab - m_a)(A_cb - m_c)| <= the diagonal
@@ -51,7 +52,7 @@ def attention_map(q, p, st: AttentionStats, *, variant: str, var_v, var_b, var_o
         qa = var_v * (p * w2 + (q - p) * st.y2) + var_b * w2
         pa = var_v * (p * wx + (q - p) * st.yx) + var_b * wx
     if first is not None:  # the first block's values: the same rows, their own kernel
-        ls2, lf2, k1, c1 = first
+        ls2, lf2, k1, c1 = first.ls2, first.lf2, first.k1, first.c1
         q1, p1 = attention_map(k1, c1, st, variant=variant, var_v=1.0, var_b=0.0)
         qa, pa = ls2 * qa + lf2 * q1, ls2 * pa + lf2 * p1
     if head_norm2 is not None:
@@ -278,9 +279,9 @@ def _ln_fluct_inputs(qa, pa, bp: BlockParams):
     ``b = s_o^2 s_v^2 (q - p)``, the weight of Y2 in a token's norm; ``rho`` = p / q; ``v``, a
     row's REM score variance (docs/theory.md §2.1)."""
     b = bp.var_v * (qa - pa)
-    first = value_first(bp)
+    first = attn_maps.value_first(bp)
     if first is not None:  # value residual: the first block's values add to the spread
-        b = first[0] * b + first[1] * (first[2] - first[3])
+        b = first.ls2 * b + first.lf2 * (first.k1 - first.c1)
     b = b * (1.0 if bp.var_o is None else bp.var_o)
     rho = np.clip(cos_of(pa, qa), 0.0, 1.0)
     return b, rho, (bp.sigma_s0 * qa) ** 2 * (1.0 - rho)
@@ -486,18 +487,6 @@ def value_kernel(q, p, bp: BlockParams, raw_input: bool = False):
     return bp.var_v * qa + bp.var_b, bp.var_v * pa + bp.var_b
 
 
-def value_first(bp: BlockParams):
-    """``(lambda_self^2, lambda_first^2, k1, c1)`` of a value-residual block (the
-    ``first`` of :func:`attention_map`), or None without one."""
-    if bp.value_mix is None:
-        return None
-    if bp.value_first is None:
-        raise SpecError("layers.value_mix", "needs the first block's value kernel (carried "
-                                            "by sigprop.theory.depth: propagate, final_cos)")
-    ls, lf = bp.value_mix
-    return ls * ls, lf * lf, bp.value_first[0], bp.value_first[1]
-
-
 def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False,
                branch_scale=1.0, raw_input: bool = False):
     """One transformer block (docs/theory.md §2.6): returns ``(q, p, attention stats)``.
@@ -543,7 +532,7 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
         st, rep = _head_stats(bp, qa, pa, asymptotic=asymptotic, full=full)
     q_att, p_att = attention_map(qa, pa, st, variant=bp.attention, var_v=bp.var_v,
                                  var_b=bp.var_b, var_o=bp.var_o, head_norm2=bp.head_norm2,
-                                 gate=gate_factors(bp, qa, pa), first=value_first(bp))
+                                 gate=gate_factors(bp, qa, pa), first=attn_maps.value_first(bp))
     if bp.branch_gain2 is not None:  # the branch output is normalised before the add:
         # per token, so its cosine is the LayerNorm average of the post-LN path (causal rows'
         # norms differ with position), not the ratio of averages
