@@ -311,6 +311,7 @@ def test_an_nn_module_through_the_python_api():
     assert len(fig.axes) >= 2
 
 
+@pytest.mark.slow  # two model sweeps at 1024, ~24 s; make test-slow
 def test_longctx_on_a_model_still_runs_with_a_future_warning():
     """``sigprop.longctx`` takes a spec; a model there runs ``longctx_model`` for a release,
     warning once, with the same numbers. The old names stay aliases."""

@@ -105,6 +105,7 @@ def test_report_renders_in_headless_chromium(diagnosis, tmp_path):
     assert not console, console
 
 
+@pytest.mark.slow  # two diagnose subprocesses, ~19 s; make test-slow
 def test_cli_diagnose_writes_report(tmp_path):
     import sys
 
