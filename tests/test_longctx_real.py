@@ -134,6 +134,7 @@ def test_the_real_text_choice_holds_once_applied_to_every_layer(decoder, tmp_pat
     assert all(row["real_in_band"] for row in again.layers)
 
 
+@pytest.mark.slow  # the command end to end at 4x, ~14 s; make test-slow
 def test_decoder_cli_at_4x_training_length_json_and_console(decoder, capsys, tmp_path):
     from sigprop.cli import run
 
