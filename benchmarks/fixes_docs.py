@@ -26,7 +26,7 @@ import re
 import time
 from pathlib import Path
 
-from sigprop.analysis.ranking import RANKING, rank_fixes
+from sigprop.analysis.ranking import RANKING, fix_command, rank_fixes, ranked_rows
 
 ROOT = Path(__file__).resolve().parent.parent
 PAGE = ROOT / "docs" / "fixes.md"
@@ -106,21 +106,18 @@ def _replace(text: str, marker: str, block: str) -> str:
                   lambda m: m.group(1) + block + m.group(2), text, flags=re.S)
 
 
-def _key(r: dict):  # the comparison's ranking (sigprop.analysis.ranking) on saved rows
-    m, g = r.get("measured") or {}, r.get("train_gain")
-    return (bool(r.get("error")), r.get("verdict") != "trainable",
-            -(g if g is not None else -math.inf), m.get("cos_final", math.inf),
-            -m.get("entropy_median", -math.inf))
-
-
 def _recommend(model: str, r: dict) -> dict:
     """The comparison's recommendation from its top row (as sigprop.analysis.ranking)."""
-    ps = " ".join(f"--param {r['method']}.{k}={v:.6g}" if isinstance(v, float) else
-                  f"--param {r['method']}.{k}={v}" for k, v in r["params"].items())
     return {"method": r["method"], "params": r["params"], "verdict": r["verdict"],
             "measured": r["measured"], "predicted": r["predicted"],
-            "command": f"sigprop fix {model} --method {r['method']} {ps} --out DIR"
-            .replace("  ", " ")}
+            "command": fix_command(model, r["method"], r["params"])}
+
+
+def _saved_tables() -> str:
+    """The page's comparison block from every saved JSON of :data:`CASES`."""
+    parts = [table(json.loads((RESULTS / f"fixes_{m}.json").read_text()))
+             for m, _ in CASES if (RESULTS / f"fixes_{m}.json").exists()]
+    return "\n".join(parts) + f"\nRanking: {RANKING}.\n"
 
 
 def train_merge(names: list[str]) -> None:
@@ -137,7 +134,7 @@ def train_merge(names: list[str]) -> None:
         raise SystemExit(f"baseline gain {new} differs from the saved run's {old}: not merged")
     rows = {r["method"]: r for r in d["methods"]}
     rows.update({r["method"]: r for r in c["methods"]})
-    d["methods"] = sorted(rows.values(), key=_key)
+    d["methods"] = ranked_rows(rows.values())
     d["seconds"] = round(d.get("seconds", 0) + secs, 1)
     d.setdefault("merged", {})[",".join(names)] = secs
     path.write_text(json.dumps(d, indent=1, default=str) + "\n")
@@ -156,15 +153,12 @@ def refresh(names: list[str], cases) -> None:
         d = json.loads(path.read_text())
         t0 = time.perf_counter()
         new = {r["method"]: r for r in rank_fixes(model, names, seq_len=T).to_dict()["methods"]}
-        d["methods"] = sorted((new.get(r["method"], r) for r in d["methods"]), key=_key)
+        d["methods"] = ranked_rows(new.get(r["method"], r) for r in d["methods"])
         d["recommendation"] = _recommend(model, d["methods"][0])
         d.setdefault("refreshed", {})[",".join(names)] = round(time.perf_counter() - t0, 1)
         path.write_text(json.dumps(d, indent=1, default=str) + "\n")
         print(f"{model}: {', '.join(names)} again in {time.perf_counter() - t0:.0f} s")
-    parts = [table(json.loads((RESULTS / f"fixes_{m}.json").read_text()))
-             for m, _ in CASES if (RESULTS / f"fixes_{m}.json").exists()]
-    PAGE.write_text(_replace(PAGE.read_text(), "fixes-table",
-                             "\n".join(parts) + f"\nRanking: {RANKING}.\n"))
+    PAGE.write_text(_replace(PAGE.read_text(), "fixes-table", _saved_tables()))
 
 
 def main() -> None:
@@ -195,9 +189,7 @@ def main() -> None:
         if path.exists():
             text = _replace(text, "fixes-train", train_table(json.loads(path.read_text())))
         if args.render:
-            parts = [table(json.loads((RESULTS / f"fixes_{m}.json").read_text()))
-                     for m, _ in CASES if (RESULTS / f"fixes_{m}.json").exists()]
-            text = _replace(text, "fixes-table", "\n".join(parts) + f"\nRanking: {RANKING}.\n")
+            text = _replace(text, "fixes-table", _saved_tables())
         PAGE.write_text(text)
         return
     cases = tuple(c for c in CASES if args.model in (None, c[0]))
@@ -222,9 +214,7 @@ def main() -> None:
         print(block)
         return
     if args.model:  # one preset: the page is rendered from every saved JSON
-        parts = [table(json.loads((RESULTS / f"fixes_{m}.json").read_text()))
-                 for m, _ in CASES if (RESULTS / f"fixes_{m}.json").exists()]
-        block = "\n".join(parts) + f"\nRanking: {RANKING}.\n"
+        block = _saved_tables()
     PAGE.write_text(_replace(PAGE.read_text(), "fixes-table", block))
 
 

@@ -268,11 +268,22 @@ def _with_kept(verdict: str, kept: float | None, floor: float) -> str:
     return verdict
 
 
+def _key(error, verdict: str, train_gain: float | None, measured: dict) -> tuple:
+    """The comparison's sort key (:data:`RANKING`) of one row's fields."""
+    return (bool(error), verdict != "trainable",
+            -(train_gain if train_gain is not None else -math.inf),
+            measured.get("cos_final", math.inf), -measured.get("entropy_median", -math.inf))
+
+
 def _rank_key(r: MethodRow):
-    m = r.measured or {}
-    return (r.error is not None, r.verdict != "trainable",
-            -(r.train_gain if r.train_gain is not None else -math.inf),
-            m.get("cos_final", math.inf), -m.get("entropy_median", -math.inf))
+    return _key(r.error is not None, r.verdict, r.train_gain, r.measured or {})
+
+
+def ranked_rows(rows) -> list[dict]:
+    """Saved comparison rows (the JSON's ``methods``) in the comparison's order
+    (:data:`RANKING`), as :func:`rank_fixes` ranks its own."""
+    return sorted(rows, key=lambda r: _key(r.get("error"), r.get("verdict"),
+                                           r.get("train_gain"), r.get("measured") or {}))
 
 
 def rank_fixes(model: Any = "bert-deep-48", methods: str | list[str] = "all",
@@ -321,7 +332,7 @@ def rank_fixes(model: Any = "bert-deep-48", methods: str | list[str] = "all",
     best = ranked[0]
     rec = {"method": best.method, "params": best.params, "verdict": best.verdict,
            "measured": best.measured, "predicted": best.predicted,
-           "command": _command(model, best)}
+           "command": fix_command(model, best.method, best.params)}
     return FixRanking(model=str(model) if not isinstance(model, dict) else "config",
                       spec=spec, baseline=baseline, rows=ranked, recommendation=rec,
                       seq_len=spec.seq_len, seeds=seeds, sequences=sequences,
@@ -453,7 +464,8 @@ def _worst(verdicts: list[str]) -> str:
     return verdicts[0] if verdicts else "n/a"
 
 
-def _command(model, row: MethodRow) -> str:
-    ps = " ".join(f"--param {row.method}.{k}={v:.6g}" if isinstance(v, float) else
-                  f"--param {row.method}.{k}={v}" for k, v in row.params.items())
-    return f"sigprop fix {model} --method {row.method} {ps} --out DIR".replace("  ", " ")
+def fix_command(model, method: str, params: dict) -> str:
+    """The ``sigprop fix`` command line that applies ``method`` at ``params`` to ``model``."""
+    ps = " ".join(f"--param {method}.{k}={v:.6g}" if isinstance(v, float) else
+                  f"--param {method}.{k}={v}" for k, v in params.items())
+    return f"sigprop fix {model} --method {method} {ps} --out DIR".replace("  ", " ")
