@@ -233,19 +233,13 @@ class AttentionHealth:
             rows = rows_of(stats, step)
             self.rows += rows
             self.scalars.append({"step": step, **scalars})
-            self.events += events
             if self.sinks:
                 import pandas as pd
 
                 frame = pd.DataFrame.from_records(rows)
                 for sink in self.sinks:
                     sink(step, frame, scalars)
-            if self.warn:
-                for e in events:
-                    if e.kind != "qk_clip":
-                        w = AttentionWarning(e.message())
-                        w.event = e
-                        warnings.warn(w, stacklevel=2)
+        self._tell(events)
         return scalars
 
     def _unreadable(self, step: int) -> list[HealthEvent]:
@@ -259,15 +253,17 @@ class AttentionHealth:
         return out
 
     def _tell(self, events: list[HealthEvent]) -> None:
-        """Keep and warn ``events`` (rank 0) on a step with no statistics."""
+        """Keep ``events`` and warn each but QK-Clip's (rank 0; :meth:`after_step`'s caller
+        is where the warning points)."""
         if not (events and self.rank0):
             return
         self.events += events
         if self.warn:
             for e in events:
-                w = AttentionWarning(e.message())
-                w.event = e
-                warnings.warn(w, stacklevel=3)
+                if e.kind != "qk_clip":
+                    w = AttentionWarning(e.message())
+                    w.event = e
+                    warnings.warn(w, stacklevel=3)
 
     def _check(self, step: int, stats) -> list[HealthEvent]:
         out = []
