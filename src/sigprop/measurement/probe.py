@@ -340,9 +340,8 @@ class Probe(RecomputeMixin, HookHandles):
         its reason in ``info[i]["unreadable"]``, never an error inside the model's forward."""
         try:
             self._attention_stats(i, s, out)
-        except (RuntimeError, ValueError, TypeError, AttributeError, IndexError, KeyError) as e:
-            self.info[i]["unreadable"] = f"{type(e).__name__}: {str(e).splitlines()[0][:120]}" \
-                if str(e) else type(e).__name__
+        except MISREAD as e:
+            self.info[i]["unreadable"] = misread(e)
             self._pending[i].clear()
 
     def _attention_stats(self, i, s: AttentionSite, out):
@@ -465,3 +464,13 @@ def _first_of(out):
     if isinstance(out, tuple | list) and out and torch.is_tensor(out[0]):
         return out[0]
     return out
+
+
+#: what reading a layer it misread raises (never let out of the model's forward)
+MISREAD = (RuntimeError, ValueError, TypeError, AttributeError, IndexError, KeyError)
+
+
+def misread(e: BaseException) -> str:
+    """A misread layer's reason in one line: the error's type and first line."""
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:120]}" if str(e) else \
+        type(e).__name__

@@ -56,7 +56,7 @@ import torch
 from torch import nn
 
 from ..spec import SpecError
-from .probe import Probe
+from .probe import MISREAD, Probe, misread
 from .probe_sites import AttentionSite
 from .stream_inputs import block_seed
 
@@ -155,10 +155,8 @@ class AttentionTelemetry(Probe):
             try:  # never an error inside the model's forward: the layer is noted instead
                 with torch.no_grad():
                     self._now[i].append(self._layer_stats(i, site, pend))
-            except (RuntimeError, ValueError, TypeError, AttributeError, IndexError,
-                    KeyError) as e:
-                self.info[i]["unreadable"] = f"{name}: {type(e).__name__}: " \
-                    f"{(str(e).splitlines() or [''])[0][:120]}"
+            except MISREAD as e:
+                self.info[i]["unreadable"] = f"{name}: {misread(e)}"
 
         undo = attach(att, read)
         if isinstance(undo, str):
