@@ -133,12 +133,10 @@ class RecomputeMixin:
             allowed = torch.ones(T, Tk, dtype=torch.bool, device=device).tril(Tk - T)
         if torch.is_tensor(mask) and mask.ndim == 2 and batch is not None and \
                 tuple(mask.shape) == (batch, Tk) and batch != T:
-            keys = mask if mask.dtype == torch.bool or not mask.dtype.is_floating_point or \
-                not bool(((mask != 0) & (mask != 1)).any()) else None
-            if keys is not None:
-                vis = (keys != 0)[:, None, None, :]
+            if not mask.dtype.is_floating_point or not bool(((mask != 0) & (mask != 1)).any()):
+                vis = (mask != 0)[:, None, None, :]  # 0 / 1 (or bool): which keys are seen
                 return (vis if allowed is None else allowed & vis), None
-            mask = mask[:, None, None, :]
+            mask = mask[:, None, None, :]  # additive, per sequence
         if torch.is_tensor(mask) and mask.ndim >= 2:
             mask = mask[..., -T:, :Tk] if mask.shape[-2] >= T else mask[..., :Tk]
             if mask.dtype == torch.bool:
