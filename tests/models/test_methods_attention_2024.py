@@ -370,7 +370,7 @@ def test_map_fields_of_the_fixed_spec():
 
 
 #: per method: the bound on the per-layer cos gap (docstring of the test)
-MAP_THEORY = {"diff-attn": 0.03, "sigmoid-attn": 0.05}
+MAP_THEORY = {"diff-attn": 0.03, "sigmoid-attn": 0.045}
 
 
 @pytest.mark.parametrize("name", list(MAP_THEORY))
@@ -378,13 +378,15 @@ def test_map_stack_theory_matches_its_simulation(name):
     """sigprop's pre-LN stack (d 128, 4 heads of 32, T 32, 6 blocks, beta 1.2, as the norm
     methods' test) with the map: theory and the mean of 2 seeds x 2 sequences per layer on
     cos. Differential attention (the paper's lambda_init per block, per-head norm): measured
-    0.021, bound 0.03. Sigmoid attention (b = -log n): measured 0.046 (with 8 seeds x 4
-    sequences 0.036, at the last layer, the theory above the measurement from layer 3 on: a
-    bias of the Gaussian-score approximation, which at this score std gives every row a mass
-    of about 4.5 and the mean term p E W^2 the lead), so the bound is 0.05, not 0.03. The
-    maps move the final cos by 0.11 (diff-attn: 0.53 -> 0.41) and 0.16 (sigmoid: 0.53 ->
-    0.69 measured), and the theory without the method misses the fixed stack's last layer
-    by more than the bound."""
+    0.021, bound 0.03. Sigmoid attention (b = -log n), its moments at d_head 32 (the scores
+    Gaussian given the queries, docs/theory.md §2.4.7): measured 0.042 at layer 5 (the
+    Gaussian-score moments: 0.046), so the bound is 0.045, not 0.03. Most of it is this
+    draw's own spread: 64 seeds x 4 sequences put layer 5 at 0.685 +- 0.006 where these 2 x
+    2 read 0.654, so a theory equal to the 64 x 4 means would still miss by 0.031 here; the
+    theory's systematic gap (64 x 4) is 0.017 at most (layer 3; 0.021 before). The maps
+    move the final cos by 0.11 (diff-attn: 0.53 -> 0.41) and 0.16 (sigmoid: 0.53 -> 0.69
+    measured), and the theory without the method misses the fixed stack's last layer by
+    more than twice the bound."""
     from sigprop.analysis.measure import measure
     from sigprop.theory import depth
 

@@ -58,6 +58,71 @@ def test_sigmoid_moments_against_monte_carlo_rows(sigma, rho, causal):
     np.testing.assert_allclose(np.array(got, dtype=float), want, rtol=0.06 if causal else 0.02)
 
 
+@pytest.mark.parametrize("rho", [0.0, 0.35, 0.8])
+@pytest.mark.parametrize("d", [1, 8, 32])
+def test_query_gram_has_the_wishart_moments(d, rho):
+    """The quadrature of (G_aa, G_cc, G_ac) = Wishart_2(d, [[1, rho], [rho, 1]]) / d has its
+    exact first and second moments (E G_ij G_kl = S_ij S_kl + (S_ik S_jl + S_il S_jk) / d):
+    the rules are exact for these polynomials, so to roundoff."""
+    g = attn_maps.query_gram(rho, d)
+    e = lambda x: float(np.sum(g.w * x))  # noqa: E731
+    want = [1.0, 1.0, rho, 1 + 2 / d, 1 + 2 / d, rho * rho + (1 + rho * rho) / d,
+            1 + 2 * rho * rho / d, rho * (1 + 2 / d)]
+    got = [e(g.gaa), e(g.gcc), e(g.gac), e(g.gaa**2), e(g.gcc**2), e(g.gac**2),
+           e(g.gaa * g.gcc), e(g.gaa * g.gac)]
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12)
+    inf = attn_maps.query_gram(rho, None)
+    assert (inf.gaa, inf.gcc, inf.gac, inf.w) == (1.0, 1.0, rho, 1.0)
+
+
+def _bilinear_scores(g, n, d, sigma, rho, reps):
+    """sigma q_a . k_b / sqrt(d): queries and keys with d i.i.d. channels, each N(0, K)
+    over the n tokens (K: 1 on the diagonal, rho off it), independent of each other -- the
+    law of the scores of tokens at cosine rho under Gaussian W_Q, W_K."""
+    chol = np.linalg.cholesky((1 - rho) * np.eye(n) + rho)
+    q = chol @ g.standard_normal((reps, n, d))
+    k = chol @ g.standard_normal((reps, n, d))
+    return sigma * q @ k.transpose(0, 2, 1) / math.sqrt(d)
+
+
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("rho", [0.0, 0.6])
+def test_sigmoid_moments_at_finite_d_head_against_bilinear_scores(rho, causal):
+    """y2, yx, w2, wx with d_head = 8 (the scores Gaussian given the queries, averaged over
+    their Gram) against 40000 draws of the bilinear scores q . k / sqrt(8) at sigma 2.2,
+    T = 16. Bidirectional: within 4 standard errors of the draws' means (measured: < 1),
+    where the Gaussian scores (d_head None) miss by 4.5 to 56 (so the test tells the two
+    apart); causal: within 6% (the causal positions' nodes, as the Gaussian test above)."""
+    T, d, sigma, reps = 16, 8, 2.2, 40000
+    s = _bilinear_scores(np.random.default_rng(5), T, d, sigma, rho, reps)
+    vis = np.tril(np.ones((T, T), bool)) if causal else np.ones((T, T), bool)
+    w = np.where(vis, expit(s - np.log(vis.sum(1, keepdims=True))), 0.0)
+    mass, off = w.sum(-1), ~np.eye(T, dtype=bool)
+    per = np.stack([(w**2).sum(-1).mean(-1), np.einsum("rab,rcb->rac", w, w)[:, off].mean(-1),
+                    (mass**2).mean(-1), (mass[:, :, None] * mass[:, None, :])[:, off].mean(-1)])
+    want, se = per.mean(1), per.std(1) / math.sqrt(reps)
+
+    def four(m):
+        return np.array([m.y2, m.yx, m.w2, m.wx], dtype=float)
+
+    got = four(attn_maps.sigmoid_moments(sigma, rho, T, (1.0, 0.0), causal=causal, d_head=d))
+    if causal:
+        np.testing.assert_allclose(got, want, rtol=0.06)
+        return
+    assert np.all(np.abs(got - want) < 4 * se), (got - want) / se
+    gauss = four(attn_maps.sigmoid_moments(sigma, rho, T, (1.0, 0.0), causal=causal))
+    assert np.all(np.abs(gauss - want) > 4 * se), (gauss - want) / se
+
+
+def test_sigmoid_moments_evaluate_equal_heads_once():
+    """Equal (std, cosine) points share one evaluation: the result is the single point's,
+    broadcast to the input's shape."""
+    one = attn_maps.sigmoid_moments(1.7, 0.4, 16, (1.0, 0.0), d_head=16)
+    many = attn_maps.sigmoid_moments(np.full((2, 3), 1.7), 0.4, 16, (1.0, 0.0), d_head=16)
+    assert many.wx.shape == (2, 3)
+    np.testing.assert_allclose(many.wx, one.wx, rtol=1e-12)
+
+
 def test_sigmoid_fixed_bias():
     """bias (0, b0): sigmoid(s + b0) at every row length (k = 0): at sigma 0 every weight is
     sigmoid(b0), so y2 = T sigmoid(b0)^2 and the rows' masses are T sigmoid(b0)."""
