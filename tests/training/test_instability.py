@@ -143,7 +143,7 @@ def test_cli_json(capsys):
     ["--fixes", "none,bogus"], ["--fixes", "none,none"], ["--fixes", ""],
     ["--qk-clip", "0"], ["--plot", "/nonexistent-dir/f.png"], ["--format", "csv"],
     ["--workers", "0"], ["--logit-limit", "-1"],
-    ["--seed", "-1"],
+    ["--seed", "-1"], ["--clip-on", "later"],
 ])
 def test_cli_bad_options(args, capsys):
     from sigprop.cli import run

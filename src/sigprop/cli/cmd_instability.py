@@ -70,13 +70,19 @@ def print_instability(res, wide: bool = False) -> None:
     clip = res.summary[res.summary["fix"] == "qk-clip"]
     if len(clip):
         r = clip.iloc[0]
-        on = "the updated weights'" if c.clip_on == "updated" else "the step's"
+        on = {"updated": "the updated weights' maxima", "step": "the step's maxima",
+              "bound": "a bound over every input, read from the updated weights"}[c.clip_on]
         within = None if r["clip_within"] is None else 100 * r["clip_within"]
-        console.print(f"QK-Clip bound {'held' if r['clip_held'] else 'NOT held'} (on {on} "
-                      f"maxima): largest logit {r['clip_ratio']:.3g} x tau (bound "
+        console.print(f"QK-Clip bound {'held' if r['clip_held'] else 'NOT held'} (on {on}"
+                      f"): largest logit {r['clip_ratio']:.3g} x tau (bound "
                       f"{1 + c.clip_slack:g} x tau); once active, median "
                       f"{_fmt(r['clip_median_ratio'], 3)} x tau, {_fmt(within, 3)}% of steps "
                       f"within the bound (medians over the seeds)")
+        top = r.get("max_logit_bound")
+        if c.clip_on == "bound" and top is not None and math.isfinite(top):
+            console.print(f"the logit bound over every input reached {top / c.tau:.3g} x tau "
+                          "after an update, before its clip (the largest of every step and "
+                          "seed)")
     console.print(res.rule)
     for n in res.notes:
         console.print(n)
@@ -93,6 +99,10 @@ def instability(seeds: int = typer.Option(5, "--seeds", help="seeds per fix"),
                                           help="comma-separated arms"),
                 qk_clip: float | None = typer.Option(None, "--qk-clip",
                                                      help="QK-Clip threshold tau (default 30)"),
+                clip_on: str = typer.Option(
+                    "updated", "--clip-on", help="what QK-Clip acts on: updated (the "
+                    "step's inputs through the updated weights), step (Kimi's: the step's "
+                    "forward pass) or bound (a bound over every input, from the weights)"),
                 logit_limit: float | None = typer.Option(
                     None, "--logit-limit", help="the early warning's limit on a head's "
                     "largest logit (default 100)"),
@@ -125,14 +135,18 @@ def instability(seeds: int = typer.Option(5, "--seeds", help="seeds per fix"),
         workers = 2 if (os.cpu_count() or 1) > 1 else 1
     if not 1 <= workers <= 256:
         fail(f"--workers: must be an integer in [1, 256] (got {workers})")
+    from ..training.health import CLIP_ON
+
+    if clip_on not in CLIP_ON:
+        fail(f"--clip-on: must be one of {', '.join(CLIP_ON)} (got {clip_on!r})")
     if fmt == Fmt.csv:
         fail("--format: must be table or json (got csv)")
     arms = parse_fixes(fixes)
     check_figure_path("--plot", plot)
     cfg = DEFAULTS if logit_limit is None else replace(DEFAULTS, logit_limit=logit_limit)
     try:
-        cfg = replace(cfg, **{k: v for k, v in (("steps", steps), ("lr", lr),
-                                                ("tau", qk_clip)) if v is not None}).check()
+        cfg = replace(cfg, clip_on=clip_on, **{k: v for k, v in (
+            ("steps", steps), ("lr", lr), ("tau", qk_clip)) if v is not None}).check()
     except SpecError as err:
         fail(str(err))
     with progress(fmt, "instability", seeds * len(arms) * cfg.steps) as tick:

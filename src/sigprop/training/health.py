@@ -15,8 +15,10 @@ Events (:class:`HealthEvent`, each warned once through :class:`AttentionWarning`
 ``warn=False``): ``non_finite`` (a head's largest logit is NaN or infinite: the run is told,
 never stopped), ``forecast`` (a head's largest logit or beta is projected to cross its
 threshold within ``horizon`` steps: the step it is expected at), ``crossed`` (it did),
-``qk_clip`` (heads rescaled after this step's optimizer step), ``unreadable`` (an attention
-layer whose q and k the telemetry could not read, and why: told once per layer; ``head`` -1).
+``qk_clip`` (heads rescaled after this step's optimizer step; ``what``: ``max_logit``, or
+``logit_bound`` under ``clip_on="bound"``, with the head's bound as ``value``),
+``unreadable`` (an attention layer whose q and k the telemetry could not read, and why: told
+once per layer; ``head`` -1).
 Thresholds: the largest logit ``logit_limit`` (default the QK-Clip threshold, else 100),
 beta = sigma_s / sqrt(log n) at ``beta_c`` (default sqrt 2, the REM's freezing point for
 independent scores, docs/theory.md §2.1), and optionally a head's entropy falling to
@@ -47,9 +49,10 @@ __all__ = ["AttentionHealth", "AttentionWarning", "HealthEvent", "beta_of", "red
 #: the REM's freezing point for independent scores (docs/theory.md §2.1)
 BETA_C = math.sqrt(2.0)
 DEFAULT_LOGIT_LIMIT = 100.0
-#: what QK-Clip's maxima are: the step's forward pass (Kimi K2, Megatron) or the step's
-#: inputs formed again through the updated weights
-CLIP_ON = ("step", "updated")
+#: what QK-Clip acts on: the step's forward pass maxima (Kimi K2, Megatron), the step's
+#: inputs formed again through the updated weights, or a bound over every input read from the
+#: updated weights (:mod:`sigprop.models.methods.qk_bound`)
+CLIP_ON = ("step", "updated", "bound")
 
 
 @dataclass(frozen=True)
@@ -84,8 +87,9 @@ class HealthEvent:
         if self.kind == "crossed":
             return (f"step {self.step}: {where}: {self.what} {self.value:.4g} reached "
                     f"{self.threshold:.4g}")
+        what = "logit bound" if self.what == "logit_bound" else "largest logit"
         return (f"step {self.step}: {where}: QK-Clip rescaled its logits by "
-                f"{self.threshold / self.value:.4g} (largest logit {self.value:.4g} > "
+                f"{self.threshold / self.value:.4g} ({what} {self.value:.4g} > "
                 f"{self.threshold:.4g})")
 
 
@@ -156,7 +160,14 @@ class AttentionHealth:
     and Megatron-LM do: the next step's logits can pass tau by one update's growth) or
     ``"updated"`` (the step's Q/K inputs formed again through the weights after the
     optimizer step, so the clipped weights give at most tau on the batch just seen; one more
-    pass of the Q/K projections and the largest logit per layer).
+    pass of the Q/K projections and the largest logit per layer) or ``"bound"`` (a certified
+    clip: per head a bound on ``|logit|`` over every possible input, computed from the
+    updated weights and the gain of the norm feeding the attention,
+    :mod:`sigprop.models.methods.qk_bound`, is brought to tau, so every batch until the next
+    update gives at most tau; the weights are also clipped once at construction, so the first
+    forward is covered; a model whose attention input is not a norm's output is refused
+    here, one line; scalars ``attention/logit_bound[/L<layer>[.H<head>]]``: the bound of the
+    updated weights before the clip).
     ``per_head``: per-head scalars too. ``sinks``: ``sink(step, frame, scalars)`` callables
     (the results store's :func:`sigprop.integrations.hf.store_sink` among them) on every
     measured step. ``reduce``: reduce across data-parallel ranks when a process group is
@@ -189,6 +200,11 @@ class AttentionHealth:
         if clip_on not in CLIP_ON:
             raise SpecError("clip_on", f"must be one of {', '.join(CLIP_ON)} (got {clip_on!r})")
         self.model, self.clip_on = model, clip_on
+        self.bound = None
+        if qk_clip is not None and clip_on == "bound":
+            from ..models.methods.qk_bound import LogitBound
+
+            self.bound = LogitBound(model)  # refuses what it cannot bound, before any hook
         self.telemetry = AttentionTelemetry(
             model, rows=rows, every=every, seed=seed, start=start,
             keep_inputs=qk_clip is not None and clip_on == "updated")
@@ -209,8 +225,12 @@ class AttentionHealth:
         self._crossed: set = set()
         self._forecast: dict = {}  # (what, (layer, head)) -> the last projected step
         self._clip_index: dict | None = None  # telemetry layer -> qk_clip_'s, on first use
+        self._bound_scalars: dict[str, float] = {}
         d = _dist()
         self.rank0 = d is None or d.get_rank() == 0
+        if self.bound is not None:
+            self._check_bound_covers()
+            self._tell(self._clip_bound(self.telemetry.step - 1))
 
     # ---- one step ----------------------------------------------------------------------
     def after_step(self, step: int | None = None) -> dict[str, float]:
@@ -222,13 +242,16 @@ class AttentionHealth:
         if self.reduce:
             stats = reduce_stats(stats)
         missing = self._unreadable(step)
+        # the certified clip runs after every optimizer step, read by the telemetry or not
+        clipped = self._clip_bound(step) if self.bound is not None else []
         if not stats:
-            self._tell(missing)
+            self._tell(missing + clipped)
             return {}
         events = missing + self._check(step, stats)
-        if self.qk_clip is not None:
+        if self.qk_clip is not None and self.bound is None:
             events += self._clip(step, stats)
-        scalars = self._scalars(stats)
+        events += clipped
+        scalars = {**self._scalars(stats), **self._bound_scalars}
         if self.rank0:
             rows = rows_of(stats, step)
             self.rows += rows
@@ -301,7 +324,7 @@ class AttentionHealth:
         """QK-Clip on every head whose largest logit passed the threshold
         (:func:`sigprop.models.methods.qk_clip.qk_clip_`; its layers are matched to the
         telemetry's by block name)."""
-        from ..models.methods.qk_clip import attention_layers, qk_clip_, qk_clip_own_
+        from ..models.methods.qk_clip import qk_clip_, qk_clip_own_
 
         if self.clip_on == "updated":  # the maxima the updated weights give on these inputs
             now = self.telemetry.max_logit_now()
@@ -321,17 +344,58 @@ class AttentionHealth:
                                                    r["max_logit"], float(self.qk_clip),
                                                    slice=r["slice"]))
             return out
-        if self._clip_index is None:
-            names = [n for n, _ in attention_layers(self.model)]
-            self._clip_index = {i: names.index(n) for i, (n, _) in
-                                enumerate(self.telemetry.blocks) if n in names}
-        back = {v: k for k, v in self._clip_index.items()}
-        logits = {self._clip_index[i]: st["max_logit"] for i, st in stats.items()
-                  if i in self._clip_index}
+        index = self._layer_index()
+        back = {v: k for k, v in index.items()}
+        logits = {index[i]: st["max_logit"] for i, st in stats.items() if i in index}
         done = qk_clip_(self.model, logits, tau=float(self.qk_clip), alpha=self.clip_alpha)
         return [HealthEvent(step, back[int(r["layer"])], int(r["head"]), "qk_clip",
                             "max_logit", float(r["max_logit"]), float(self.qk_clip))
                 for r in done if r.get("gamma") is not None]
+
+    def _layer_index(self) -> dict[int, int]:
+        """Telemetry layer -> QK-Clip's layer index (:func:`~sigprop.models.methods.qk_clip.
+        attention_layers`), matched by block name; found once."""
+        from ..models.methods.qk_clip import attention_layers
+
+        if self._clip_index is None:
+            names = [n for n, _ in attention_layers(self.model)]
+            self._clip_index = {i: names.index(n) for i, (n, _) in
+                                enumerate(self.telemetry.blocks) if n in names}
+        return self._clip_index
+
+    def _check_bound_covers(self) -> None:
+        """``clip_on="bound"`` certifies every layer the telemetry reads, or refuses."""
+        index = self._layer_index()
+        left = [self.telemetry.blocks[i][0] for i in self.telemetry.attention_layers
+                if i not in index]
+        if left:
+            self.telemetry.close()
+            raise SpecError("clip_on", f"'bound' cannot bound this model's logits: the "
+                                       f"attention of {', '.join(left)} is outside the block "
+                                       "list QK-Clip rescales")
+
+    def _clip_bound(self, step: int) -> list[HealthEvent]:
+        """The certified clip (``clip_on="bound"``): every head whose bound over all inputs
+        (:class:`~sigprop.models.methods.qk_bound.LogitBound`, the weights as they are now)
+        passed tau is rescaled by tau / bound through
+        :func:`~sigprop.models.methods.qk_clip.qk_clip_`. Keeps the bounds as scalars."""
+        from ..models.methods.qk_clip import qk_clip_
+
+        back = {v: k for k, v in self._layer_index().items()}
+        bounds = self.bound.bounds()
+        sc: dict[str, float] = {}
+        for i, b in bounds.items():
+            t = back.get(i, i)
+            sc[f"attention/logit_bound/L{t}"] = float(b.max())
+            if self.per_head:
+                for h, v in enumerate(b.tolist()):
+                    sc[f"attention/logit_bound/L{t}.H{h}"] = float(v)
+        sc["attention/logit_bound"] = max(float(b.max()) for b in bounds.values())
+        self._bound_scalars = sc
+        done = qk_clip_(self.model, bounds, tau=float(self.qk_clip), alpha=self.clip_alpha)
+        return [HealthEvent(step, back.get(int(r["layer"]), int(r["layer"])), int(r["head"]),
+                            "qk_clip", "logit_bound", float(r["max_logit"]),
+                            float(self.qk_clip)) for r in done if r.get("gamma") is not None]
 
     def _scalars(self, stats) -> dict[str, float]:
         out: dict[str, float] = {}

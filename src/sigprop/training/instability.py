@@ -63,7 +63,9 @@ class InstabilityConfig:
     ``steps``, ``z_loss`` (Wortsman's output-logit z-loss coefficient, 0: off); QK-Clip's
     ``tau`` and the warning's ``logit_limit`` (None: ``tau``), its
     ``horizon`` and ``window``; the spike rule (``spike_factor``, ``spike_after``) and the
-    QK-Clip bound's ``clip_slack``; ``rows``: the telemetry's sampled rows."""
+    QK-Clip bound's ``clip_slack``; ``rows``: the telemetry's sampled rows; ``clip_on``:
+    what QK-Clip acts on (:data:`sigprop.training.health.CLIP_ON`: ``"updated"``, Kimi's
+    ``"step"``, or the certified ``"bound"`` over every input)."""
 
     arch: str = "gpt2"
     steps: int = 300
@@ -122,8 +124,11 @@ class InstabilityConfig:
             raise SpecError("beta2", f"must be a number in (0, 1) (got {self.beta2!r})")
         if not (isinstance(self.weight_decay, int | float) and self.weight_decay >= 0):
             raise SpecError("weight_decay", f"must be a number >= 0 (got {self.weight_decay!r})")
-        if self.clip_on not in ("step", "updated"):
-            raise SpecError("clip_on", f"must be step or updated (got {self.clip_on!r})")
+        from .health import CLIP_ON
+
+        if self.clip_on not in CLIP_ON:
+            raise SpecError("clip_on", f"must be one of {', '.join(CLIP_ON)} (got "
+                                       f"{self.clip_on!r})")
         if self.arch not in ARCHS:
             raise SpecError("arch", f"must be one of {', '.join(ARCHS)} (got {self.arch!r})")
         if self.d_model % self.heads:
@@ -280,6 +285,7 @@ class RunRecord:
     lr: list[float] = field(default_factory=list)
     max_logit: list[float] = field(default_factory=list)
     min_entropy: list[float] = field(default_factory=list)
+    logit_bound: list[float] = field(default_factory=list)  # clip_on="bound": before the clip
     events: list = field(default_factory=list)
     applied: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -340,6 +346,7 @@ def train_one(cfg: InstabilityConfig, fix: str, seed: int, corpus=None,
                 rec.lr.append(lr)
                 rec.max_logit.append(float(sc.get("attention/max_logit", math.nan)))
                 rec.min_entropy.append(float(sc.get("attention/min_entropy", math.nan)))
+                rec.logit_bound.append(float(sc.get("attention/logit_bound", math.nan)))
                 if on_step is not None:
                     on_step()
         finally:
@@ -433,6 +440,10 @@ def _run_row(cfg: InstabilityConfig, rec: RunRecord) -> dict:
             if len(held) else None
         row["clip_held"] = bool(row["max_logit"] <= cfg.tau * (1 + cfg.clip_slack)
                                 and not row["non_finite"])
+        bound = np.asarray(rec.logit_bound, dtype=float)
+        bound = bound[np.isfinite(bound)]
+        # clip_on="bound": the largest bound an update produced (before its clip)
+        row["max_logit_bound"] = float(bound.max()) if len(bound) else None
     return row
 
 
@@ -459,6 +470,8 @@ def _summary(runs, cfg: InstabilityConfig, fixes):
             row["clip_ratio"] = float(sub["clip_ratio"].max())
             row["clip_median_ratio"] = _median(sub["clip_median_ratio"])
             row["clip_within"] = _median(sub["clip_within"])
+            bounds = [v for v in sub["max_logit_bound"] if v is not None and not pd.isna(v)]
+            row["max_logit_bound"] = float(max(bounds)) if bounds else None
         out.append(row)
     return pd.DataFrame.from_records(out)
 
@@ -563,7 +576,8 @@ def run_instability(seeds: int | Sequence[int] = 5, steps: int | None = None,
             for t in range(len(rec.loss)):
                 steps_rows.append({"fix": fix, "seed": s, "step": t, "lr": rec.lr[t],
                                    "loss": rec.loss[t], "max_logit": rec.max_logit[t],
-                                   "min_entropy": rec.min_entropy[t]})
+                                   "min_entropy": rec.min_entropy[t],
+                                   "logit_bound": rec.logit_bound[t]})
             event_rows += [{"fix": fix, "seed": s, **asdict(e)} for e in rec.events]
             run_rows.append(_run_row(cfg, rec) | {"applied": "; ".join(rec.applied)})
     runs = pd.DataFrame.from_records(run_rows)

@@ -123,7 +123,7 @@ def _proj(module, block: str, role: str):
     return got
 
 
-def _has_qk_norm(site) -> bool:
+def has_qk_norm(site) -> bool:
     """q or k normalised after its projection: the model's own norms, sigprop's qk-norm
     hook, or a norm inside a wrapped projection."""
     from .parts import is_norm
@@ -180,7 +180,7 @@ def qk_clip_(model, max_logits, tau: float = 100.0, alpha: float = 0.5) -> list[
     report, plan = [], []
     for layer in sorted(maxima):
         block, site = layers[layer]
-        qk_norm = _has_qk_norm(site)
+        qk_norm = has_qk_norm(site)
         for head, s in enumerate(maxima[layer].tolist()):
             row = {"layer": layer, "head": head, "block": block, "max_logit": s,
                    "gamma": None}
