@@ -376,16 +376,22 @@ def layer_bound(w: LayerWiring) -> LayerBound:
     gk, nk = (gq, nq) if w.k_norm is w.q_norm else norm_affine(w.k_norm, d)
     kv = torch.arange(H) // max(1, H // G)  # the K head each query head reads
     A, a = wq * gq, wq @ nq + bq  # q = A z + a, |z| <= sqrt(d)
-    C, c = (wk * gk)[kv], (wk @ nk + bk)[kv]
+    C, c = wk * gk, (wk @ nk + bk)[kv]  # per K head; its bias per query head
     r, s = math.sqrt(d), float(site.scale)
-    sa = torch.linalg.matrix_norm(A, ord=2)
-    sc = torch.linalg.matrix_norm(C, ord=2)
+    # thin QR of the transposes, A^T = Q_A R_A: ||A||_2 = ||R_A||_2 and ||A^T C||_2 =
+    # ||R_A R_C^T||_2, so every spectral norm is of a small d_H x d_H factor
+    ra = torch.linalg.qr(A.transpose(-1, -2), mode="r").R
+    rc = torch.linalg.qr(C.transpose(-1, -2), mode="r").R[kv]
+    mats = [ra, rc] + ([] if w.rope else [ra @ rc.transpose(-1, -2)])
+    if len({m.shape for m in mats}) == 1:  # one batched call (d >= d_H: every factor square)
+        norms = torch.linalg.matrix_norm(torch.cat(mats), ord=2).split(H)
+    else:
+        norms = [torch.linalg.matrix_norm(m, ord=2) for m in mats]
+    sa, sc = norms[0], norms[1]
     product = s * w.rope_gain ** 2 * (sa * r + a.norm(dim=-1)) * (sc * r + c.norm(dim=-1))
     bilinear = None
-    if not w.rope:  # ||A^T C||_2 = ||R_A R_C^T||_2 with A^T = Q_A R_A, C^T = Q_C R_C
-        ra = torch.linalg.qr(A.transpose(-1, -2), mode="r").R
-        rc = torch.linalg.qr(C.transpose(-1, -2), mode="r").R
-        cross = torch.linalg.matrix_norm(ra @ rc.transpose(-1, -2), ord=2)
+    if not w.rope:
+        C, cross = C[kv], norms[2]
         lin = (C.transpose(-1, -2) @ a[..., None]).norm(dim=(-2, -1)) + \
             (A.transpose(-1, -2) @ c[..., None]).norm(dim=(-2, -1))
         bilinear = s * (cross * r * r + lin * r + (a * c).sum(-1).abs())
