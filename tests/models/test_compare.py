@@ -400,3 +400,32 @@ def test_a_vanishing_stream_is_signal_lost_not_trainable():
     assert got["rezero"].measured["q_ratio"] == pytest.approx(1.0, abs=1e-3)
     assert got["rezero"].verdict == "trainable"
     assert [r.method for r in c.rows] == ["rezero", "dyt"]
+
+
+def test_compare_predicts_a_causal_decoder_position_resolved():
+    """On a shrunk Qwen2 (causal, RoPE, token input) the comparison's predicted final cos is
+    the position-resolved Gram theory from the unfixed model's measured input, as diagnose's
+    theory row: the baseline's equals the diagnosis's own (same seeds and sequences, 1e-9) and
+    differs from the homogeneous theory's (by more than 1e-3, so the check can fail); QK-Clip,
+    which changes nothing at init, predicts the baseline's number; Mix-LN (post-LN first
+    blocks reading the raw stream) and sinks are in the Gram theory, DyT is not (its row
+    says homogeneous)."""
+    from sigprop.analysis.diagnose import diagnose
+    from sigprop.analysis.ranking import rank_fixes
+    from sigprop.theory import depth
+
+    cfg = shrink(PRESETS["qwen2-0.5b"], layers=4, hidden=64, heads=4, kv_heads=2,
+                 intermediate=128, vocab=200)
+    c = rank_fixes(cfg, "qk-clip,mix-ln,sinks,dyt", seq_len=32)
+    d = diagnose(cfg, seq_len=32, seeds=1, sequences=2, recommendations=False)
+    th = d.trajectory[(d.trajectory.source == "theory") & (d.trajectory.observable == "cos")]
+    own = float(th[th.layer == 4]["value"].iloc[0])
+    base = c.baseline["predicted"]
+    assert base["cos_theory"] == "position-resolved"
+    assert base["cos_final"] == pytest.approx(own, abs=1e-9)
+    assert abs(base["cos_final"] - float(depth.final_cos(d.spec, rho0=d.rho0))) > 1e-3
+    got = {r.method: r.predicted for r in c.rows}
+    assert got["qk-clip"]["cos_final"] == pytest.approx(base["cos_final"], abs=1e-12)
+    assert got["mix-ln"]["cos_theory"] == got["sinks"]["cos_theory"] == "position-resolved"
+    assert got["dyt"]["cos_theory"] == "homogeneous"
+    assert all(np.isfinite(p["cos_final"]) for p in got.values())

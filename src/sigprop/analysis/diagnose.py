@@ -61,6 +61,8 @@ from .forward import (
 )
 from .model_theory import (
     decoder_spec,
+    gram_applies,
+    gram_input,
     measured_beta,
     position_resolved,
     theory_spec,
@@ -472,13 +474,14 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
         memory=merge_memory([d.memory for d in run.draws if d.memory is not None]))
     heads = with_bound_rows(with_weight_heads(heads, table, spec), [d.bounds for d in run.draws])
     layer_rows: list[dict] = []
+    gi = None
     state, check = tr.weights_state(run.trained, run.side, notes)
     trained = state in ("trained", "mixed") and getattr(run.side, "structured", True) is not False
     roles = tr.roles_of(heads) if trained else None
     if mapped:
         theory = depth.propagate(spec, rho0=rho0)
-        theory = position_resolved(theory, spec, s.kind, [d.gram for d in run.draws],
-                                   facts.rope, notes)
+        gi = gram_input(spec, s.kind, [d.gram for d in run.draws], facts.rope)
+        theory = position_resolved(theory, spec, gi, gram_applies(spec, s.kind), notes)
         traj = pd.concat([theory, meas], ignore_index=True)
         layer_rows = depth.layer_table(spec, theory)
         if trained:  # one set of numbers: the measured scores (analysis/trained.py)
@@ -510,7 +513,7 @@ def _conclude(s: _Setup, run: _Run, recommendations: bool, t0: float) -> Diagnos
                      weights=run.weights, layers=layer_rows, stack=s.stack,
                      cross=_cross_rows(run.draws), stack_path=run.stack_path, inputs=s.inputs,
                      roles=roles, weights_state=state, weights_check=check,
-                     vs_init=_vs_init(run, meas, heads, spec, s))
+                     vs_init=_vs_init(run, meas, heads, spec, s), gram_input=gi)
 
 
 def _advice_effect(rec, run: _Run, s: _Setup, spec: ArchSpec, scales, heads, roles):

@@ -74,6 +74,11 @@ class Diagnosis(Result):
     weights_check: Any = None
     #: with ``vs_init``: the trained and the fresh model side by side (``VsInit``), else None
     vs_init: Any = None
+    #: a causal text stack's measured input geometry (:class:`~sigprop.analysis.model_theory.
+    #: GramInput`: the first block's token cosine matrices, the RoPE frequencies), from which
+    #: its theory cos is position-resolved (docs/theory.md §2.9), and ``sigprop fix --compare``
+    #: predicts each fix; None where that theory does not run
+    gram_input: Any = None
 
     @property
     def embed_q(self) -> float | None:

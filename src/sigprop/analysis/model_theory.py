@@ -10,6 +10,7 @@ measured input geometry (:func:`position_resolved`, §2.9). The measured numbers
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -128,7 +129,7 @@ def with_runtime(spec: ArchSpec, effect, notes: list[str], embed_q: float | None
     return theory_spec(spec, effect, embed_q)
 
 
-def _gram_applies(spec: ArchSpec, kind: str) -> str | None:
+def gram_applies(spec: ArchSpec, kind: str) -> str | None:
     """Why the position-resolved theory does not apply to this spec (None: it does)."""
     if not spec.causal:
         return "bidirectional"
@@ -136,17 +137,57 @@ def _gram_applies(spec: ArchSpec, kind: str) -> str | None:
         return "not token input"
     if spec.norm not in ("pre", "post") or spec.attention != "softmax":
         return "layout"
-    if spec.layers is None or spec.memory_len is not None or spec.q0 is not None:
+    if spec.layers is None or spec.memory_len is not None:
         return "layout"
+    if spec.q0 is not None and not any(x.norm == "post" for x in spec.layers):
+        return "layout"  # a raw first-block input: only Mix-LN's post-LN blocks read one here
     if any(x.measured for x in spec.layers):  # measured mixers: no Gram map (§2.8.1)
         return "layout"
-    if any(x.dyt is not None or x.value_mix is not None or x.norm not in (None, spec.norm)
+    if any(x.dyt is not None or x.value_mix is not None or x.norm not in (None, "pre", "post")
            or x.sigmoid_bias is not None or x.diff_lambda is not None
-           for x in spec.layers):  # DyT, value residuals, Mix-LN, sigmoid and differential
+           for x in spec.layers):  # DyT, value residuals, sigmoid and differential
         return "layout"  # attention: in the homogeneous theory only
     if spec.seq_len > GRAM_MAX_LEN:
         return "length"
     return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class GramInput:
+    """The measured input geometry the position-resolved theory of a causal text stack starts
+    from: ``cos``, the first block's token cosine matrix per sequence ``(B, T, T)`` (float64,
+    averaged over the draws, which read the same sequences), and ``rope``, the model's RoPE
+    frequencies (None without RoPE)."""
+
+    cos: np.ndarray
+    rope: np.ndarray | None = None
+    kind: str = "text"
+
+
+def gram_input(spec: ArchSpec, kind: str, grams, rope) -> GramInput | None:
+    """The :class:`GramInput` of a diagnosis's draws (their :class:`~sigprop.measurement.
+    hooks.InputGram` records), or None where the position-resolved theory does not run on
+    this model (:func:`gram_applies`) or nothing was recorded."""
+    if gram_applies(spec, kind) is not None:
+        return None
+    c0 = [c for c in (g.mean() for g in grams) if c is not None]
+    if not c0:
+        return None
+    return GramInput(cos=np.mean(c0, axis=0), kind=kind,
+                     rope=None if rope is None else np.asarray(rope, dtype=np.float64))
+
+
+def gram_cos(spec: ArchSpec, gi: GramInput | None) -> np.ndarray | None:
+    """Mean pairwise cosine at layers 0..L of ``spec`` from the measured input ``gi`` by the
+    position- and token-resolved theory (docs/theory.md §2.9), averaged over the sequences;
+    None where that theory does not cover ``spec`` (:func:`gram_applies`) or ``gi`` is None.
+    A fix's spec (:func:`sigprop.models.methods.theory_spec`) is predicted from the unfixed
+    model's measured input the same way."""
+    from ..theory import gram
+
+    if gi is None or gram_applies(spec, gi.kind) is not None:
+        return None
+    return np.clip(gram.propagate_gram(spec, gi.cos, rope=gi.rope).mean(axis=-1), -1.0, 1.0)
 
 
 def without_cross(lay):
@@ -156,34 +197,27 @@ def without_cross(lay):
     return replace(lay, cross_sigma_s=None, cross_var_v=None, cross_var_o=None)
 
 
-def position_resolved(theory, spec: ArchSpec, kind: str, grams, rope_freq, notes):
+def position_resolved(theory, spec: ArchSpec, gi: GramInput | None, why: str | None, notes):
     """Causal stacks on token input: the theory's cosine from the position- and token-resolved
-    Gram-matrix theory (:mod:`sigprop.theory.gram`, docs/theory.md §2.9) on the measured
-    input cosine matrix of every sequence, averaged over sequences; the other rows stay the
-    homogeneous theory's. Elsewhere ``theory`` unchanged (with a note where it matters)."""
-    from ..theory import gram
-
-    why = _gram_applies(spec, kind)
-    c0 = [] if why is not None else [c for c in (g.mean() for g in grams) if c is not None]
-    if why is None and not c0:
-        why = "no input"
-    if why is not None:
+    Gram-matrix theory (:func:`gram_cos`) on the measured input ``gi``; the other rows stay
+    the homogeneous theory's. Elsewhere ``theory`` unchanged, with a note where it matters
+    (``why``: :func:`gram_applies`'s reason)."""
+    cos = gram_cos(spec, gi)
+    if cos is None:
         if why in ("length", "layout") and spec.causal:
             notes.append("theory cos: homogeneous (every pair at one overlap); the position-"
                          "resolved theory of causal stacks is not run here ("
                          + (f"T above {GRAM_MAX_LEN}" if why == "length" else
                             "a block layout it does not cover") + ")")
         return theory
-    C0 = np.mean(c0, axis=0)  # the same sequences in every draw: expected input geometry
-    cos = gram.propagate_gram(spec, C0, rope=rope_freq).mean(axis=-1)
     rows = theory["observable"] == "cos"
     layers = theory.loc[rows, "layer"].to_numpy()
     theory = theory.copy()
-    theory.loc[rows, "value"] = np.clip(cos[layers], -1.0, 1.0)
+    theory.loc[rows, "value"] = cos[layers]
     notes[:] = [n for n in notes if not n.startswith("RoPE: the theory ignores")]
     notes.append("theory cos: position- and token-resolved (the expected Gram matrix of each "
                  "measured input sequence, causal rows, repeated tokens"
-                 + (", RoPE" if rope_freq is not None else "") + "; docs/theory.md §2.9); "
+                 + (", RoPE" if gi.rope is not None else "") + "; docs/theory.md §2.9); "
                  "ipr / entropy / q rows: the homogeneous theory")
     return theory
 

@@ -207,18 +207,27 @@ class _Kept:
         return float(kept(x0.detach().cpu(), xl.detach().cpu()).mean())
 
 
-def _predicted(spec: ArchSpec, rho0: float) -> dict[str, Any]:
+def _predicted(spec: ArchSpec, rho0: float, gi=None) -> dict[str, Any]:
+    """The theory's row of ``spec``: its final cos (position-resolved from the unfixed
+    model's measured input ``gi`` where that theory covers ``spec``,
+    :func:`~.model_theory.gram_cos`, else homogeneous), the lowest entropy, the largest ipr
+    and its verdict (homogeneous)."""
     from ..theory import depth
+    from .model_theory import gram_cos
 
     tr = depth.propagate(spec, rho0=rho0)
     th = tr[tr.source == "theory"] if "source" in tr.columns else tr
     cos = th[th.observable == "cos"].sort_values("layer")["value"].to_numpy()
+    resolved = gram_cos(spec, gi)
+    if resolved is not None:
+        cos = resolved
     ent = th[th.observable == "entropy"]["value"].to_numpy()
     ipr = th[th.observable == "ipr"]["value"].to_numpy()
     return {"cos_final": float(cos[-1]),
             "entropy_min": float(np.nanmin(ent)) if ent.size else None,
             "ipr_max": float(np.nanmax(ipr)) if ipr.size else None,
-            "verdict": depth.verdict(spec, tr, rho0=rho0)}
+            "verdict": depth.verdict(spec, tr, rho0=rho0),
+            "cos_theory": "homogeneous" if resolved is None else "position-resolved"}
 
 
 def _mean(rows: list[dict[str, float]]) -> dict[str, float]:
@@ -344,7 +353,8 @@ def _baseline(base: Diagnosis) -> dict[str, Any]:
     """The unfixed model's row: the theory of its per-layer spec (where the diagnosis has
     one), its measured numbers and verdict, a summary of its spec."""
     spec = base.spec
-    pred = _predicted(spec, base.rho0) if base.trajectory.source.eq("theory").any() else None
+    pred = _predicted(spec, base.rho0, base.gram_input) \
+        if base.trajectory.source.eq("theory").any() else None
     return {"predicted": pred, "measured": _measured(base), "verdict": base.verdict,
             "spec": {"depth": spec.depth, "seq_len": spec.seq_len, "norm": spec.norm,
                      "beta": spec.beta_eff, "causal": spec.causal}}
@@ -444,7 +454,8 @@ def _measure_method(runs: _Runs, name: str, built, ctx, given, stack: str, floor
         d.trajectory.source == "measured"], d.heads, theory=False)[0], k.value, floor),
         meas.get("q_ratio")))
     if name not in runs.first:
-        pred = None if rep.after is None else _predicted(rep.after, base.rho0)
+        pred = None if rep.after is None else _predicted(rep.after, base.rho0,
+                                                           base.gram_input)
         note = "; ".join(rep.effect.measured_only) or None
         runs.first[name] = MethodRow(name, meth.title, rep.applied[0]["params"], meth.theory,
                                      pred, {}, "", changes=rep.changes, note=note)

@@ -318,17 +318,20 @@ def propagate_gram(spec: ArchSpec, C0: np.ndarray, *, rope=None, fluct: bool = T
     """Mean pairwise cosine at layers 0..L (shape (L+1,) + batch shape) from the input
     cosine matrix ``C0`` (..., T, T) of :func:`input_gram`. The embeddings enter at q = 1
     (pre-LN: ``spec``'s branch variances are in units of the embedding's q0, as
-    :func:`sigprop.models.spec_from_config` absorbs it)."""
+    :func:`sigprop.models.spec_from_config` absorbs it), or at ``spec.q0`` where the spec
+    carries it in absolute units; a post-LN first block then reads that raw input (as
+    :mod:`.depth` does), e.g. Mix-LN's first blocks on a pre-LN model."""
     if spec.layers is not None and any(x.dyt is not None or x.value_mix is not None
                                        for x in spec.layers):
         raise SpecError("layers", "Dynamic Tanh and value residuals are in the homogeneous "
                                   "theory only (sigprop.theory.depth), not the Gram one")
-    G = np.asarray(C0, dtype=np.float64).copy()
+    G = spec.q_init * np.asarray(C0, dtype=np.float64)
     out = [mean_cos(G)]
     L = spec.depth if depth is None else depth
     for layer in range(1, L + 1):
         bp = BlockParams.from_spec(spec, layer)
-        G = block_gram(G, bp, rope=rope, fluct=fluct, attn=attn)
+        G = block_gram(G, bp, rope=rope, fluct=fluct, attn=attn,
+                       raw_input=layer == 1 and spec.q0 is not None)
         out.append(mean_cos(G))
     return np.stack(out)
 
