@@ -326,6 +326,21 @@ def _dropout_between():  # a dropout between the norm and the projection
     return m
 
 
+class ShiftNorm(nn.Module):  # named like a norm, but not scale invariant
+    def __init__(self, d):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(d))
+
+    def forward(self, x):
+        return self.weight * x
+
+
+def _not_a_norm():
+    m = _no_dropout_gpt2()
+    m.transformer.h[1].ln_1 = ShiftNorm(D)
+    return m
+
+
 def _qk_norm():
     return loading.model_at_init(loading.load_config(dict(
         model_type="qwen3", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -352,13 +367,17 @@ def _no_config():  # sigprop cannot make its inputs: no config naming a vocabula
 @pytest.mark.parametrize("make, words", [
     (_raw_stream, "transformer.h.0: the q projection's input is not a norm's output"),
     (_dropout_between, "transformer.h.1: the q projection's input is not a norm's output"),
+    (_not_a_norm, "transformer.h.1: the norm feeding its attention (transformer.h.1.ln_1) "
+                  "cannot be read: it is not scale invariant"),
     (_qk_norm, "QK-norm"),
     (_mla, "multi-head latent attention"),
     (_no_config, "no config naming a vocabulary"),
 ])
 def test_a_model_it_cannot_bound_is_refused_in_one_line(make, words):
-    """Refused at construction, one line naming ``clip_on`` and what is missing; no hook is
-    left on the model and no weight moved."""
+    """Refused at construction, one line naming ``clip_on`` and what is missing (a raw
+    stream, dropout between the norm and the projection, a "norm" that is not scale
+    invariant, QK-norm, MLA, no forward on token ids); no hook is left on the model and no
+    weight moved."""
     m = make()
     before = {k: v.clone() for k, v in m.state_dict().items()}
     with pytest.raises(SpecError) as err:

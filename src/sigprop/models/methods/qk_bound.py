@@ -372,8 +372,13 @@ def layer_bound(w: LayerWiring) -> LayerBound:
     d = wq.shape[-1]
     if wk.shape[-1] != d:
         raise _refuse(f"{w.block}: query and key projections read inputs of different widths")
-    gq, nq = norm_affine(w.q_norm, d)
-    gk, nk = (gq, nq) if w.k_norm is w.q_norm else norm_affine(w.k_norm, d)
+    try:
+        gq, nq = norm_affine(w.q_norm, d)
+        gk, nk = (gq, nq) if w.k_norm is w.q_norm else norm_affine(w.k_norm, d)
+    except ValueError as err:
+        raise _refuse(f"{w.block}: the norm feeding its attention ({w.q_source}"
+                      f"{'' if w.k_norm is w.q_norm else ', ' + w.k_source}) cannot be read: "
+                      f"{err}") from None
     kv = torch.arange(H) // max(1, H // G)  # the K head each query head reads
     A, a = wq * gq, wq @ nq + bq  # q = A z + a, |z| <= sqrt(d)
     C, c = wk * gk, (wk @ nk + bk)[kv]  # per K head; its bias per query head
@@ -415,6 +420,7 @@ class LogitBound:
     def __init__(self, model: nn.Module):
         self.model = model
         self.wiring = wire(model)
+        self.layers()  # every feeding norm read once: refused here, not at a later step
 
     def layers(self) -> dict[int, LayerBound]:
         """``{attention layer: LayerBound}`` of the weights as they are now."""
