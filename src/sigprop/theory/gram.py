@@ -50,6 +50,7 @@ sequence at T = 256, 32 draws). Only numpy and sibling theory modules are import
 from __future__ import annotations
 
 import numpy as np
+from scipy.special import expit
 
 from ..spec import ArchSpec, SpecError
 from . import kernels, rem
@@ -254,17 +255,27 @@ def gate_gram(C: np.ndarray, bp: BlockParams) -> np.ndarray:
     return out
 
 
-def _attn_out(C, bp: BlockParams, rope, fluct, attn="sampled"):
-    """The attention branch's Gram matrix; ``rope``: the model's RoPE frequencies or None."""
+def _attn_out(C, bp: BlockParams, rope, fluct, attn="sampled", first=None):
+    """The attention branch's Gram matrix; ``rope``: the model's RoPE frequencies or None;
+    ``first``: the first block's value covariance, which a value-residual block mixes in."""
     T = C.shape[-1]
-    if bp.sink is not None and (attn != "sampled" or not fluct):
-        raise ValueError("attention sinks are taken only by attn='sampled'")
+    special = bp.sink is not None or bp.sigmoid_bias is not None or bp.value_mix is not None
+    if special and (attn != "sampled" or not fluct):
+        raise ValueError("attention sinks, sigmoid rows and value residuals are taken only "
+                         "by attn='sampled'")
+    values = None
+    if bp.value_mix is not None:
+        if first is None:
+            raise ValueError("a value-residual block needs the first block's values")
+        ls, lf = bp.value_mix
+        values = ls * ls * (bp.var_v * C + bp.var_b) + lf * lf * first
     if not fluct:
         att = attention_gram(C, bp.sigma_s0, causal=bp.causal, fluct=False)
     elif attn == "sampled":
         att = attention_gram_sampled(C, bp.sigma_s0, causal=bp.causal,
                                      d_head=int(bp.d_head or 64), inv_freq=rope,
-                                     sink=bp.sink, head_scale=bp.head_scale)
+                                     sink=bp.sink, head_scale=bp.head_scale,
+                                     sigmoid_bias=bp.sigmoid_bias, values=values)
     elif attn in ("corr", "tilt"):
         r = None if rope is None else rope_corr(rope, T)
         fn = attention_gram_corr if attn == "corr" else attention_gram_tilt
@@ -274,8 +285,12 @@ def _attn_out(C, bp: BlockParams, rope, fluct, attn="sampled"):
                              rope=None if rope is None else rope_gamma(rope, T))
     else:
         raise ValueError(f"attn must be sampled, corr, tilt or exch (got {attn!r})")
-    if bp.sink is not None:  # the value bias is carried by the rows' masses (sampled, exact)
+    mass = None
+    if bp.sink is not None or bp.sigmoid_bias is not None:  # rows' masses (sampled, exact)
         att, mass = att
+    if values is not None:  # the mixed values' covariance, their biases included
+        g = att
+    elif mass is not None:  # the value bias is carried by the rows' masses
         g = bp.var_v * att + bp.var_b * mass
     else:
         g = bp.var_v * att + bp.var_b
@@ -287,18 +302,19 @@ def _attn_out(C, bp: BlockParams, rope, fluct, attn="sampled"):
 
 
 def block_gram(G: np.ndarray, bp: BlockParams, *, rope=None, fluct: bool = True,
-               raw_input: bool = False, attn: str = "sampled") -> np.ndarray:
+               raw_input: bool = False, attn: str = "sampled", first=None) -> np.ndarray:
     """One block on the Gram matrix (docs/theory.md §2.6 with matrices for numbers).
     ``rope``: the model's RoPE frequencies ``inv_freq`` (None: no RoPE); ``attn``: how the
     attention expectation is taken: ``"sampled"`` (:func:`attention_gram_sampled`, default),
     ``"corr"`` / ``"tilt"`` (:func:`attention_gram_corr` / :func:`attention_gram_tilt`,
     analytic, correlated energies), ``"exch"`` (:func:`attention_gram`, exchangeable keys);
-    ``fluct=False``: uniform attention."""
+    ``fluct=False``: uniform attention; ``first``: the first block's value covariance
+    (:func:`first_values`), for a value-residual block."""
     a2 = float(np.asarray(bp.alpha_attn)) ** 2
     m2 = float(np.asarray(bp.alpha_mlp)) ** 2
     if bp.norm == "pre":
         C = normalise(G)
-        att, gb = _attn_out(C, bp, rope, fluct, attn), bp.branch_gain2
+        att, gb = _attn_out(C, bp, rope, fluct, attn, first), bp.branch_gain2
         if gb is not None:  # normalised branch outputs (Gemma 2): per token, gain^2 each
             att = gb[0] * normalise(att)
         G = a2 * G + att
@@ -308,7 +324,7 @@ def block_gram(G: np.ndarray, bp: BlockParams, *, rope=None, fluct: bool = True,
         return G + mlp if bp.parallel else m2 * G + mlp
     if bp.norm == "post":
         C = G if raw_input else normalise(G)
-        Z = normalise(a2 * C + _attn_out(C, bp, rope, fluct, attn))
+        Z = normalise(a2 * C + _attn_out(C, bp, rope, fluct, attn, first))
         return normalise(m2 * Z + mlp_gram(Z, bp))
     raise ValueError(f"norm {bp.norm!r}: only pre and post are covered here")
 
@@ -321,19 +337,34 @@ def propagate_gram(spec: ArchSpec, C0: np.ndarray, *, rope=None, fluct: bool = T
     :func:`sigprop.models.spec_from_config` absorbs it), or at ``spec.q0`` where the spec
     carries it in absolute units; a post-LN first block then reads that raw input (as
     :mod:`.depth` does), e.g. Mix-LN's first blocks on a pre-LN model."""
-    if spec.layers is not None and any(x.dyt is not None or x.value_mix is not None
+    if spec.layers is not None and any(x.dyt is not None or x.diff_lambda is not None
                                        for x in spec.layers):
-        raise SpecError("layers", "Dynamic Tanh and value residuals are in the homogeneous "
-                                  "theory only (sigprop.theory.depth), not the Gram one")
+        raise SpecError("layers", "Dynamic Tanh and differential attention are in the "
+                                  "homogeneous theory only (sigprop.theory.depth), not the "
+                                  "Gram one")
     G = spec.q_init * np.asarray(C0, dtype=np.float64)
     out = [mean_cos(G)]
+    first = first_values(spec, G)
     L = spec.depth if depth is None else depth
     for layer in range(1, L + 1):
         bp = BlockParams.from_spec(spec, layer)
         G = block_gram(G, bp, rope=rope, fluct=fluct, attn=attn,
-                       raw_input=layer == 1 and spec.q0 is not None)
+                       raw_input=layer == 1 and spec.q0 is not None, first=first)
         out.append(mean_cos(G))
     return np.stack(out)
+
+
+def first_values(spec: ArchSpec, G0: np.ndarray) -> np.ndarray | None:
+    """The first block's value covariance ``s_v^2 C_1 + s_b^2`` on the stack's input Gram
+    matrix ``G0`` (``C_1`` the block's attention input: the normalised tokens, or the raw ones
+    where a post-LN first block reads them), which value residual learning (docs/theory.md
+    §2.4.6) mixes into the later blocks' values; None when no block mixes it in. The two
+    blocks' value weights are independent, so the mix has no cross term."""
+    if spec.layers is None or all(x.value_mix is None for x in spec.layers):
+        return None
+    bp = BlockParams.from_spec(spec, 1)
+    raw = spec.q0 is not None and bp.norm == "post"
+    return bp.var_v * (G0 if raw else normalise(G0)) + bp.var_b
 
 
 # --------------------------------------------------------------------------------------------
@@ -443,7 +474,7 @@ def attention_gram_tilt(C: np.ndarray, sigma_s, *, causal: bool,
 
 def attention_gram_sampled(C: np.ndarray, sigma_s, *, causal: bool, d_head: int = 64,
                            inv_freq=None, draws: int = 32, seed: int = 0, sink=None,
-                           head_scale=None):
+                           head_scale=None, sigmoid_bias=None, values=None):
     """``E[A C A^T]`` by sampling the attention weights: query and key heads of width
     ``d_head`` drawn as ``F W`` with ``F F^T = C`` (so every score covariance is exactly
     ``sigma_s^2 C_ac C_bb'``, the chi2 spread of finite heads included), RoPE rotations at
@@ -455,13 +486,20 @@ def attention_gram_sampled(C: np.ndarray, sigma_s, *, causal: bool, d_head: int 
     ``sink``: per-head attention sink logits (docs/theory.md §2.4.3): draw i takes head
     ``i mod H``'s sink (and score std factor ``head_scale``); the rows' weights are then the
     softmax times their mass ``W = sigmoid(logsumexp - sink)``, and the function returns
-    ``(E[A C A^T], E[W W^T])`` (the second carries the value bias)."""
+    ``(E[A C A^T], E[W W^T])`` (the second carries the value bias). ``sigmoid_bias``
+    ``(k, b0)`` (docs/theory.md §2.4.7): the weights are ``sigmoid(z + b0 - k log n_a)`` of
+    each visible key (``n_a`` the row's visible keys), rows not normalised, and the function
+    returns the same pair with ``W`` the rows' sums. ``values``: the values' covariance where
+    it is not ``C`` (value residual learning, §2.4.6: the first block's values mixed in), same
+    shape as ``C``; the product is then ``E[A values A^T]``."""
     C = np.asarray(C, dtype=np.float64)
     if C.ndim > 2:
+        vs = [None] * len(C) if values is None else np.asarray(values, dtype=np.float64)
         res = [attention_gram_sampled(c, sigma_s, causal=causal, d_head=d_head,
                                       inv_freq=inv_freq, draws=draws, seed=seed, sink=sink,
-                                      head_scale=head_scale) for c in C]
-        if sink is None:
+                                      head_scale=head_scale, sigmoid_bias=sigmoid_bias,
+                                      values=v) for c, v in zip(C, vs, strict=True)]
+        if sink is None and sigmoid_bias is None:
             return np.stack(res)
         return np.stack([r[0] for r in res]), np.stack([r[1] for r in res])
     T = C.shape[-1]
@@ -491,6 +529,9 @@ def attention_gram_sampled(C: np.ndarray, sigma_s, *, causal: bool, d_head: int 
         hs = np.asarray(head_scale, dtype=np.float64)
         scale = scale * hs[np.arange(draws) % hs.size][:, None, None]
     s = scale * (q @ k.transpose(0, 2, 1))
+    Cv = C if values is None else np.asarray(values, dtype=np.float64)
+    if sigmoid_bias is not None:
+        return _sigmoid_rows(s, Cv, sigmoid_bias, causal)
     if causal:
         s = np.where(np.tril(np.ones((T, T), bool)), s, -np.inf)
     top = s.max(axis=-1, keepdims=True)
@@ -502,6 +543,20 @@ def attention_gram_sampled(C: np.ndarray, sigma_s, *, causal: bool, d_head: int 
         sk = sk[np.arange(draws) % sk.size][:, None, None]
         W = 1.0 / (1.0 + np.exp(sk - top - np.log(Z)))  # (draws, T, 1)
         A *= W
-        return (np.mean(A @ C @ A.transpose(0, 2, 1), axis=0),
+        return (np.mean(A @ Cv @ A.transpose(0, 2, 1), axis=0),
                 np.mean(W @ W.transpose(0, 2, 1), axis=0))
-    return np.mean(A @ C @ A.transpose(0, 2, 1), axis=0)
+    return np.mean(A @ Cv @ A.transpose(0, 2, 1), axis=0)
+
+
+def _sigmoid_rows(s: np.ndarray, Cv: np.ndarray, sigmoid_bias, causal: bool):
+    """``(E[A Cv A^T], E[W W^T])`` of sigmoid rows ``A = sigmoid(s + b0 - k log n_a)`` over
+    the sampled scores ``s`` (draws, T, T), hidden keys at weight 0, ``W`` the rows' sums."""
+    T = s.shape[-1]
+    k, b0 = (float(x) for x in sigmoid_bias)
+    n = _row_lengths(T, causal).astype(np.float64)
+    A = expit(s + (b0 - k * np.log(n))[:, None])
+    if causal:
+        A = np.where(np.tril(np.ones((T, T), bool)), A, 0.0)
+    W = A.sum(axis=-1, keepdims=True)
+    return (np.mean(A @ Cv @ A.transpose(0, 2, 1), axis=0),
+            np.mean(W @ W.transpose(0, 2, 1), axis=0))
