@@ -13,8 +13,11 @@ Theory (docs/theory.md §2.4.7): the per-layer spec's ``sigmoid_bias = (k, b0)``
 do not sum to 1, so the attention map carries the rows' masses as for sinks: ``q_att = s_v^2
 [p E W^2 + (q - p) E sum_b w_b^2] + s_b^2 E W^2`` (pairs of rows alike), each moment a sum of
 2-D Gaussian integrals ``E sigmoid(X - beta) sigmoid(Y - beta')`` over two scores of one row
-(correlation rho), of two rows on one key (rho) or on two keys (rho^2) -- the REM's product
-covariance of the scores, taken Gaussian (:mod:`sigprop.theory.attn_maps`). The reported
+(correlation rho), of two rows on one key (rho) or on two keys (rho^2): at finite head width
+the scores are Gaussian given the queries, so each integral is averaged over the two queries'
+Gram matrix (:func:`sigprop.theory.attn_maps.query_gram`). In the position-resolved theory of
+causal decoders (``sigprop fix --compare``) the rows are sampled instead
+(:mod:`sigprop.theory.gram`). The reported
 ipr, entropy, ... are those of the softmax rows of the same scores, which the renormalised
 rows ``w / W`` approach while ``e^s << n``. On sigprop's stack the same field.
 """
