@@ -369,19 +369,37 @@ def test_old_names_of_the_fix_ranking_still_import():
         ranking.rank_fixes("bert-tiny-collapse", "softcap", ["softcap.cap=30"], train_steps=-1)
 
 
-def test_compare_on_a_causal_decoder_with_the_per_layer_norm_and_value_fixes():
-    """A shrunk Qwen2 (causal, RoPE, token input: diagnose's position-resolved Gram theory
-    applies to its baseline): DyT, value residuals and Mix-LN have only the homogeneous
-    theory, so their rows get it instead of the Gram one (the Gram map refuses them); every
-    row has a finite predicted and measured final cos, none an error."""
+def test_compare_predicts_a_causal_decoder_position_resolved():
+    """On a shrunk Qwen2 (causal, RoPE, token input) the comparison's predicted final cos is
+    the position-resolved Gram theory from the unfixed model's measured input, as diagnose's
+    theory row: the baseline's equals the diagnosis's own (same seed and sequences, 1e-9) and
+    differs from the homogeneous theory's (by more than 1e-3, so the check can fail); QK-Clip,
+    which changes nothing at init, predicts the baseline's number; Mix-LN (post-LN first
+    blocks reading the raw stream) is in the Gram theory, DyT and value residuals are not
+    (their rows say homogeneous; the Gram map refuses DyT, and the comparison keeps the
+    homogeneous map for value residuals). Every row has a finite predicted and measured final
+    cos, none an error."""
+    from sigprop.analysis.diagnose import diagnose
     from sigprop.analysis.ranking import rank_fixes
+    from sigprop.theory import depth
 
     cfg = shrink(PRESETS["qwen2-0.5b"], layers=4, hidden=64, heads=4, kv_heads=2,
                  intermediate=128, vocab=200)
-    c = rank_fixes(cfg, "dyt,value-residual,mix-ln", seq_len=16)
+    c = rank_fixes(cfg, "dyt,value-residual,mix-ln,qk-clip", seq_len=16)
     for r in c.rows:
         assert r.error is None, (r.method, r.error)
         assert np.isfinite(r.predicted["cos_final"]) and np.isfinite(r.measured["cos_final"])
+    d = diagnose(cfg, seq_len=16, seeds=1, sequences=2, recommendations=False)
+    th = d.trajectory[(d.trajectory.source == "theory") & (d.trajectory.observable == "cos")]
+    base = c.baseline["predicted"]
+    assert base["cos_theory"] == "position-resolved"
+    assert base["cos_final"] == pytest.approx(float(th[th.layer == 4]["value"].iloc[0]),
+                                              abs=1e-9)
+    assert abs(base["cos_final"] - float(depth.final_cos(d.spec, rho0=d.rho0))) > 1e-3
+    got = {r.method: r.predicted for r in c.rows}
+    assert got["qk-clip"]["cos_final"] == pytest.approx(base["cos_final"], abs=1e-12)
+    assert got["mix-ln"]["cos_theory"] == "position-resolved"
+    assert got["dyt"]["cos_theory"] == got["value-residual"]["cos_theory"] == "homogeneous"
 
 
 def test_a_vanishing_stream_is_signal_lost_not_trainable():
@@ -401,31 +419,3 @@ def test_a_vanishing_stream_is_signal_lost_not_trainable():
     assert got["rezero"].verdict == "trainable"
     assert [r.method for r in c.rows] == ["rezero", "dyt"]
 
-
-def test_compare_predicts_a_causal_decoder_position_resolved():
-    """On a shrunk Qwen2 (causal, RoPE, token input) the comparison's predicted final cos is
-    the position-resolved Gram theory from the unfixed model's measured input, as diagnose's
-    theory row: the baseline's equals the diagnosis's own (same seeds and sequences, 1e-9) and
-    differs from the homogeneous theory's (by more than 1e-3, so the check can fail); QK-Clip,
-    which changes nothing at init, predicts the baseline's number; Mix-LN (post-LN first
-    blocks reading the raw stream) and sinks are in the Gram theory, DyT is not (its row
-    says homogeneous)."""
-    from sigprop.analysis.diagnose import diagnose
-    from sigprop.analysis.ranking import rank_fixes
-    from sigprop.theory import depth
-
-    cfg = shrink(PRESETS["qwen2-0.5b"], layers=4, hidden=64, heads=4, kv_heads=2,
-                 intermediate=128, vocab=200)
-    c = rank_fixes(cfg, "qk-clip,mix-ln,sinks,dyt", seq_len=32)
-    d = diagnose(cfg, seq_len=32, seeds=1, sequences=2, recommendations=False)
-    th = d.trajectory[(d.trajectory.source == "theory") & (d.trajectory.observable == "cos")]
-    own = float(th[th.layer == 4]["value"].iloc[0])
-    base = c.baseline["predicted"]
-    assert base["cos_theory"] == "position-resolved"
-    assert base["cos_final"] == pytest.approx(own, abs=1e-9)
-    assert abs(base["cos_final"] - float(depth.final_cos(d.spec, rho0=d.rho0))) > 1e-3
-    got = {r.method: r.predicted for r in c.rows}
-    assert got["qk-clip"]["cos_final"] == pytest.approx(base["cos_final"], abs=1e-12)
-    assert got["mix-ln"]["cos_theory"] == got["sinks"]["cos_theory"] == "position-resolved"
-    assert got["dyt"]["cos_theory"] == "homogeneous"
-    assert all(np.isfinite(p["cos_final"]) for p in got.values())
