@@ -144,11 +144,11 @@ def gram_applies(spec: ArchSpec, kind: str) -> str | None:
     if any(x.measured for x in spec.layers):  # measured mixers: no Gram map (§2.8.1)
         return "layout"
     if any(x.dyt is not None or x.norm not in (None, "pre", "post") or x.diff_lambda is not None
-           or x.value_mix is not None for x in spec.layers):
-        return "layout"  # DyT, differential attention: in the homogeneous theory only; value
-        # residuals: the Gram map has them, but both theories miss sigprop's stack on
-        # correlated tokens (0.1 at rho0 0.3, docs/fixes.md), so the comparison keeps the
-        # homogeneous one
+           for x in spec.layers):  # DyT, differential attention: homogeneous theory only
+        return "layout"
+    if any(x.value_mix is not None for x in spec.layers) and any(
+            x.var_o is None for x in spec.layers):  # value residuals without an output
+        return "layout"  # projection: the stream carries V_1 itself (docs/theory.md §2.4.6)
     if spec.seq_len > GRAM_MAX_LEN:
         return "length"
     return None
