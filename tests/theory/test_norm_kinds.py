@@ -178,23 +178,28 @@ def test_value_residual_theory_needs_the_carried_kernel_and_a_later_block():
         spec.replace(depth=2, layers=(spec.layers[1],) * 2)
     with pytest.raises(SpecError, match="layers.dyt"):
         _spec("none", dyt=(0.5, 0.5))
-    # lambda = (1, 0) is the plain stack, lambda_first alone changes the prediction
+    # lambda = (1, 0) is the plain stack, lambda_first alone changes the prediction (with an
+    # output projection; without one the stream's cross term partly offsets 0.5 / 0.5's)
     np.testing.assert_allclose(_cos(_spec("pre", value_mix=(1.0, 0.0))), _cos(_spec("pre")),
                                atol=1e-12)
-    assert abs(_cos(_spec("pre", value_mix=(0.5, 0.5)))[-1] - _cos(_spec("pre"))[-1]) > 0.02
+    wo = _spec("pre", value_mix=(0.5, 0.5), var_o=1.0)
+    assert abs(_cos(wo)[-1] - _cos(_spec("pre", var_o=1.0))[-1]) > 0.02
+    assert abs(_cos(_spec("pre", value_mix=(0.0, 1.0)))[-1] - _cos(_spec("pre"))[-1]) > 0.02
 
 
 def test_value_residual_in_the_gram_map_is_the_homogeneous_one_on_exchangeable_tokens():
     """The Gram-matrix map's value residual (the first block's value covariance mixed into the
-    later blocks', no cross term) on a bidirectional stack whose tokens all meet at one
-    cosine (rho0 0.3), where the position-resolved map reduces to the homogeneous one: the
+    later blocks', no cross term) on a bidirectional stack with an output projection (without
+    one the homogeneous map adds the stream's cross term with V_1, §2.4.6, which the Gram map
+    leaves out) whose tokens all meet at one cosine (rho0 0.3), where the position-resolved
+    map reduces to the homogeneous one: the
     two agree per layer within 0.01 (the Gram map's attention is sampled, 32 heads: ~0.003
     here), both on the mix and on the plain stack, and the mix moves the final cos by more
     than 0.02 (lambda (1, 0) is the plain stack exactly)."""
     from sigprop.theory import gram
 
     C0 = 0.7 * np.eye(16) + 0.3
-    mix, plain = _spec("pre", value_mix=(0.5, 0.5)), _spec("pre")
+    mix, plain = _spec("pre", value_mix=(0.5, 0.5), var_o=1.0), _spec("pre", var_o=1.0)
     for s in (mix, plain):
         np.testing.assert_allclose(gram.propagate_gram(s, C0), _cos(s, rho0=0.3), atol=0.01)
     np.testing.assert_allclose(gram.propagate_gram(_spec("pre", value_mix=(1.0, 0.0)), C0),

@@ -25,6 +25,9 @@ tokens they are independent with mean ``1/n`` per key, so ``y2 = (1 + E lambda^2
 lambda E[1/n]``, ``yx = (1 + E lambda^2) Yx - 2 E lambda E[1/n_long]`` (``Y2``, ``Yx`` the
 REM tables at ``d_head / 2``; ``n_long`` the longer row of a causal pair) and every row
 sums to ``1 - lambda``: ``w2 = wx = 1 - 2 E lambda + E lambda^2``.
+
+Also here: value residual learning's mix and its stream cross term (§2.4.6, :class:`ValueMix`,
+:func:`stream_cross`) and cross-attention over an encoder output (§2.8, :func:`cross_map`).
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from numpy.polynomial.hermite_e import hermegauss
 from scipy.special import expit, roots_genlaguerre
 
 from ..spec import SpecError
-from . import sink
+from . import rem, sink
 from .attention import AttentionStats, attention_stats
 from .causal_positions import causal_grid
 
@@ -253,3 +256,57 @@ def value_first(bp) -> ValueMix | None:
                                             "by sigprop.theory.depth: propagate, final_cos)")
     ls, lf = bp.value_mix
     return ValueMix(ls2=ls * ls, lf2=lf * lf, k1=bp.value_first[0], c1=bp.value_first[1])
+
+
+def first_weight(bp) -> float:
+    """lambda_k, the weight with which block k adds its rows of the first block's values
+    ``A_k V_1`` straight into the stream (no output projection, value residual learning
+    §2.4.6): 1 for the first block (no ``value_mix``), ``lambda_first`` after it; 0 with an
+    output projection (an independent ``W_O``)."""
+    if bp.var_o is not None:
+        return 0.0
+    return 1.0 if bp.value_mix is None else float(bp.value_mix[1])
+
+
+def stream_cross(bp, st: AttentionStats, u, variant: str):
+    """``(dq, dp)``: twice the correlation ``E<x_a, O_c>/d = lambda u m1`` of the stream
+    entering a value-residual block without an output projection (§2.4.6) with the block's
+    attention output, times ``alpha_attn``. ``u``: the stream's share of ``V_1``, the first
+    block's values (carried by :mod:`.depth`); ``m1 = c1 + (k1 - c1) E sum_b A_k,ab A_l,cb``
+    with the rows of two blocks independent (``st.inv_t``; pairs ``st.inv_t_cross``).
+    Centred rows: 0. Not derived, so 0: sinks, gates, sigmoid or differential rows,
+    normalised heads or branches, Dynamic Tanh."""
+    first = value_first(bp)
+    lam = first_weight(bp)
+    plain = all(x is None for x in (bp.sink, bp.gate, bp.sigmoid_bias, bp.diff_lambda,
+                                    bp.head_norm2, bp.branch_gain2, bp.dyt))
+    if first is None or u is None or lam == 0.0 or variant == "centred" or not plain:
+        return 0.0, 0.0
+    f = 2.0 * np.asarray(bp.alpha_attn, dtype=np.float64) * lam * np.asarray(u, np.float64)
+    d1 = first.k1 - first.c1
+    return f * (first.c1 + d1 * st.inv_t), f * (first.c1 + d1 * st.inv_t_cross)
+
+
+def cross_map(qa, pa, bp):
+    """(q, p) of a cross-attention branch over an encoder output (a decoder block, docs/theory.md
+    §2.8): queries from the block's (normalised) state ``(qa, pa)``, keys and values from the
+    memory at ``(q_m, rho_m)`` over ``T_m`` positions. A row is a REM over the T_m memory keys
+    with variance ``v = sigma_c^2 qa q_m (1 - rho_m)``; two rows share the fraction
+    ``rho = pa / qa`` of it (their queries' cosine), so ``Y2 = Y2(T_m, v)`` and ``Yx = Yx(T_m,
+    v, rho)``; the values give ``s_v^2 [p_m + (q_m - p_m) Y]`` (docs/theory.md §2.4), times
+    ``s_o^2``; the heads' tables (the last axis of ``sigma_s``) are averaged."""
+    cr = bp.cross
+    sig, var_v, var_o = cr.sigma_s, cr.var_v, cr.var_o
+    T_m, q_m, r_m = cr.memory_len, cr.memory_q, cr.memory_rho
+    qa, pa = np.asarray(qa, dtype=np.float64), np.asarray(pa, dtype=np.float64)
+    rho = np.clip(np.where(qa > 0, pa / np.where(qa > 0, qa, 1.0), 1.0), 0.0, 1.0)
+    v = (np.asarray(qa, dtype=np.float64)[..., None] * sig**2) * q_m * (1.0 - r_m)
+    if T_m < 2:
+        y2 = yx = np.ones(np.shape(rho))
+    else:
+        y2 = np.mean(rem.y2_table(int(T_m), bp.d_head)(v), axis=-1)
+        yx = np.mean(rem.yx_table(int(T_m), bp.d_head)(v, rho[..., None]), axis=-1)
+    p_m = r_m * q_m
+    q_c = var_o * var_v * (p_m + (q_m - p_m) * y2)
+    p_c = var_o * var_v * (p_m + (q_m - p_m) * yx)
+    return q_c, p_c

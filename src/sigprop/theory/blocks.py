@@ -15,10 +15,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..spec import ArchSpec, SpecError
-from . import attn_maps, causal_positions, fluct, kernels, rem
+from . import attn_maps, causal_positions, fluct, kernels
 from . import causal as causal_nodes
 from . import moe as _moe
 from .attention import AttentionStats, attention_stats, identity_stats, uniform_stats
+from .attn_maps import cross_map
 from .causal_positions import causal_grid
 
 
@@ -412,30 +413,6 @@ def _renorm(q, p, gain2):
     return np.full_like(np.asarray(q, dtype=np.float64), gain2), gain2 * cos_of(p, q)
 
 
-def cross_map(qa, pa, bp: BlockParams):
-    """(q, p) of a cross-attention branch over an encoder output (a decoder block, docs/theory.md
-    §2.8): queries from the block's (normalised) state ``(qa, pa)``, keys and values from the
-    memory at ``(q_m, rho_m)`` over ``T_m`` positions. A row is a REM over the T_m memory keys
-    with variance ``v = sigma_c^2 qa q_m (1 - rho_m)``; two rows share the fraction
-    ``rho = pa / qa`` of it (their queries' cosine), so ``Y2 = Y2(T_m, v)`` and ``Yx = Yx(T_m,
-    v, rho)``; the values give ``s_v^2 [p_m + (q_m - p_m) Y]`` (docs/theory.md §2.4), times
-    ``s_o^2``. Heads are averaged as in :func:`_head_stats`."""
-    cr = bp.cross
-    sig, var_v, var_o = cr.sigma_s, cr.var_v, cr.var_o
-    T_m, q_m, r_m = cr.memory_len, cr.memory_q, cr.memory_rho
-    rho = np.clip(cos_of(pa, qa), 0.0, 1.0)
-    v = (np.asarray(qa, dtype=np.float64)[..., None] * sig**2) * q_m * (1.0 - r_m)
-    if T_m < 2:
-        y2 = yx = np.ones(np.shape(rho))
-    else:
-        y2 = np.mean(rem.y2_table(int(T_m), bp.d_head)(v), axis=-1)
-        yx = np.mean(rem.yx_table(int(T_m), bp.d_head)(v, rho[..., None]), axis=-1)
-    p_m = r_m * q_m
-    q_c = var_o * var_v * (p_m + (q_m - p_m) * y2)
-    p_c = var_o * var_v * (p_m + (q_m - p_m) * yx)
-    return q_c, p_c
-
-
 def measured_map(q, p, bp: BlockParams, *, branch_scale=1.0):
     """A block that is a measured residual map (docs/theory.md §2.8.1): ``(q, p, None)``.
 
@@ -487,9 +464,38 @@ def value_kernel(q, p, bp: BlockParams, raw_input: bool = False):
     return bp.var_v * qa + bp.var_b, bp.var_v * pa + bp.var_b
 
 
+@dataclass(frozen=True, kw_only=True)
+class BlockOut:
+    """One block's output (:func:`block_out`): the state ``(q, p)``, the attention ``stats``
+    to report, and ``u``, the stream's share of the first block's values (§2.4.6; None when
+    not carried)."""
+
+    q: np.ndarray
+    p: np.ndarray
+    stats: AttentionStats | None
+    u: np.ndarray | None = None
+
+
 def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False,
                branch_scale=1.0, raw_input: bool = False):
-    """One transformer block (docs/theory.md §2.6): returns ``(q, p, attention stats)``.
+    """One transformer block (docs/theory.md §2.6): returns ``(q, p, attention stats)``
+    (:func:`block_out` without a value residual's stream share)."""
+    out = block_out(q, p, bp, asymptotic=asymptotic, full=full, branch_scale=branch_scale,
+                    raw_input=raw_input)
+    return out.q, out.p, out.stats
+
+
+def _post_norm(q, p, u, bp: BlockParams, k: int):
+    """post-LN after an add: the stream normalised (Dynamic Tanh ``bp.dyt[k]``: its tanh
+    kernel) and its first-values share ``u`` divided by the norm, ``sqrt(q)``."""
+    if bp.dyt is not None:
+        return (*kernels.dyt_kernel(bp.dyt[k], q, p), u)
+    return np.ones_like(q), cos_of(p, q), None if u is None else u / np.sqrt(q)
+
+
+def block_out(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = False,
+              branch_scale=1.0, raw_input: bool = False, value_u=None) -> BlockOut:
+    """One transformer block (docs/theory.md §2.6) as a :class:`BlockOut`.
 
     post-LN: attention on the normalised input, residual, LN, MLP, residual, LN.
     pre-LN: attention and MLP read LN(residual stream), the stream itself is not normalised.
@@ -512,10 +518,12 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     Dynamic Tanh (``bp.dyt``, §2.6.2) in place of the norms: the branches read the tanh
     kernel of the stream (pre-LN) or the stream is the tanh kernel of the sum (post-LN). A
     value-residual block (``bp.value_mix``, §2.4.6) mixes the first block's value kernel
-    (``bp.value_first``) into its values.
-    """
+    (``bp.value_first``) into its values; ``value_u`` (true units, None: not carried) is the
+    stream's share of those values, whose correlation with the block's attention output
+    :func:`.attn_maps.stream_cross` adds where no output projection stands between."""
     if bp.mixer is not None:
-        return measured_map(q, p, bp, branch_scale=branch_scale)
+        q, p, st = measured_map(q, p, bp, branch_scale=branch_scale)
+        return BlockOut(q=q, p=p, stats=st, u=value_u)
     normed = bp.norm in ("post", "pre")
     qa, pa = attention_input(q, p, bp, raw_input)
     if asymptotic:
@@ -533,12 +541,12 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
     q_att, p_att = attention_map(qa, pa, st, variant=bp.attention, var_v=bp.var_v,
                                  var_b=bp.var_b, var_o=bp.var_o, head_norm2=bp.head_norm2,
                                  gate=gate_factors(bp, qa, pa), first=attn_maps.value_first(bp))
-    if bp.branch_gain2 is not None:  # the branch output is normalised before the add:
-        # per token, so its cosine is the LayerNorm average of the post-LN path (causal rows'
-        # norms differ with position), not the ratio of averages
+    if bp.branch_gain2 is not None:  # normalised before the add, per token (_branch_norm_cos)
         c = _branch_norm_cos(q_att, p_att, qa, pa, bp, st, asymptotic)
         q_att = np.full_like(np.asarray(q_att, dtype=np.float64), bp.branch_gain2[0])
         p_att = bp.branch_gain2[0] * c
+    dq, dp = attn_maps.stream_cross(bp, st, value_u, bp.attention)  # x.O + O.x
+    u = None if value_u is None else bp.alpha_attn * value_u + attn_maps.first_weight(bp)
     a2 = np.asarray(bp.alpha_attn, dtype=np.float64) ** 2
     if bp.parallel:  # one skip; the MLP reads the attention's input (cross terms vanish)
         q_h, p_h = mlp_map(qa, pa, activation=bp.activation, var_w_in=bp.var_w_in,
@@ -546,13 +554,12 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
                            glu_shift=bp.glu_shift)
         if bp.branch_gain2 is not None:
             q_h, p_h = _renorm(q_h, p_h, bp.branch_gain2[1])
-        q = a2 * q + branch_scale * (q_att + q_h)
-        p = a2 * p + branch_scale * (p_att + p_h)
+        q = a2 * q + branch_scale * (q_att + q_h + dq)
+        p = a2 * p + branch_scale * (p_att + p_h + dp)
         if bp.norm == "post":
-            q, p = kernels.dyt_kernel(bp.dyt[0], q, p) if bp.dyt is not None else (
-                np.ones_like(q), cos_of(p, q))
-        return q, p, rep
-    q, p = a2 * q + branch_scale * q_att, a2 * p + branch_scale * p_att
+            q, p, u = _post_norm(q, p, u, bp, 0)
+        return BlockOut(q=q, p=p, stats=rep, u=u)
+    q, p = a2 * q + branch_scale * (q_att + dq), a2 * p + branch_scale * (p_att + dp)
     if bp.cross is not None and bp.norm != "post":  # decoder: cross-attention, then the MLP
         qc_in, pc_in = (np.ones_like(q), cos_of(p, q)) if normed else (q, p)
         q_c, p_c = cross_map(qc_in, pc_in, bp)
@@ -563,6 +570,7 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
         # sinks and gates: the ratio of averages (the LN averages of §2.3.3 do not carry
         # the rows' masses or the gates' per-token factors)
         ln_avg = bp.ln_fluct and not asymptotic and bp.cross is None and bp.softmax_rows
+        u = None if u is None else u / np.sqrt(q)
         if ln_avg and bp.causal and bp.attention in ("softmax", "uniform"):
             p = _ln_fluct_cos_causal(q, p, qa, pa, bp, st)
         elif ln_avg and not bp.causal and bp.attention == "softmax":
@@ -581,7 +589,7 @@ def block_step(q, p, bp: BlockParams, *, asymptotic: bool = False, full: bool = 
         q_h, p_h = _renorm(q_h, p_h, bp.branch_gain2[1])
     m2 = np.asarray(bp.alpha_mlp, dtype=np.float64) ** 2
     q, p = m2 * q + branch_scale * q_h, m2 * p + branch_scale * p_h
+    u = None if u is None else bp.alpha_mlp * u
     if bp.norm == "post":
-        q, p = kernels.dyt_kernel(bp.dyt[1], q, p) if bp.dyt is not None else (
-            np.ones_like(q), cos_of(p, q))
-    return q, p, rep
+        q, p, u = _post_norm(q, p, u, bp, 1)
+    return BlockOut(q=q, p=p, stats=rep, u=u)

@@ -45,7 +45,7 @@ import numpy as np
 from ..spec import ArchSpec, SpecError
 from . import rem
 from .attention import AttentionStats
-from .blocks import BlockParams, block_step, cos_of, value_kernel
+from .blocks import BlockParams, block_out, cos_of, value_kernel
 
 #: largest signal norm q carried unscaled (beyond it the next layer may overflow float64)
 Q_MAX = 1e300
@@ -101,6 +101,16 @@ def first_values(spec: ArchSpec, q, p, over: dict | None = None):
     return value_kernel(q, p, bp, raw_input=spec.q0 is not None)
 
 
+def first_share(spec: ArchSpec, p):
+    """The stream's share ``u`` of the first block's values V_1 at the embeddings (0, shaped
+    like ``p``) where some block mixes them in (value residual learning, §2.4.6), else None:
+    without output projections every block adds its rows of V_1 to the stream, and a later
+    block's output correlates with them (:func:`.attn_maps.stream_cross`)."""
+    if spec.layers is None or all(x.value_mix is None for x in spec.layers):
+        return None
+    return np.zeros_like(np.asarray(p, dtype=np.float64))
+
+
 def overflow_error(spec: ArchSpec, layer: int) -> SpecError:
     """The one-line error for a signal norm that leaves float64 at ``layer``."""
     field = ("alpha_attn" if spec.alpha_attn > 1 else "alpha_mlp" if spec.alpha_mlp > 1
@@ -114,27 +124,31 @@ def overflow_error(spec: ArchSpec, layer: int) -> SpecError:
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ScaledStep:
     """One block's output on the scaled state (:func:`step`): ``q`` and ``p`` divided by
-    the scale S where the map is scale-free, ``logs`` = log S, and the block's attention
-    ``stats``."""
+    the scale S where the map is scale-free, ``logs`` = log S, the block's attention
+    ``stats``, and ``u``, the stream's share of the first block's values in true units (a
+    value residual without output projections, §2.4.6; None when not carried)."""
 
     q: np.ndarray
     p: np.ndarray
     logs: np.ndarray
     stats: AttentionStats
+    u: np.ndarray | None = None
 
 
 def step(q, p, logs, bp: BlockParams, mode: str | None, *, asymptotic: bool, full: bool,
-         raw_input: bool = False) -> ScaledStep:
-    """One block on the scaled state ``(q~, p~, log S)``."""
+         raw_input: bool = False, u=None) -> ScaledStep:
+    """One block on the scaled state ``(q~, p~, log S)``; ``u``: the stream's share of the
+    first block's values (:func:`first_share`), or None."""
     scale = 1.0
     if mode == "pre":
         scale = np.exp(-logs)  # underflows to 0 for huge S: the branches are then negligible
-    q2, p2, st = block_step(q, p, bp, asymptotic=asymptotic, full=full, branch_scale=scale,
-                            raw_input=raw_input)
+    out = block_out(q, p, bp, asymptotic=asymptotic, full=full, branch_scale=scale,
+                    raw_input=raw_input, value_u=u)
+    q2, p2 = out.q, out.p
     if mode is not None:
         f = np.where((q2 > 0) & np.isfinite(q2), q2, 1.0)
         q2, p2, logs = q2 / f, p2 / f, logs + np.log(f)
-    return ScaledStep(q=q2, p=p2, logs=logs, stats=st)
+    return ScaledStep(q=q2, p=p2, logs=logs, stats=out.stats, u=out.u)
 
 
 def _bad(q, mode):
@@ -209,6 +223,7 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
     q, logs = _initial(spec, mode, p)
     p = p * q
     vk = first_values(spec, q, p, {"ln_fluct": over["ln_fluct"]})
+    u = first_share(spec, p)
     out, act = np.full(p.shape, np.nan), np.arange(p.size)
     n_layers = spec.depth if depth is None else depth
     per_layer = spec.layers is not None  # weights-derived blocks differ: no 1-D map to certify
@@ -241,7 +256,10 @@ def final_cos(spec: ArchSpec, *, beta=None, alpha_attn=None, rho0=None, depth: i
                 bpa = dataclasses.replace(bp, sigma_s0=sig[act], alpha_attn=alp[act])
                 bpa_n = act.size
             out_a = step(q[act], p[act], logs[act], bpa, mode, asymptotic=asymptotic,
-                         full=False, raw_input=layer == 0 and spec.q0 is not None)
+                         full=False, raw_input=layer == 0 and spec.q0 is not None,
+                         u=None if u is None else u[act])
+            if u is not None:
+                u[act] = out_a.u
             q2, p2, lg2 = out_a.q, out_a.p, out_a.logs
             bad = _bad(q2, mode) | ~np.isfinite(p2)
             fixed = (q2 == q[act]) & (p2 == p[act]) & ((lg2 == logs[act]) | (mode != "pre"))
@@ -292,6 +310,7 @@ def propagate(spec: ArchSpec, rho0: float | None = None, *,
     q, logs = _initial(spec, mode, np.float64(r0))
     p = np.float64(r0) * q
     vk = first_values(spec, q, p)
+    u = first_share(spec, p)
     rows = [dict(layer=0, observable="cos", source=source, value=r0),
             dict(layer=0, observable="q", source=source, value=spec.q_init)]
     with np.errstate(over="ignore", invalid="ignore", under="ignore", divide="ignore"):
@@ -301,8 +320,8 @@ def propagate(spec: ArchSpec, rho0: float | None = None, *,
                 if bp.value_mix is not None:
                     bp = dataclasses.replace(bp, value_first=vk)
             blk = step(q, p, logs, bp, mode, asymptotic=asymptotic, full=True,
-                       raw_input=layer == 1 and spec.q0 is not None)
-            q2, p2, lg2, st = blk.q, blk.p, blk.logs, blk.stats
+                       raw_input=layer == 1 and spec.q0 is not None, u=u)
+            q2, p2, lg2, st, u = blk.q, blk.p, blk.logs, blk.stats, blk.u
             if _bad(q2, mode) or not np.isfinite(p2):
                 raise overflow_error(spec, layer)
             dl = lg2 - logs
