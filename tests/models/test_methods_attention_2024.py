@@ -424,3 +424,21 @@ def test_sigmoid_attention_in_the_gram_theory_of_a_causal_stack_matches_its_simu
     got = got["value"].to_numpy()
     assert np.max(np.abs(th - got)) < 0.03
     assert abs(gram.propagate_gram(spec, C0)[-1] - got[-1]) > 0.03
+
+
+@pytest.mark.parametrize("name", ["gated-attn", "diff-attn"])
+def test_the_maps_draws_take_their_own_seed_not_the_global_generator(name):
+    """Gated attention's W_g and differential attention's lambda vectors are drawn from the
+    method's own ``seed``: the same model fixed after two different global seeds gets the same
+    new parameters (a comparison's rows do not depend on what ran before them), and another
+    ``seed`` another draw."""
+    def fixed(global_seed, seed=0):
+        m = _model("llama-3.2-1b")
+        torch.manual_seed(global_seed)
+        _apply(m, [name], {name: {"seed": seed}})
+        return {k: v.detach().clone() for k, v in m.named_parameters() if "sigprop" in k}
+
+    a, b, c = fixed(1), fixed(2), fixed(1, seed=5)
+    assert a and a.keys() == b.keys() == c.keys()
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    assert any(not torch.equal(a[k], c[k]) for k in a)

@@ -63,12 +63,14 @@ def halves(d_head: int) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def _install(parts, params, draw: bool) -> None:
+    gen = torch.Generator().manual_seed(int(params["seed"]))
     for i, p in enumerate(parts):
         mod = p.site.module
         dev = next(mod.parameters()).device
-        lam = torch.zeros(4, p.head_dim // 2, device=dev)
-        if draw:
-            lam.normal_(0.0, float(params["lambda_std"]))
+        lam = torch.zeros(4, p.head_dim // 2)
+        if draw:  # its own generator: the same draw whatever ran before
+            lam.normal_(0.0, float(params["lambda_std"]), generator=gen)
+        lam = lam.to(dev)
         li = params["lambda_init"]
         li = lambda_init(i + 1) if li is None else float(li)
         for name in (LAMBDA, NORM):
@@ -101,7 +103,8 @@ class DiffAttention(Method):
                     lo=0.0, hi=10.0),
               Param("headnorm", "per-head RMS norm and the (1 - lambda_init) scale on each "
                     "head's output (yes, as the paper) or neither", "yes",
-                    choices=("yes", "no")))
+                    choices=("yes", "no")),
+              Param("seed", "seed of lambda's draws", 0.0, lo=0.0, hi=2.0**31))
 
     def apply(self, model, parts, params, ctx, effect):
         for p in parts:

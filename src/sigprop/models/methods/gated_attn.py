@@ -61,7 +61,7 @@ def _gate_output(module, args):
 
 
 def _install(parts, params, draw: bool) -> list[nn.Linear]:
-    out = []
+    out, gen = [], torch.Generator().manual_seed(int(params["seed"]))
     for p in parts:
         attn = p.site.module
         d = weight_of(need(p, "q", "gated-attn")[0]).shape[1]
@@ -69,8 +69,10 @@ def _install(parts, params, draw: bool) -> list[nn.Linear]:
         dev = weight_of(p.q[0]).device
         lin = nn.Linear(d, width, bias=True, device=dev)
         with torch.no_grad():
-            if draw:
-                lin.weight.normal_(0.0, float(params["std"]))
+            if draw:  # its own generator: the same draw whatever ran before
+                w = torch.empty(lin.weight.shape).normal_(0.0, float(params["std"]),
+                                                          generator=gen)
+                lin.weight.copy_(w)
             lin.bias.fill_(float(params["bias"]))
         if GATE in attn._modules:
             del attn._modules[GATE]
@@ -92,7 +94,8 @@ class GatedAttention(Method):
                     "elementwise", choices=("elementwise", "head")),
               Param("std", "W_g's init std (Qwen3-Next: the query projection's 0.02)", 0.02,
                     lo=0.0, hi=10.0),
-              Param("bias", "b_g at init (trainable)", 0.0, lo=-20.0, hi=20.0))
+              Param("bias", "b_g at init (trainable)", 0.0, lo=-20.0, hi=20.0),
+              Param("seed", "seed of W_g's draws", 0.0, lo=0.0, hi=2.0**31))
 
     def apply(self, model, parts, params, ctx, effect):
         for p in parts:
