@@ -375,10 +375,9 @@ def test_compare_predicts_a_causal_decoder_position_resolved():
     theory row: the baseline's equals the diagnosis's own (same seed and sequences, 1e-9) and
     differs from the homogeneous theory's (by more than 1e-3, so the check can fail); QK-Clip,
     which changes nothing at init, predicts the baseline's number; Mix-LN (post-LN first
-    blocks reading the raw stream) is in the Gram theory, DyT and value residuals are not
-    (their rows say homogeneous; the Gram map refuses DyT, and the comparison keeps the
-    homogeneous map for value residuals). Every row has a finite predicted and measured final
-    cos, none an error."""
+    blocks reading the raw stream) and value residuals (every block has W_O) are in the Gram
+    theory, DyT is not (its row says homogeneous). Every row has a finite predicted and
+    measured final cos, none an error."""
     from sigprop.analysis.diagnose import diagnose
     from sigprop.analysis.ranking import rank_fixes
     from sigprop.theory import depth
@@ -398,8 +397,9 @@ def test_compare_predicts_a_causal_decoder_position_resolved():
     assert abs(base["cos_final"] - float(depth.final_cos(d.spec, rho0=d.rho0))) > 1e-3
     got = {r.method: r.predicted for r in c.rows}
     assert got["qk-clip"]["cos_final"] == pytest.approx(base["cos_final"], abs=1e-12)
-    assert got["mix-ln"]["cos_theory"] == "position-resolved"
-    assert got["dyt"]["cos_theory"] == got["value-residual"]["cos_theory"] == "homogeneous"
+    assert got["mix-ln"]["cos_theory"] == got["value-residual"]["cos_theory"] == \
+        "position-resolved"
+    assert got["dyt"]["cos_theory"] == "homogeneous"
 
 
 def test_a_vanishing_stream_is_signal_lost_not_trainable():

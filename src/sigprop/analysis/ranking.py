@@ -436,6 +436,9 @@ def _measure_method(runs: _Runs, name: str, built, ctx, given, stack: str, floor
     t1 = time.perf_counter()
     meth, spec = M.get(name), base.spec
     m = copy.deepcopy(built)
+    if any(p.name == "seed" for p in meth.params) and "seed" not in given.get(name, {}):
+        given = {**given, name: {**given.get(name, {}), "seed": float(seed)}}  # its draws
+        # follow the model's seed, so that the seeds average over them too
     try:
         rep = M.apply_methods(m, [name], given, ctx)
     except SpecError as err:
