@@ -411,15 +411,16 @@ def test_sigmoid_attention_in_the_gram_theory_of_a_causal_stack_matches_its_simu
     fixed stack's last layer by more than 0.03 (0.70 vs 0.64)."""
     import numpy as np
 
-    from sigprop.analysis.measure import measure
+    from sigprop.measurement.engine import measure
     from sigprop.theory import gram
 
     spec = ArchSpec(depth=6, d_model=128, heads=4, seq_len=32, norm="pre", beta=1.2,
                     sigma_v2=1.0, sigma_w2=2.0, causal=True)
     C0 = 0.7 * np.eye(32) + 0.3
-    th = gram.propagate_gram(fix_spec(spec, "sigmoid-attn").spec, C0)
-    m = measure(spec, seeds=2, sequences=4, methods="sigmoid-attn", rho0=0.3)
-    tr = m.trajectory
+    fx = fix_spec(spec, "sigmoid-attn")
+    th = gram.propagate_gram(fx.spec, C0)
+    tr = measure(fx.spec, seeds=2, sequences=4, build=fx.build, rho0=0.3,
+                 stable_rank=False).trajectory
     got = tr[(tr.observable == "cos") & (tr.source == "measured")].sort_values("layer")
     got = got["value"].to_numpy()
     assert np.max(np.abs(th - got)) < 0.03

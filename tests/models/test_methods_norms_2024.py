@@ -388,18 +388,19 @@ def test_mix_ln_in_the_gram_theory_of_a_causal_stack_matches_its_simulation():
     Theory against the mean of 2 seeds x 4 sequences, per layer on cos: measured 0.012 (at
     layer 1), bound 0.03 (the 2-seed mean's own spread at these sizes is ~0.01-0.02). Mix-LN
     moves the final cos by more than 0.1 (the theory without it: 0.73)."""
-    from sigprop.analysis.measure import measure
+    from sigprop.measurement.engine import measure
     from sigprop.models.methods.stack import fix_spec
     from sigprop.theory import gram
 
     spec = ArchSpec(depth=8, d_model=128, heads=4, seq_len=32, norm="pre", beta=1.2,
                     sigma_v2=1.0, sigma_w2=2.0, causal=True, q0=0.05)
     C0 = 0.7 * np.eye(32) + 0.3
-    fixed = fix_spec(spec, "mix-ln").spec
+    fx = fix_spec(spec, "mix-ln")
+    fixed = fx.spec
     assert [x.norm for x in fixed.layers[:3]] == ["post", "post", None]
     th = gram.propagate_gram(fixed, C0)
-    m = measure(spec, seeds=2, sequences=4, methods="mix-ln", rho0=0.3)
-    tr = m.trajectory
+    tr = measure(fixed, seeds=2, sequences=4, build=fx.build, rho0=0.3,
+                 stable_rank=False).trajectory
     got = tr[(tr.observable == "cos") & (tr.source == "measured")].sort_values("layer")
     assert np.max(np.abs(th - got["value"].to_numpy())) < 0.03
     plain = gram.propagate_gram(spec.replace(q0=None), C0)

@@ -524,20 +524,21 @@ def test_value_residual_in_the_gram_theory_of_a_causal_stack_matches_its_simulat
     without the mix misses the last layer by more than 0.03 (0.70 vs 0.64). Without W_O
     the stream itself carries the first block's values and the comparison refuses the Gram
     map (docs/theory.md §2.4.6)."""
-    from sigprop.analysis.measure import measure
     from sigprop.analysis.model_theory import gram_applies
+    from sigprop.measurement.engine import measure
     from sigprop.models.methods.stack import fix_spec
     from sigprop.spec import ArchSpec
     from sigprop.theory import gram
 
     spec = ArchSpec(depth=6, d_model=128, heads=4, seq_len=32, norm="pre", beta=1.2,
                     sigma_v2=1.0, sigma_w2=2.0, sigma_o2=1.0, causal=True)
-    fixed = fix_spec(spec, "value-residual").spec
+    fx = fix_spec(spec, "value-residual")
+    fixed = fx.spec
     assert gram_applies(fixed, "text") is None
     C0 = 0.7 * np.eye(32) + 0.3
     th = gram.propagate_gram(fixed, C0)
-    m = measure(spec, seeds=2, sequences=4, methods="value-residual", rho0=0.3)
-    tr = m.trajectory
+    tr = measure(fixed, seeds=2, sequences=4, build=fx.build, rho0=0.3,
+                 stable_rank=False).trajectory
     got = tr[(tr.observable == "cos") & (tr.source == "measured")].sort_values("layer")
     got = got["value"].to_numpy()
     assert np.max(np.abs(th - got)) < 0.03
