@@ -159,11 +159,10 @@ class GramInput:
     """The measured input geometry the position-resolved theory of a causal text stack starts
     from: ``cos``, the first block's token cosine matrix per sequence ``(B, T, T)`` (float64,
     averaged over the draws, which read the same sequences), and ``rope``, the model's RoPE
-    frequencies (None without RoPE)."""
+    frequencies (None without RoPE). Only token (text) input has one (:func:`gram_applies`)."""
 
     cos: np.ndarray
     rope: np.ndarray | None = None
-    kind: str = "text"
 
 
 def gram_input(spec: ArchSpec, kind: str, grams, rope) -> GramInput | None:
@@ -175,7 +174,7 @@ def gram_input(spec: ArchSpec, kind: str, grams, rope) -> GramInput | None:
     c0 = [c for c in (g.mean() for g in grams) if c is not None]
     if not c0:
         return None
-    return GramInput(cos=np.mean(c0, axis=0), kind=kind,
+    return GramInput(cos=np.mean(c0, axis=0),
                      rope=None if rope is None else np.asarray(rope, dtype=np.float64))
 
 
@@ -187,7 +186,7 @@ def gram_cos(spec: ArchSpec, gi: GramInput | None) -> np.ndarray | None:
     model's measured input the same way."""
     from ..theory import gram
 
-    if gi is None or gram_applies(spec, gi.kind) is not None:
+    if gi is None or gram_applies(spec, "text") is not None:
         return None
     return np.clip(gram.propagate_gram(spec, gi.cos, rope=gi.rope).mean(axis=-1), -1.0, 1.0)
 
