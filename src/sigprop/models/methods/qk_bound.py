@@ -65,6 +65,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from ...measurement.probe import first_tensor
 from ...spec import SpecError
 from .head_rows import head_rows, linear_of
 
@@ -195,13 +196,6 @@ def _runner(model: nn.Module, layers) -> tuple[nn.Module, int]:
                   "attention")
 
 
-def _first_tensor(args, kwargs):
-    for a in (*args, *kwargs.values()):
-        if torch.is_tensor(a):
-            return a
-    return None
-
-
 class _Tracer:
     """The hooks of the wiring pass: every norm's output, and what each Q / K projection and
     attention module received."""
@@ -233,7 +227,7 @@ class _Tracer:
 
     def _proj_hook(self, i, role):
         def hook(m, args, kwargs):
-            x = _first_tensor(args, kwargs)
+            x = first_tensor([*args, *kwargs.values()])
             got = self.made.get(x.data_ptr()) if x is not None else None
             ok = (got is not None and got[1].shape[-1] == x.shape[-1]
                   and got[1].numel() == x.numel() and x._version == got[2])
