@@ -119,6 +119,18 @@ def test_workers_give_the_same_runs():
         run_instability(1, config=cfg, workers=0)
 
 
+def test_warmup_ramps_then_holds_the_peak():
+    """``warmup=2`` over 4 steps: lr/2, lr, lr, lr (the ramp, then constant); the default
+    (None) ramps over the whole run: lr/4, lr/2, 3lr/4, lr."""
+    from dataclasses import replace
+
+    cfg = replace(TINY, steps=4, warmup=2, lr=0.01)
+    got = run_instability(1, fixes=("none",), config=cfg).steps["lr"].tolist()
+    assert got == pytest.approx([0.005, 0.01, 0.01, 0.01], rel=1e-12)
+    got = run_instability(1, fixes=("none",), config=replace(cfg, warmup=None)).steps["lr"]
+    assert got.tolist() == pytest.approx([0.0025, 0.005, 0.0075, 0.01], rel=1e-12)
+
+
 def test_bad_config():
     with pytest.raises(SpecError):
         run_instability(1, fixes=("none", "bogus"), config=TINY)
@@ -132,17 +144,18 @@ def test_cli_json(capsys):
     from sigprop.cli import run
 
     assert run(["instability", "--seeds", "1", "--steps", "3", "--fixes", "none,qk-clip",
-                "--workers", "1", "--format", "json"]) == 0
+                "--workers", "1", "--warmup", "1", "--format", "json"]) == 0
     d = json.loads(capsys.readouterr().out)
     assert [r["fix"] for r in d["summary"]] == ["none", "qk-clip"]
     assert len(d["runs"]) == 2 and d["config"]["steps"] == 3
+    assert d["config"]["warmup"] == 1
 
 
 @pytest.mark.parametrize("args", [
     ["--seeds", "0"], ["--steps", "0"], ["--lr", "-1"], ["--lr", "nan"],
     ["--fixes", "none,bogus"], ["--fixes", "none,none"], ["--fixes", ""],
     ["--qk-clip", "0"], ["--plot", "/nonexistent-dir/f.png"], ["--format", "csv"],
-    ["--workers", "0"], ["--logit-limit", "-1"],
+    ["--workers", "0"], ["--logit-limit", "-1"], ["--warmup", "-1"],
     ["--seed", "-1"], ["--clip-on", "later"],
 ])
 def test_cli_bad_options(args, capsys):

@@ -49,9 +49,10 @@ def print_instability(res, wide: bool = False) -> None:
 
     console = tables.console(wide)
     c = res.config
+    hold = "" if c.ramp >= c.steps else ", then constant"
     console.print(f"[bold]sigprop instability[/] {c.arch} LM d={c.d_model}, "
                   f"{c.layers} layers, {c.heads} heads, T={c.seq_len}, batch {c.batch}; AdamW "
-                  f"lr 0 -> {c.lr:g} over {c.ramp} steps, {c.steps} steps; seeds "
+                  f"lr 0 -> {c.lr:g} over {c.ramp} steps{hold}, {c.steps} steps; seeds "
                   f"{','.join(str(s) for s in res.seeds)}; QK-Clip tau {c.tau:g}")
     names = ("fix", "spikes", "warned", "lead", "lead range", "spike", "max logit",
              "min loss", "final loss")
@@ -93,8 +94,11 @@ def instability(seeds: int = typer.Option(5, "--seeds", help="seeds per fix"),
                 steps: int | None = typer.Option(None, "--steps",
                                                  help="optimizer steps per run (default 300)"),
                 lr: float | None = typer.Option(None, "--lr", help="peak learning rate "
-                                                "(AdamW), reached linearly over the run "
-                                                "(default 0.2)"),
+                                                "(AdamW), reached linearly over --warmup "
+                                                "steps (default 0.2)"),
+                warmup: int | None = typer.Option(
+                    None, "--warmup", help="steps of the linear ramp to the peak "
+                    "learning rate, then constant (default: the whole run; 0: no ramp)"),
                 fixes: str = typer.Option("none,qk-clip,qk-norm,sigma-reparam", "--fixes",
                                           help="comma-separated arms"),
                 qk_clip: float | None = typer.Option(None, "--qk-clip",
@@ -128,6 +132,8 @@ def instability(seeds: int = typer.Option(5, "--seeds", help="seeds per fix"),
         fail(f"--steps: must be an integer in [1, 100000] (got {steps})")
     if lr is not None and not (math.isfinite(lr) and 0 < lr <= 100):
         fail(f"--lr: must be a number in (0, 100] (got {lr})")
+    if warmup is not None and not 0 <= warmup <= 100_000:
+        fail(f"--warmup: must be an integer in [0, 100000] (got {warmup})")
     for opt, v in (("--qk-clip", qk_clip), ("--logit-limit", logit_limit)):
         if v is not None and not (math.isfinite(v) and 0 < v <= 1e6):
             fail(f"{opt}: must be a number in (0, 1000000] (got {v})")
@@ -146,7 +152,8 @@ def instability(seeds: int = typer.Option(5, "--seeds", help="seeds per fix"),
     cfg = DEFAULTS if logit_limit is None else replace(DEFAULTS, logit_limit=logit_limit)
     try:
         cfg = replace(cfg, clip_on=clip_on, **{k: v for k, v in (
-            ("steps", steps), ("lr", lr), ("tau", qk_clip)) if v is not None}).check()
+            ("steps", steps), ("lr", lr), ("tau", qk_clip), ("warmup", warmup))
+            if v is not None}).check()
     except SpecError as err:
         fail(str(err))
     with progress(fmt, "instability", seeds * len(arms) * cfg.steps) as tick:
