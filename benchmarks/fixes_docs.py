@@ -5,6 +5,7 @@ benchmarks/results/fixes_<model>.json and a Markdown table written between the p
 
     python benchmarks/fixes_docs.py                 # bert-deep-48 T 128, gpt2 T 256, qwen2 T 128
     python benchmarks/fixes_docs.py --model gpt2    # one of them (then --render for the page)
+    python benchmarks/fixes_docs.py --model gpt2 --seeds 2  # 2 initialisations per row
     python benchmarks/fixes_docs.py --quick         # a small BERT config (seconds)
     python benchmarks/fixes_docs.py --train         # bert-tiny-collapse, T 64, 200 steps each
     python benchmarks/fixes_docs.py --render        # the page's tables from the saved JSON
@@ -71,8 +72,9 @@ def table(c: dict) -> str:
             and r.get("note")]
     tail = ("\nMeasured only (no theory cos), and why:\n\n" + "\n".join(only) + "\n"
             if only else "")
-    return (f"**{c['model']}**, T = {c['seq_len']}, {c['seeds']} seed x {c['sequences']} "
-            f"sequences{secs}: recommended `{rec['command']}`\n\n" + head
+    n = c["seeds"]
+    return (f"**{c['model']}**, T = {c['seq_len']}, {n} seed{'s' if n != 1 else ''} x "
+            f"{c['sequences']} sequences{secs}: recommended `{rec['command']}`\n\n" + head
             + "\n".join(lines) + "\n" + tail)
 
 
@@ -143,7 +145,7 @@ def train_merge(names: list[str]) -> None:
 
 
 def refresh(names: list[str], cases) -> None:
-    """Recompute ``names``' rows of each saved comparison (same model, length and seed: the
+    """Recompute ``names``' rows of each saved comparison (same model, length and seeds: the
     measured numbers are those of the full run; what changed is the code, e.g. a new theory)
     and render the page's tables again."""
     for model, T in cases:
@@ -152,7 +154,9 @@ def refresh(names: list[str], cases) -> None:
             continue
         d = json.loads(path.read_text())
         t0 = time.perf_counter()
-        new = {r["method"]: r for r in rank_fixes(model, names, seq_len=T).to_dict()["methods"]}
+        new = {r["method"]: r for r in rank_fixes(model, names, seq_len=T,
+                                                  seeds=int(d.get("seeds", 1))
+                                                  ).to_dict()["methods"]}
         d["methods"] = ranked_rows(new.get(r["method"], r) for r in d["methods"])
         d["recommendation"] = _recommend(model, d["methods"][0])
         d.setdefault("refreshed", {})[",".join(names)] = round(time.perf_counter() - t0, 1)
@@ -167,6 +171,8 @@ def main() -> None:
     ap.add_argument("--train", action="store_true")
     ap.add_argument("--render", action="store_true")
     ap.add_argument("--model", choices=[m for m, _ in CASES], help="compute this preset only")
+    ap.add_argument("--seeds", type=int, default=1,
+                    help="initialisations per row (a comparison's mean; default 1)")
     ap.add_argument("--refresh", metavar="NAMES",
                     help="recompute these methods' rows in the saved JSON, then render")
     args = ap.parse_args()
@@ -201,7 +207,7 @@ def main() -> None:
     parts = []
     for model, T in cases:
         t0 = time.perf_counter()
-        c = rank_fixes(model, "all", seq_len=T)
+        c = rank_fixes(model, "all", seq_len=T, seeds=args.seeds)
         d = {**c.to_dict(), "seconds": round(time.perf_counter() - t0, 1)}
         print(f"{c.model}: {d['seconds']:.0f} s")
         if not args.quick:
