@@ -419,3 +419,24 @@ def test_a_vanishing_stream_is_signal_lost_not_trainable():
     assert got["rezero"].verdict == "trainable"
     assert [r.method for r in c.rows] == ["rezero", "dyt"]
 
+
+
+def test_a_model_seed_past_the_methods_seed_range_still_draws_the_method():
+    """Gated and differential attention draw from a ``seed`` parameter in [0, 2^31] that the
+    comparison sets from the model's seed; a model seed may reach 2^63, so it is folded into
+    that range: model seed 2^31 + 1 + 7 draws the method with seed 7 and gets a measured row
+    (it was a one-line refusal of ``seed``), and model seed 8 draws with 8."""
+    from sigprop.analysis.ranking import rank_fixes
+
+    m = shrink(PRESETS["gpt2"], layers=2, hidden=32, heads=2, intermediate=64, vocab=100)
+
+    def rows(seed):
+        c = rank_fixes(m, ["gated-attn", "diff-attn"], seq_len=16, seed=seed).to_dict()
+        return {r["method"]: r for r in c["methods"]}
+
+    big, other = rows(2**31 + 1 + 7), rows(8)
+    for name in ("gated-attn", "diff-attn"):
+        assert big[name]["error"] is None, big[name]["error"]
+        assert big[name]["params"]["seed"] == 7.0
+        assert math.isfinite(big[name]["measured"]["cos_final"])
+        assert other[name]["params"]["seed"] == 8.0

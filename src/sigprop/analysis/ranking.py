@@ -436,9 +436,12 @@ def _measure_method(runs: _Runs, name: str, built, ctx, given, stack: str, floor
     t1 = time.perf_counter()
     meth, spec = M.get(name), base.spec
     m = copy.deepcopy(built)
-    if any(p.name == "seed" for p in meth.params) and "seed" not in given.get(name, {}):
-        given = {**given, name: {**given.get(name, {}), "seed": float(seed)}}  # its draws
-        # follow the model's seed, so that the seeds average over them too
+    own = next((p for p in meth.params if p.name == "seed"), None)
+    if own is not None and "seed" not in given.get(name, {}):
+        # its draws follow the model's seed (folded into the parameter's range: a model seed
+        # may reach 2^63), so that the seeds average over them too
+        folded = seed % (int(own.hi) + 1) if own.hi is not None else seed
+        given = {**given, name: {**given.get(name, {}), "seed": float(folded)}}
     try:
         rep = M.apply_methods(m, [name], given, ctx)
     except SpecError as err:
