@@ -48,6 +48,7 @@ without gradients (evaluation between steps) are not read unless ``grad_only=Fal
 from __future__ import annotations
 
 import math
+import random
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -291,12 +292,12 @@ class AttentionTelemetry(Probe):
             if key is not None:
                 self._causal[key] = add
 
-        def logits(rows, maps=slice(None), keys=slice(None)):  # scale x q.k + the mask
+        def logits(rows, maps=None, keys=slice(None)):  # scale x q.k + the mask
+            qm, km = (q, kt) if maps is None else (q[maps], kt[maps])
             if add is None:
-                return torch.bmm(q[maps][:, rows], kt[maps][..., keys]).mul_(scale)
-            a = add[maps] if add.dim() > 2 else add
-            return torch.baddbmm(a[..., rows, keys], q[maps][:, rows], kt[maps][..., keys],
-                                 alpha=scale)
+                return torch.bmm(qm[:, rows], km[..., keys]).mul_(scale)
+            a = add if add.dim() == 2 else add if maps is None else add[maps]
+            return torch.baddbmm(a[..., rows, keys], qm[:, rows], km[..., keys], alpha=scale)
 
         # the exact maximum, query rows in chunks (no T x Tk map kept); under a causal
         # triangle alone a chunk of rows reads only the keys its last row sees (4 chunks at
@@ -305,21 +306,26 @@ class AttentionTelemetry(Probe):
         step = max(1, CHUNK // max(1, NH * Tk))
         if causal:
             step = min(step, max(16, -(-T // 4)))
-        best = torch.full((NH,), -math.inf, dtype=q.dtype, device=q.device)
+        # (each chunk's maxima written into one buffer, reduced once: every operation here
+        # runs per layer and step, and inside a training step a small one costs ~10x what
+        # it does alone -- the model's kernels have evicted its code and data)
+        starts = range(0, T, step)
+        bests = torch.empty((len(starts), NH), dtype=q.dtype, device=q.device)
         sc = None
         G = int(groups or 1)
         per = NH // H // G  # sequences per group
-        for r0 in range(0, T, step):
+        for c, r0 in enumerate(starts):
             r1 = min(T, r0 + step)
             kend = min(Tk, r1 + Tk - T) if causal else Tk
             part = logits(slice(r0, r1), keys=slice(0, kend))
-            best = torch.maximum(best, part.amax((-1, -2)))
+            torch.amax(part, (-1, -2), out=bests[c])
             if r0 == 0 and r1 == T and kend == Tk:
                 sc = part
+        best = bests[0] if len(starts) == 1 else bests.amax(0)
         if max_only:
             by = best.reshape(G, per, H).amax(1)
             return {"max_logit": by.amax(0), **({"slice:max_logit": by} if G > 1 else {})}
-        idx = self._rows_of(i, T).to(q.device)
+        idx = self._rows_of(i, T, q.device)
         ns = min(self.sequences, per)  # sampled sequences per group
         if G == 1:
             seqs = slice(0, ns * H)
@@ -331,16 +337,17 @@ class AttentionTelemetry(Probe):
         sc = sc[seqs][:, idx] if sc is not None else logits(idx, seqs)
         return _Rows(sc, idx, best, (T, Tk, G, ns, per, H))
 
-    def _rows_of(self, i: int, T: int) -> torch.Tensor:
+    def _rows_of(self, i: int, T: int, device=None) -> torch.Tensor:
         """The sorted query rows layer ``i`` samples this step: ``rows`` of ``T`` drawn
         without replacement from a generator seeded by ``(seed, step, layer)`` (the step's
         seed mixed once by :func:`block_seed`, the layer added by an odd multiplier)."""
         if self._step_seed[0] != self.step:
             self._step_seed = (self.step, block_seed(self.seed & (2**64 - 1), self.step,
                                                      salt=101))
-        g = torch.Generator().manual_seed((self._step_seed[1] + 0x9E3779B1 * (i + 1))
-                                          % 2**32)
-        return torch.randperm(T, generator=g)[:min(self.rows, T)].sort().values
+        # Python's generator, not torch's: one tensor made per layer instead of five small
+        # operations (a generator, its seed, randperm, a slice, a sort)
+        g = random.Random((self._step_seed[1] + 0x9E3779B1 * (i + 1)) % 2**32)
+        return torch.tensor(sorted(g.sample(range(T), min(self.rows, T))), device=device)
 
     # ---- steps -----------------------------------------------------------------------------
     def end_step(self, step: int | None = None) -> dict[int, dict[str, torch.Tensor]]:
@@ -355,7 +362,7 @@ class AttentionTelemetry(Probe):
                 for key in parts[0]:
                     v = torch.stack([p[key] for p in parts])
                     merged[key] = v.amax(0) if key.endswith("max_logit") else v.nanmean(0)
-            out[i] = {k: v.float().cpu() for k, v in merged.items()}
+            out[i] = merged  # (float32, on the CPU: :func:`_statistics`)
         for i in self._ran - set(out):  # a block ran, its attention was never read
             info = self.info[i] if i < len(self.info) else None
             if info is not None and i in self.attention_layers and not info.get("source") \
@@ -454,8 +461,10 @@ def _statistics(now: dict[int, list]) -> dict[int, list[dict[str, torch.Tensor]]
                             torch.stack([r.idx for _, _, r in calls]),
                             torch.stack([r.best for _, _, r in calls]), T=T, Tk=Tk, groups=G,
                             sampled=ns, per=per, heads=H)
+        # on the CPU in float32 once, split into the calls' rows by one unbind per statistic
+        parts = {k: v.float().cpu().unbind(0) for k, v in st.items()}
         for n, (i, j, _) in enumerate(calls):
-            out[i][j] = {k: v[n] for k, v in st.items()}
+            out[i][j] = {k: v[n] for k, v in parts.items()}
     return {i: v for i, v in out.items() if v}
 
 
