@@ -96,3 +96,35 @@ def test_run_stops_before_a_nonfinite_loss():
     done = run(lambda k: p.sum() * (float("nan") if k == 3 else 1.0), opt, 5, finite=True)
     assert done == 2
     torch.testing.assert_close(p.detach(), torch.full((2,), 0.8))
+
+
+def test_muon_adamw_split_and_step():
+    """MuonAdamW: the hidden 2-D projections go to Muon; embeddings (tied head included),
+    norms and biases to AdamW; both halves move on a step; a rate set through
+    ``param_groups`` reaches both; ``zero_grad`` clears every gradient."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    from sigprop.training.optim import MuonAdamW
+
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=50, n_embd=16, n_layer=1, n_head=2,
+                                       n_positions=8))
+    opt = MuonAdamW(model, lr=0.01)
+    muon = {id(p) for g in opt.muon.param_groups for p in g["params"]}
+    names = {n for n, p in model.named_parameters() if id(p) in muon}
+    assert names == {"transformer.h.0.attn.c_attn.weight", "transformer.h.0.attn.c_proj.weight",
+                     "transformer.h.0.mlp.c_fc.weight", "transformer.h.0.mlp.c_proj.weight"}
+    rest = {id(p) for g in opt.adamw.param_groups for p in g["params"]}
+    assert id(model.transformer.wte.weight) in rest and id(model.lm_head.weight) in rest
+    assert len(muon) + len(rest) == len(list(model.parameters()))
+    for g in opt.param_groups:
+        g["lr"] = 0.02
+    assert opt.muon.param_groups[0]["lr"] == opt.adamw.param_groups[0]["lr"] == 0.02
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    ids = torch.randint(0, 50, (2, 8))
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    moved = {n for n, p in model.named_parameters() if not torch.equal(p, before[n])}
+    assert "transformer.h.0.attn.c_attn.weight" in moved and "transformer.wte.weight" in moved
+    opt.zero_grad()
+    assert all(p.grad is None for p in model.parameters())

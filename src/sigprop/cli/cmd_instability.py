@@ -50,8 +50,9 @@ def print_instability(res, wide: bool = False) -> None:
     console = tables.console(wide)
     c = res.config
     hold = "" if c.ramp >= c.steps else ", then constant"
+    opt = "Muon (AdamW on embeddings, norms, biases)" if c.optimizer == "muon" else "AdamW"
     console.print(f"[bold]sigprop instability[/] {c.arch} LM d={c.d_model}, "
-                  f"{c.layers} layers, {c.heads} heads, T={c.seq_len}, batch {c.batch}; AdamW "
+                  f"{c.layers} layers, {c.heads} heads, T={c.seq_len}, batch {c.batch}; {opt} "
                   f"lr 0 -> {c.lr:g} over {c.ramp} steps{hold}, {c.steps} steps; seeds "
                   f"{','.join(str(s) for s in res.seeds)}; QK-Clip tau {c.tau:g}")
     names = ("fix", "spikes", "warned", "lead", "lead range", "spike", "max logit",
@@ -94,7 +95,7 @@ def instability(seeds: int = typer.Option(5, "--seeds", help="seeds per fix"),
                 steps: int | None = typer.Option(None, "--steps",
                                                  help="optimizer steps per run (default 300)"),
                 lr: float | None = typer.Option(None, "--lr", help="peak learning rate "
-                                                "(AdamW), reached linearly over --warmup "
+                                                "(the optimizer's), reached linearly over --warmup "
                                                 "steps (default 0.2)"),
                 warmup: int | None = typer.Option(
                     None, "--warmup", help="steps of the linear ramp to the peak "
@@ -110,6 +111,9 @@ def instability(seeds: int = typer.Option(5, "--seeds", help="seeds per fix"),
                 logit_limit: float | None = typer.Option(
                     None, "--logit-limit", help="the early warning's limit on a head's "
                     "largest logit (default 100)"),
+                optimizer: str = typer.Option(
+                    "adamw", "--optimizer", help="adamw, or muon (Muon on the hidden "
+                    "matrices, AdamW on the rest: the optimizer QK-Clip was made for)"),
                 workers: int | None = typer.Option(
                     None, "--workers", help="runs trained at once, one CPU thread each "
                     "(default: 2, or 1 on a one-core machine)"),
@@ -142,7 +146,10 @@ def instability(seeds: int = typer.Option(5, "--seeds", help="seeds per fix"),
     if not 1 <= workers <= 256:
         fail(f"--workers: must be an integer in [1, 256] (got {workers})")
     from ..training.health import CLIP_ON
+    from ..training.instability import OPTIMIZERS
 
+    if optimizer not in OPTIMIZERS:
+        fail(f"--optimizer: must be one of {', '.join(OPTIMIZERS)} (got {optimizer!r})")
     if clip_on not in CLIP_ON:
         fail(f"--clip-on: must be one of {', '.join(CLIP_ON)} (got {clip_on!r})")
     if fmt == Fmt.csv:
@@ -151,7 +158,7 @@ def instability(seeds: int = typer.Option(5, "--seeds", help="seeds per fix"),
     check_figure_path("--plot", plot)
     cfg = DEFAULTS if logit_limit is None else replace(DEFAULTS, logit_limit=logit_limit)
     try:
-        cfg = replace(cfg, clip_on=clip_on, **{k: v for k, v in (
+        cfg = replace(cfg, clip_on=clip_on, optimizer=optimizer, **{k: v for k, v in (
             ("steps", steps), ("lr", lr), ("tau", qk_clip), ("warmup", warmup))
             if v is not None}).check()
     except SpecError as err:

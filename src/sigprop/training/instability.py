@@ -10,6 +10,11 @@ early warning (a head's largest logit projected to reach the logit limit) is com
 the spike. The output logits are kept tame with Wortsman's z-loss (``z_loss``), as in their
 runs, so that the attention is the instability left to look at.
 
+``optimizer="muon"`` trains the hidden matrices with Muon instead (AdamW on the embeddings,
+norms and biases: :class:`~sigprop.training.optim.MuonAdamW`), the optimizer QK-Clip was
+introduced with (Kimi K2's MuonClip): the logits grow and the loss spikes there too, and the
+clip holds both the logits and the loss (docs/instability.md, "With Muon").
+
 The arms (``fixes``):
 
 * ``none``: the model as built;
@@ -48,11 +53,13 @@ from torch import nn
 
 from ..spec import SpecError
 
-__all__ = ["DEFAULTS", "FIXES", "InstabilityConfig", "InstabilityResult", "build_model",
-           "run_instability", "spike_step", "train_one"]
+__all__ = ["DEFAULTS", "FIXES", "OPTIMIZERS", "InstabilityConfig", "InstabilityResult",
+           "build_model", "run_instability", "spike_step", "train_one"]
 
 FIXES = ("none", "qk-clip", "qk-norm", "sigma-reparam")
 ARCHS = ("llama", "gpt2")
+#: ``adamw``: AdamW on every parameter; ``muon``: :class:`~sigprop.training.optim.MuonAdamW`
+OPTIMIZERS = ("adamw", "muon")
 
 
 @dataclass(frozen=True)
@@ -65,7 +72,9 @@ class InstabilityConfig:
     ``horizon`` and ``window``; the spike rule (``spike_factor``, ``spike_after``) and the
     QK-Clip bound's ``clip_slack``; ``rows``: the telemetry's sampled rows; ``clip_on``:
     what QK-Clip acts on (:data:`sigprop.training.health.CLIP_ON`: ``"updated"``, Kimi's
-    ``"step"``, or the certified ``"bound"`` over every input)."""
+    ``"step"``, or the certified ``"bound"`` over every input); ``optimizer``: ``"adamw"``
+    or ``"muon"`` (Muon on the hidden matrices, AdamW with ``beta2`` on the rest, one peak
+    ``lr``: :class:`~sigprop.training.optim.MuonAdamW`)."""
 
     arch: str = "gpt2"
     steps: int = 300
@@ -91,6 +100,7 @@ class InstabilityConfig:
     rows: int = 16
     z_loss: float = 1e-4
     clip_on: str = "updated"
+    optimizer: str = "adamw"
 
     def check(self) -> InstabilityConfig:
         def positive_int(name, lo=1):
@@ -129,6 +139,9 @@ class InstabilityConfig:
         if self.clip_on not in CLIP_ON:
             raise SpecError("clip_on", f"must be one of {', '.join(CLIP_ON)} (got "
                                        f"{self.clip_on!r})")
+        if self.optimizer not in OPTIMIZERS:
+            raise SpecError("optimizer", f"must be one of {', '.join(OPTIMIZERS)} (got "
+                                         f"{self.optimizer!r})")
         if self.arch not in ARCHS:
             raise SpecError("arch", f"must be one of {', '.join(ARCHS)} (got {self.arch!r})")
         if self.d_model % self.heads:
@@ -322,8 +335,14 @@ def train_one(cfg: InstabilityConfig, fix: str, seed: int, corpus=None,
                                  qk_clip=cfg.tau if fix == "qk-clip" else None,
                                  logit_limit=cfg.limit, horizon=cfg.horizon,
                                  window=cfg.window, clip_on=cfg.clip_on)
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, cfg.beta2),
-                                weight_decay=cfg.weight_decay)
+        if cfg.optimizer == "muon":
+            from .optim import MuonAdamW
+
+            opt = MuonAdamW(model, cfg.lr, betas=(0.9, cfg.beta2),
+                            weight_decay=cfg.weight_decay)
+        else:
+            opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, betas=(0.9, cfg.beta2),
+                                    weight_decay=cfg.weight_decay)
         ramp = cfg.ramp
         try:
             for step in range(cfg.steps):

@@ -22,7 +22,7 @@ from torch import Tensor, nn
 if TYPE_CHECKING:
     from .config import TrainConfig
 
-__all__ = ["SliceAdam", "clip_per_slice", "make_optimizer"]
+__all__ = ["MuonAdamW", "SliceAdam", "clip_per_slice", "make_optimizer"]
 
 
 class SliceAdam(torch.optim.Optimizer):
@@ -128,3 +128,49 @@ def make_optimizer(model: nn.Module, config: TrainConfig):
         return max(0.0, (config.steps - step) / max(1, config.steps - warm))
 
     return opt, torch.optim.lr_scheduler.LambdaLR(opt, factor), params
+
+
+class MuonAdamW:
+    """Muon on a model's hidden weight matrices and AdamW on everything else, as one
+    optimiser (Kimi K2's and Moonlight's split; Muon is torch's ``torch.optim.Muon``).
+
+    Muon takes every trainable 2-D parameter except those of the embeddings (every
+    ``nn.Embedding``, and the output head of ``get_output_embeddings()``, tied or not): the
+    attention and MLP projections, whichever way round a layer stores them (GPT-2's
+    ``Conv1D`` keeps ``(in, out)``; Muon's orthogonalised update does not depend on it). Its
+    learning rate is scaled to AdamW's update RMS (``adjust_lr_fn="match_rms_adamw"``:
+    ``0.2 sqrt(max(rows, cols))``), so one ``lr`` serves both halves. AdamW takes the
+    embeddings, the head, norms, biases and any other parameter with ``betas``.
+
+    ``param_groups`` lists both halves' groups (a schedule sets ``g["lr"]`` on each);
+    :meth:`step` and :meth:`zero_grad` run both."""
+
+    def __init__(self, model: nn.Module, lr: float, *, betas: tuple[float, float] = (0.9, 0.95),
+                 weight_decay: float = 0.0, momentum: float = 0.95):
+        emb = {id(p) for m in model.modules() if isinstance(m, nn.Embedding)
+               for p in m.parameters()}
+        get_out = getattr(model, "get_output_embeddings", None)
+        head = get_out() if callable(get_out) else None
+        if isinstance(head, nn.Module):
+            emb |= {id(p) for p in head.parameters()}
+        params = [p for p in model.parameters() if p.requires_grad]
+        hidden = [p for p in params if p.dim() == 2 and id(p) not in emb]
+        rest = [p for p in params if p.dim() != 2 or id(p) in emb]
+        if not hidden:
+            raise ValueError(f"{type(model).__name__}: no 2-D hidden weight for Muon")
+        self.muon = torch.optim.Muon(hidden, lr=lr, weight_decay=weight_decay,
+                                     momentum=momentum, adjust_lr_fn="match_rms_adamw")
+        self.adamw = torch.optim.AdamW(rest, lr=lr, betas=betas, weight_decay=weight_decay) \
+            if rest else None
+        self.param_groups = self.muon.param_groups + (self.adamw.param_groups if self.adamw
+                                                      else [])
+
+    def step(self) -> None:
+        self.muon.step()
+        if self.adamw is not None:
+            self.adamw.step()
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        self.muon.zero_grad(set_to_none=set_to_none)
+        if self.adamw is not None:
+            self.adamw.zero_grad(set_to_none=set_to_none)
