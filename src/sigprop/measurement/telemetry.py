@@ -36,9 +36,14 @@ What it computes, per attention call (a layer):
 
 Cost. In the forward, per layer: the exact maximum (under a causal triangle alone, a chunk of
 query rows reads only the keys its last row sees: 5/8 of the products at four chunks) and the
-sampled rows' logits; at :meth:`end_step`, the sampled rows of every layer (and call) of one
-shape are turned into statistics at once, so their dozen small operations run once a step,
-not once a layer. ``sigprop bench monitor`` times it against the same step without.
+sampled rows' logits; at :meth:`end_step`, the sampled rows of every
+layer (and call) of one shape are turned into statistics at once, so their dozen small
+operations run once a step, not once a layer. Inside a training step a small operation costs
+several times what it does alone (the model's kernels have evicted its code and data: 5-8x
+measured on the 2-core machine), so the count of operations matters as much as the
+products (one product of every row instead of four chunks at T 128 measured the same inside
+the step, within the noise: 6.1-7.0% against 5.9-6.7% over two runs).
+``sigprop bench monitor`` times it against the same step without.
 
 Several forward calls in one step (gradient accumulation, activation checkpointing's
 recomputation) are merged: the maximum of ``max_logit``, means of the rest. Forward calls
@@ -60,6 +65,7 @@ from ..spec import SpecError
 from .probe import MISREAD, Probe, misread
 from .probe_sites import AttentionSite
 from .stream_inputs import block_seed
+from .telemetry_stats import SampledRows, statistics_of
 
 __all__ = ["CHUNK", "STATS", "AttentionTelemetry"]
 
@@ -256,10 +262,11 @@ class AttentionTelemetry(Probe):
         holds every statistic per group, ``(groups, H)`` (the per-head values are their
         maximum / mean over groups).
 
-        Returns the exact per-map maxima and the sampled rows' logits (a :class:`_Rows`); the
-        statistics of those rows are formed at :meth:`end_step`, every layer's at once
-        (:func:`_sampled_stats` on the rows stacked), so that their many small operations run
-        once a step rather than once a layer. ``max_only``: the largest logits alone,
+        Returns the exact per-map maxima and the sampled rows' logits (a
+        :class:`~.telemetry_stats.SampledRows`); the statistics of those rows are formed at
+        :meth:`end_step`, every layer's at once (:func:`~.telemetry_stats.sampled_stats` on
+        the rows stacked), so that their many small operations run once a step rather than
+        once a layer. ``max_only``: the largest logits alone,
         ``{"max_logit": (H,)[, "slice:max_logit": (groups, H)]}``."""
         q, k, rope = self._qk(s, pend)
         if pend.get("roped"):  # read at the attention interface: RoPE already in q and k
@@ -335,7 +342,7 @@ class AttentionTelemetry(Probe):
         # the sampled rows of the first `sequences` sequences, (G * ns * H, R, Tk) masked
         # -inf, taken from the one chunk when it holds every row
         sc = sc[seqs][:, idx] if sc is not None else logits(idx, seqs)
-        return _Rows(sc, idx, best, (T, Tk, G, ns, per, H))
+        return SampledRows(sc, idx, best, (T, Tk, G, ns, per, H))
 
     def _rows_of(self, i: int, T: int, device=None) -> torch.Tensor:
         """The sorted query rows layer ``i`` samples this step: ``rows`` of ``T`` drawn
@@ -356,13 +363,13 @@ class AttentionTelemetry(Probe):
         for the next step (``step + 1``; ``step`` default: one after the last)."""
         step = self.step if step is None else int(step)
         out = {}
-        for i, parts in sorted(_statistics(self._now).items()):
+        for i, parts in sorted(statistics_of(self._now).items()):
             merged = dict(parts[0])
             if len(parts) > 1:  # the per-head STATS (and the per-group ``slice:`` ones)
                 for key in parts[0]:
                     v = torch.stack([p[key] for p in parts])
                     merged[key] = v.amax(0) if key.endswith("max_logit") else v.nanmean(0)
-            out[i] = merged  # (float32, on the CPU: :func:`_statistics`)
+            out[i] = merged  # (float32, on the CPU: :func:`~.telemetry_stats.statistics_of`)
         for i in self._ran - set(out):  # a block ran, its attention was never read
             info = self.info[i] if i < len(self.info) else None
             if info is not None and i in self.attention_layers and not info.get("source") \
@@ -432,99 +439,6 @@ class AttentionTelemetry(Probe):
         """The attention-layer indices the telemetry reads (blocks with an attention site)."""
         return [i for i, s in enumerate(self.sites)
                 if s is not None or i in self._own or i in self._iface]
-
-
-@dataclass
-class _Rows:
-    """One attention call's reading before its statistics: the sampled rows' logits ``sc``
-    (``(G * ns * H, R, Tk)``, masked -inf), their row indices ``idx`` (``(R,)``), the exact
-    per-map maxima ``best`` (``(G * per * H,)``) and ``shape`` = (T, Tk, G, ns, per, H)."""
-
-    sc: torch.Tensor
-    idx: torch.Tensor
-    best: torch.Tensor
-    shape: tuple
-
-
-def _statistics(now: dict[int, list]) -> dict[int, list[dict[str, torch.Tensor]]]:
-    """``{layer: [call's statistics, ...]}`` of the step's readings: the calls of one shape
-    (and dtype, device) stacked and read by one :func:`_sampled_stats`."""
-    out: dict[int, list] = defaultdict(list)
-    groups: dict[tuple, list[tuple[int, int, _Rows]]] = defaultdict(list)
-    for i, parts in now.items():
-        for j, r in enumerate(parts):
-            groups[(r.shape, r.sc.shape, r.sc.dtype, str(r.sc.device))].append((i, j, r))
-            out[i].append(None)
-    for (shape, *_), calls in groups.items():
-        T, Tk, G, ns, per, H = shape
-        st = _sampled_stats(torch.stack([r.sc for _, _, r in calls]),
-                            torch.stack([r.idx for _, _, r in calls]),
-                            torch.stack([r.best for _, _, r in calls]), T=T, Tk=Tk, groups=G,
-                            sampled=ns, per=per, heads=H)
-        # on the CPU in float32 once, split into the calls' rows by one unbind per statistic
-        parts = {k: v.float().cpu().unbind(0) for k, v in st.items()}
-        for n, (i, j, _) in enumerate(calls):
-            out[i][j] = {k: v[n] for k, v in parts.items()}
-    return {i: v for i, v in out.items() if v}
-
-
-def _sampled_stats(sc: torch.Tensor, idx: torch.Tensor, best: torch.Tensor, *, T: int, Tk: int,
-                   groups: int, sampled: int, per: int, heads: int) -> dict[str, torch.Tensor]:
-    """Statistics of ``L`` calls (layers) at once from their sampled rows' logits ``sc``
-    (``(L, groups * sampled * heads, R, Tk)``, masked -inf; rows ``idx`` ``(L, R)`` of T) and
-    the exact per-map maxima ``best`` (``(L, groups * per * heads)``): per call and head
-    ``(L, H)``, or with several groups also per group (``slice:<stat>``, ``(L, groups, H)``;
-    :meth:`AttentionTelemetry._layer_stats`)."""
-    L, G, ns, H, R = sc.shape[0], groups, sampled, heads, idx.shape[-1]
-    # a dozen passes over the (L, maps, R, Tk) logits, no more: this runs every step
-    vis = torch.isfinite(sc)
-    hidden = ~vis
-    keys = vis.sum(-1)  # (L, N * H, R)
-    z = sc.masked_fill(hidden, 0.0)
-    s2 = torch.linalg.vector_norm(z, dim=(-1, -2)).square()  # (L, N * H)
-    cnt = keys.sum(-1)
-    if T == Tk:  # sigma_s leaves each row's own key out, as the probe's
-        at = idx[:, None, :, None].expand(L, sc.shape[1], R, 1)
-        s2 = s2 - z.gather(-1, at).square().sum((-1, -2))
-        cnt = cnt - vis.gather(-1, at).sum((-1, -2))
-    sigma = (s2.clamp_min(0.0) / cnt.clamp_min(1)).sqrt()
-    # the rows' softmax: masked entries set to 0 before the exponential and to 0 after
-    # (an exponential of a very negative number takes a slow path: ~8x on this CPU)
-    mx = sc.amax(-1, keepdim=True)
-    mx = torch.where(torch.isfinite(mx), mx, torch.zeros_like(mx))
-    d = (sc - mx).masked_fill_(hidden, 0.0)
-    e = d.exp().masked_fill_(hidden, 0.0)
-    rz = e.sum(-1).reciprocal()  # 1 / Z; the largest weight (e = 1 at the maximum)
-    ipr = torch.linalg.vector_norm(e, dim=-1).square() * rz.square()
-    h = (rz.log().neg() - torch.linalg.vecdot(e, d) * rz).clamp_min(0.0)  # entropy, nats
-    h = h / torch.log(keys.clamp_min(2).to(e.dtype))
-    h = h.masked_fill(keys < 2, math.nan).reshape(L, G, ns, H, R)
-    fpc = math.sqrt((T - R) / (T - 1)) if T > 1 else 0.0
-
-    def entropy_of(hh):  # (..., H, n rows) -> the mean and its standard error
-        n = (~hh.isnan()).sum(-1)
-        mean = torch.nanmean(hh, -1)
-        var = torch.nanmean((hh - mean[..., None]).square(), -1) * n / \
-            (n - 1).clamp_min(1)
-        return mean, (var / n.clamp_min(1)).sqrt() * fpc
-
-    def per_head(x):  # (L, G * ns * H) -> the mean over a group's sequences, (L, G, H)
-        return x.reshape(L, G, ns, H).mean(2)
-
-    mean, se = entropy_of(h.transpose(2, 3).reshape(L, G, H, ns * R))
-    by = {"max_logit": best.reshape(L, G, per, H).amax(2), "entropy": mean,
-          "entropy_se": se, "ipr": per_head(ipr.mean(-1)), "wmax": per_head(rz.mean(-1)),
-          "sink": per_head((e[..., 0] * rz).mean(-1)),
-          "sigma_s": per_head(sigma.square()).sqrt(),
-          "keys": per_head(keys.to(sc.dtype).mean(-1))}
-    if G == 1:
-        return {k: v[:, 0] for k, v in by.items()}
-    mean, se = entropy_of(h.permute(0, 3, 1, 2, 4).reshape(L, H, G * ns * R))
-    out = {"max_logit": by["max_logit"].amax(1), "entropy": mean, "entropy_se": se}
-    out.update({k: by[k].mean(1) for k in ("ipr", "wmax", "sink", "keys")})
-    out["sigma_s"] = by["sigma_s"].square().mean(1).sqrt()
-    out.update({f"slice:{k}": v for k, v in by.items()})
-    return out
 
 
 @dataclass

@@ -64,8 +64,11 @@ def plot_instability(result, path: str | None = None, seed: int | None = None,
         a.set_xlabel("step")
     axes[0].plot([], [], color="k", ls=":", lw=1.0, label="early warning")
     axes[0].plot([], [], color="k", ls="--", lw=1.0, label="loss spike")
-    title = (f"provoked instability, seed {seed}: AdamW to lr {result.config.lr:g}, "
-             f"d={result.config.d_model}, {result.config.layers} layers")
+    c = result.config
+    opt = "Muon" if getattr(c, "optimizer", "adamw") == "muon" else "AdamW"
+    clip = "" if "qk-clip" not in result.fixes else f", QK-Clip on {c.clip_on}"
+    title = (f"provoked instability, seed {seed}: {opt} to lr {c.lr:g}, d={c.d_model}, "
+             f"{c.layers} layers{clip}")
     if host is not None:
         host.suptitle(title, fontsize=10)
         handles, labels = axes[0].get_legend_handles_labels()
