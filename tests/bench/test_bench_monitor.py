@@ -8,7 +8,7 @@ import json
 import math
 
 from sigprop.bench import core
-from sigprop.bench.monitor import VARIANTS
+from sigprop.bench.monitor import VARIANTS, VOCAB_VARIANTS
 from sigprop.cli import run
 
 
@@ -22,8 +22,14 @@ def test_monitor_bench_quick_json(capsys, tmp_path):
     (b,) = res["benchmarks"]
     assert b["name"] == "monitor" and "error" not in b, b.get("error")
     figs = {f["name"]: f for f in b["figures"]}
-    want = [f"monitor/{v}" for v in VARIANTS[1:]] + ["monitor/telemetry-compute"]
+    vocab = [f"monitor/gpt2-vocab-{v}" for v in VOCAB_VARIANTS[1:]]
+    want = [f"monitor/{v}" for v in VARIANTS[1:]] + ["monitor/telemetry-compute"] + vocab
     assert sorted(figs) == sorted(want)
+    for name in vocab:  # the second model: GPT-2's vocabulary (512 at the quick size)
+        f = figs.pop(name)
+        assert math.isfinite(f["ratio"]) and f["sigprop_s"] > 0 and f["reference_s"] > 0
+        assert f["size"]["vocab"] == 512 and f["size"]["rounds"] == 1
+        assert len(f["size"]["per_step_s"]) == 1 and f["target"] in ("<= 5%", "<= 1%")
     for name, f in figs.items():
         assert math.isfinite(f["ratio"]), name
         assert f["sigprop_s"] > 0 and f["reference_s"] > 0, name
