@@ -120,10 +120,11 @@ def instability(seeds: int = typer.Option(5, "--seeds", help="seeds per fix"),
                 plot: str | None = typer.Option(None, "--plot",
                                                 help="write the figure (PNG, PDF, SVG)"),
                 fmt: Fmt = FormatOpt, seed: int = SeedOpt) -> None:
-    """Provoke an attention-logit-growth instability in a small causal LM (AdamW ramped to
-    a very high learning rate), watch it with the attention health check and compare its
-    early warning with the loss spike, per fix and seed (docs/instability.md; the default:
-    20 runs of ~45 s on one CPU thread each, two at a time)."""
+    """Provoke an attention-logit-growth instability in a small causal LM (AdamW, or Muon
+    with --optimizer muon, ramped to a very high learning rate), watch it with the attention
+    health check and compare its early warning with the loss spike, per fix and seed
+    (docs/instability.md; the default: 20 runs of ~45 s on one CPU thread each, two at a
+    time)."""
     import os
     from dataclasses import replace
 
