@@ -1,5 +1,8 @@
-"""sigprop.training.optim.SliceAdam against torch's Adam / AdamW, and the shared loop of
-sigprop.training.steps (float64 throughout: the comparisons are to rounding)."""
+"""sigprop.training.optim.SliceAdam against torch's Adam / AdamW, the shared loop of
+sigprop.training.steps (float64 throughout: the comparisons are to rounding), and
+MuonAdamW's split of a model's parameters, its step and its saved state."""
+
+import copy
 
 import pytest
 import torch
@@ -128,3 +131,18 @@ def test_muon_adamw_split_and_step():
     assert "transformer.h.0.attn.c_attn.weight" in moved and "transformer.wte.weight" in moved
     opt.zero_grad()
     assert all(p.grad is None for p in model.parameters())
+    # the state round-trips: a fresh optimiser loaded with it takes the same next step
+    model.eval()  # (dropout off: the two steps see the same gradients)
+    saved = {n: p.detach().clone() for n, p in model.named_parameters()}
+    again = MuonAdamW(model, lr=0.02)  # (a copy, as saved to disk: torch's state_dict
+    again.load_state_dict(copy.deepcopy(opt.state_dict()))  # holds the live tensors)
+    steps = []
+    for o in (opt, again):
+        with torch.no_grad():
+            for n, p in model.named_parameters():
+                p.copy_(saved[n])
+        model(input_ids=ids, labels=ids).loss.backward()
+        o.step()
+        o.zero_grad()
+        steps.append({n: p.detach().clone() for n, p in model.named_parameters()})
+    assert all(torch.equal(steps[0][n], steps[1][n]) for n in saved)

@@ -143,7 +143,9 @@ class MuonAdamW:
     embeddings, the head, norms, biases and any other parameter with ``betas``.
 
     ``param_groups`` lists both halves' groups (a schedule sets ``g["lr"]`` on each);
-    :meth:`step` and :meth:`zero_grad` run both."""
+    :meth:`step`, :meth:`zero_grad`, :meth:`state_dict` and :meth:`load_state_dict` run
+    both. It is not a ``torch.optim.Optimizer`` (torch's LR schedulers take one optimiser:
+    give them ``.muon`` and ``.adamw`` each, or set the rates through ``param_groups``)."""
 
     def __init__(self, model: nn.Module, lr: float, *, betas: tuple[float, float] = (0.9, 0.95),
                  weight_decay: float = 0.0, momentum: float = 0.95):
@@ -174,3 +176,14 @@ class MuonAdamW:
         self.muon.zero_grad(set_to_none=set_to_none)
         if self.adamw is not None:
             self.adamw.zero_grad(set_to_none=set_to_none)
+
+    def state_dict(self) -> dict:
+        """Both halves' states (``{"muon": ..., "adamw": ...}``)."""
+        return {"muon": self.muon.state_dict(),
+                "adamw": None if self.adamw is None else self.adamw.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore what :meth:`state_dict` gave (for the same model's parameters)."""
+        self.muon.load_state_dict(state["muon"])
+        if self.adamw is not None and state.get("adamw") is not None:
+            self.adamw.load_state_dict(state["adamw"])
