@@ -119,6 +119,28 @@ def _model(p: dict[str, int], device):
     return model.train()
 
 
+def _training(p: dict[str, int], dev, seed: int):
+    """``(model, step, generator)``: :func:`_model` of ``p``, AdamW, four batches of random
+    token ids drawn from a generator seeded ``seed`` (returned, to draw more from), and
+    ``step(s)``: forward with labels on batch ``s mod 4``, backward, ``opt.step()``,
+    ``opt.zero_grad()``."""
+    import torch
+
+    model = _model(p, dev)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
+    gen = torch.Generator().manual_seed(seed)
+    batches = [torch.randint(0, p["vocab"], (p["batch"], p["T"]), generator=gen).to(dev)
+               for _ in range(4)]
+
+    def step(s: int) -> None:
+        ids = batches[s % len(batches)]
+        model(input_ids=ids, labels=ids).loss.backward()
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    return model, step, gen
+
+
 def _median(xs) -> float:
     xs = [x for x in xs if math.isfinite(x)]
     return statistics.median(xs) if xs else math.nan
@@ -187,19 +209,8 @@ def monitor_overhead(*, size: str = "default", device: str = "cpu") -> list[Figu
             warnings.catch_warnings():
         warnings.simplefilter("ignore")  # collapse warnings of the held-batch monitor
         machine = _machine(dev)
-        model = _model(p, dev)
-        opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-        gen = torch.Generator().manual_seed(0)
-        batches = [torch.randint(0, p["vocab"], (p["batch"], p["T"]), generator=gen).to(dev)
-                   for _ in range(4)]
+        model, step, gen = _training(p, dev, seed=0)
         held = torch.randint(0, p["vocab"], (p["batch"], p["T"]), generator=gen).to(dev)
-
-        def step(s: int) -> None:
-            ids = batches[s % len(batches)]
-            model(input_ids=ids, labels=ids).loss.backward()
-            opt.step()
-            opt.zero_grad(set_to_none=True)
-
         held_batch = {"input_ids": held, "labels": held}
         mons = {"held-batch-monitor-every-1": Monitor(model, held_batch, every=1, warn=False),
                 "held-batch-monitor-every-10": Monitor(model, held_batch, every=10,
@@ -304,16 +315,9 @@ def _vocab_phase(p: dict[str, int], dev) -> dict[str, list[float]]:
     """The bare step and the telemetry read every step / every 10th, on the same model with
     GPT-2's own vocabulary (``p["vocab_full"]`` tokens; ``p["vocab_rounds"]`` rounds): the
     issue's 4-layer GPT-2 as GPT-2 is, where the LM head is most of a CPU step."""
-    import torch
-
     from ..measurement.telemetry import AttentionTelemetry
 
-    q = dict(p, vocab=p["vocab_full"])
-    model = _model(q, dev)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4)
-    gen = torch.Generator().manual_seed(1)
-    batches = [torch.randint(0, q["vocab"], (q["batch"], q["T"]), generator=gen).to(dev)
-               for _ in range(4)]
+    model, step, _ = _training(dict(p, vocab=p["vocab_full"]), dev, seed=1)
     tels = {v: AttentionTelemetry(model, rows=ROWS, every=e, seed=0)
             for v, e in (("telemetry-every-1", 1), ("telemetry-every-10", 10))}
     for tel in tels.values():
@@ -325,10 +329,7 @@ def _vocab_phase(p: dict[str, int], dev) -> dict[str, list[float]]:
         if tel is not None:
             tel.__enter__()
         t0 = time.perf_counter()
-        ids = batches[s % len(batches)]
-        model(input_ids=ids, labels=ids).loss.backward()
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        step(s)
         if tel is not None:
             tel.end_step(s)
         t = time.perf_counter() - t0
@@ -341,31 +342,44 @@ def _vocab_phase(p: dict[str, int], dev) -> dict[str, list[float]]:
 
 
 def _vocab_figures(p, machine, times) -> list[Figure]:
-    base = times["bare"]
-    model = (f"GPT-2 causal LM from config (SDPA, AdamW): {p['layers']} layers, d {p['d']}, "
-             f"{p['heads']} heads, T {p['T']}, batch {p['batch']}, vocab {p['vocab_full']} "
-             "(GPT-2's own)")
-    figs = []
-    for v in VOCAB_VARIANTS[1:]:
-        ratios = [t / b - 1 if b > 0 else math.nan for t, b in
-                  zip(times[v], base, strict=True)]
-        over = _median(ratios)
-        tgt, lim = TARGETS[("cpu", v)]
-        figs.append(Figure(
-            f"monitor/gpt2-vocab-{v}", f"the same, on the model with GPT-2's own vocabulary "
-            f"({p['vocab_full']} tokens), {v.replace('telemetry-', 'telemetry ')}",
-            sigprop_s=_median(times[v]), reference="the same training step, no hooks",
-            reference_s=_median(base), target=tgt,
-            ok=None if not math.isfinite(over) else bool(over <= lim), ratio=over,
-            unit=OVERHEAD,
-            size={"model": model, "layers": p["layers"], "d_model": p["d"],
-                  "heads": p["heads"], "seq_len": p["T"], "batch": p["batch"],
-                  "vocab": p["vocab_full"], "rows": ROWS, "rounds": p["vocab_rounds"],
-                  "steps_per_round": p["block"],
-                  "steps_timed": p["vocab_rounds"] * p["block"], "machine": machine,
-                  "per_step_s": _r(times[v]), "reference_per_step_s": _r(base),
-                  "overhead_per_round": _r(ratios)}))
-    return figs
+    common = _common(p, machine, p["vocab_full"], p["vocab_rounds"], " (GPT-2's own)")
+    return [_overhead_figure(
+        f"monitor/gpt2-vocab-{v}", f"the same, on the model with GPT-2's own vocabulary "
+        f"({p['vocab_full']} tokens), {v.replace('telemetry-', 'telemetry ')}",
+        "the same training step, no hooks", times[v], times["bare"],
+        TARGETS[("cpu", v)], common) for v in VOCAB_VARIANTS[1:]]
+
+
+def _common(p, machine, vocab: int, rounds: int, vocab_note: str = "") -> dict:
+    """What every overhead figure's ``size`` says of the model and the timing."""
+    K = p["block"]
+    return dict(model=f"GPT-2 causal LM from config (SDPA, AdamW): {p['layers']} layers, "
+                      f"d {p['d']}, {p['heads']} heads, T {p['T']}, batch {p['batch']}, "
+                      f"vocab {vocab}{vocab_note}",
+                layers=p["layers"], d_model=p["d"], heads=p["heads"], seq_len=p["T"],
+                batch=p["batch"], vocab=vocab, rows=ROWS, rounds=rounds, steps_per_round=K,
+                steps_timed=rounds * K,
+                statistic="median over rounds of (variant's mean step s / bare mean step "
+                          "s of the same round) - 1; variants interleaved step by step, "
+                          "order rotated at every step",
+                machine=machine)
+
+
+def _overhead_figure(name: str, what: str, reference: str, times: list[float],
+                     base: list[float], target: tuple[str, float | None], common: dict,
+                     notes: str = "") -> Figure:
+    """A variant's overhead over the bare step: the median over rounds of its time over the
+    bare time of the same round, minus 1; ``target`` (words, limit or None)."""
+    ratios = [t / b - 1 if b > 0 else math.nan for t, b in zip(times, base, strict=True)]
+    over = _median(ratios)
+    tgt, lim = target
+    return Figure(
+        name, what, sigprop_s=_median(times), reference=reference,
+        reference_s=_median(base), target=tgt,
+        ok=None if lim is None or not math.isfinite(over) else bool(over <= lim),
+        ratio=over, unit=OVERHEAD,
+        size={**common, "per_step_s": _r(times), "reference_per_step_s": _r(base),
+              "overhead_per_round": _r(ratios)}, notes=notes)
 
 
 class _Timed:
@@ -403,17 +417,8 @@ class _Timed:
 
 def _figures(p, size, cuda, machine, times, compute, ends, ops, failed) -> list[Figure]:
     kind = "cuda" if cuda else "cpu"
-    R, K = p["rounds"], p["block"]
     base = times["bare"]
-    model = (f"GPT-2 causal LM from config (SDPA, AdamW): {p['layers']} layers, d {p['d']}, "
-             f"{p['heads']} heads, T {p['T']}, batch {p['batch']}, vocab {p['vocab']}")
-    common = dict(model=model, layers=p["layers"], d_model=p["d"], heads=p["heads"],
-                  seq_len=p["T"], batch=p["batch"], vocab=p["vocab"], rows=ROWS,
-                  rounds=R, steps_per_round=K, steps_timed=R * K,
-                  statistic="median over rounds of (variant's mean step s / bare mean step "
-                            "s of the same round) - 1; variants interleaved step by step, "
-                            "order rotated at every step",
-                  machine=machine)
+    common = _common(p, machine, p["vocab"], p["rounds"])
     over: dict[str, float] = {}
     figs = []
     what = {"telemetry-every-1": "AttentionTelemetry (rows 16) read at every step",
@@ -425,19 +430,13 @@ def _figures(p, size, cuda, machine, times, compute, ends, ops, failed) -> list[
             "held-batch-monitor-every-10": "old Monitor (held batch, full probe + Q/K/V "
                                            "grads) every 10 steps"}
     for v in VARIANTS[1:]:
-        ratios = [t / b - 1 if b > 0 else math.nan for t, b in
-                  zip(times[v], base, strict=True)]
-        over[v] = _median(ratios)
-        tgt, lim = TARGETS.get((kind, v), ("", None))
-        ok = None if lim is None or not math.isfinite(over[v]) else bool(over[v] <= lim)
-        figs.append(Figure(
-            f"monitor/{v}", f"training step with {what[v]}", sigprop_s=_median(times[v]),
-            reference="the same training step, no hooks (forward, backward, AdamW, "
-                      "zero_grad)", reference_s=_median(base), target=tgt, ok=ok,
-            ratio=over[v], unit=OVERHEAD,
-            size={**common, "per_step_s": _r(times[v]), "reference_per_step_s": _r(base),
-                  "overhead_per_round": _r(ratios)},
-            notes=f"not timed: {failed[v]}" if v in failed else ""))
+        fig = _overhead_figure(
+            f"monitor/{v}", f"training step with {what[v]}", "the same training step, no "
+            "hooks (forward, backward, AdamW, zero_grad)", times[v], base,
+            TARGETS.get((kind, v), ("", None)), common,
+            notes=f"not timed: {failed[v]}" if v in failed else "")
+        over[v] = fig.ratio
+        figs.append(fig)
     # what dominates the every-1 overhead
     t_base = _median(base)
     total = over["telemetry-every-1"] * t_base
