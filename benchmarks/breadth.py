@@ -43,12 +43,27 @@ ARGS = ["--seq-len", "32", "--seeds", "1", "--sequences", "1", "--format", "json
 SHRINK = ["auto"]
 
 
-class _Timeout(Exception):
-    pass
+class Timeout(Exception):
+    """A type ran past its time (``alarm``, set with ``signal.alarm``)."""
 
 
-def _alarm(signum, frame):
-    raise _Timeout
+def alarm(signum, frame):
+    raise Timeout
+
+
+def read_results(root: Path) -> list[dict]:
+    """Every record of the shards' ``results*.jsonl`` under ``root``, in file order."""
+    return [json.loads(line) for p in sorted(root.glob("results*.jsonl"))
+            for line in p.read_text().splitlines() if line.strip()]
+
+
+def run_shards(script: str, root: Path, jobs: int, args: list[str]) -> None:
+    """``script --out root --shard i/jobs *args`` for every shard at once, each in its own
+    process (one CPU thread each), and wait for them all."""
+    procs = [subprocess.Popen([sys.executable, script, "--out", str(root), "--shard",
+                               f"{i}/{jobs}", *args]) for i in range(jobs)]
+    for p in procs:
+        p.wait()
 
 
 def one(mt: str, root: Path, timeout: int) -> dict:
@@ -74,7 +89,7 @@ def _one(mt: str, root: Path, timeout: int, mode: str) -> dict:
 
     rec: dict = {"type": mt, "shrink": mode}
     t0 = time.perf_counter()
-    signal.signal(signal.SIGALRM, _alarm)
+    signal.signal(signal.SIGALRM, alarm)
     signal.alarm(timeout)
     try:
         d, why = zoo.small_config(mt, mode=mode)
@@ -99,7 +114,7 @@ def _one(mt: str, root: Path, timeout: int, mode: str) -> dict:
                     warnings.catch_warnings():
                 warnings.simplefilter("ignore")
                 code = run(["diagnose", str(folder / "config.json"), *ARGS])
-        except _Timeout:
+        except Timeout:
             raise
         except BaseException as exc:  # noqa: BLE001 - what we are counting
             tb = traceback.extract_tb(exc.__traceback__)
@@ -119,7 +134,7 @@ def _one(mt: str, root: Path, timeout: int, mode: str) -> dict:
             rec.update(outcome="refusal" if code == 2 and len(lines) == 1 else "bad_exit",
                        code=code, message=(lines[-1] if lines else "")[:300],
                        lines=len(lines))
-    except _Timeout:
+    except Timeout:
         rec.update(outcome="timeout")
     finally:
         signal.alarm(0)
@@ -139,11 +154,7 @@ def shard(types: list[str], root: Path, timeout: int, path: Path) -> None:
 
 
 def summary(root: Path) -> dict:
-    recs = {}
-    for p in sorted(root.glob("results*.jsonl")):
-        for line in p.read_text().splitlines():
-            r = json.loads(line)
-            recs[r["type"]] = r
+    recs = {r["type"]: r for r in read_results(root)}
     from collections import Counter
 
     built = [r for r in recs.values() if r["outcome"] != "no_build"]
@@ -190,13 +201,8 @@ def main() -> None:
         return
     for p in root.glob("results*.jsonl"):
         p.unlink()
-    procs = [subprocess.Popen([sys.executable, __file__, "--out", str(root), "--timeout",
-                               str(a.timeout), "--shard", f"{i}/{a.jobs}", "--shrink",
-                               a.shrink]
-                              + (["--types", a.types] if a.types else []))
-             for i in range(a.jobs)]
-    for p in procs:
-        p.wait()
+    run_shards(__file__, root, a.jobs, ["--timeout", str(a.timeout), "--shrink", a.shrink]
+               + (["--types", a.types] if a.types else []))
     print(json.dumps(summary(root), indent=1))
 
 

@@ -28,7 +28,6 @@ from __future__ import annotations
 import argparse
 import json
 import signal
-import subprocess
 import sys
 import time
 import traceback
@@ -36,13 +35,8 @@ import warnings
 from collections import Counter
 from pathlib import Path
 
-
-class _Timeout(Exception):
-    pass
-
-
-def _alarm(signum, frame):
-    raise _Timeout()
+sys.path.insert(0, str(Path(__file__).parent))
+from breadth import Timeout, alarm, read_results, run_shards  # noqa: E402 -- the harness
 
 
 def _build(mt: str):
@@ -89,7 +83,7 @@ def one(mt: str, timeout: int = 120) -> dict:
 
     rec: dict = {"type": mt}
     t0 = time.perf_counter()
-    signal.signal(signal.SIGALRM, _alarm)
+    signal.signal(signal.SIGALRM, alarm)
     signal.alarm(timeout)
     try:
         built = _build(mt)
@@ -119,7 +113,7 @@ def one(mt: str, timeout: int = 120) -> dict:
         if tel.unreadable:
             rec["why"] = next(iter(tel.unreadable.values()))[:150]
         tel.close()
-    except _Timeout:
+    except Timeout:
         rec.update(outcome="timeout")
     except BaseException as exc:  # noqa: BLE001 -- what this pass counts
         tb = traceback.extract_tb(exc.__traceback__)
@@ -133,8 +127,7 @@ def one(mt: str, timeout: int = 120) -> dict:
 
 
 def summary(root: Path) -> dict:
-    rows = [json.loads(x) for p in sorted(root.glob("results*.jsonl"))
-            for x in p.read_text().splitlines() if x.strip()]
+    rows = read_results(root)
     out = {"types": len(rows), "outcomes": dict(Counter(r["outcome"] for r in rows)),
            "tracebacks": [r for r in rows if r["outcome"] == "traceback"],
            "read_with_unreadable_layers": sorted(r["type"] for r in rows
@@ -171,12 +164,8 @@ def main() -> None:
                 fh.write(json.dumps(one(mt, a.timeout)) + "\n")
                 fh.flush()
         return
-    procs = [subprocess.Popen([sys.executable, __file__, "--out", str(root), "--timeout",
-                               str(a.timeout), "--shard", f"{i}/{a.jobs}",
-                               *(["--types", a.types] if a.types else [])])
-             for i in range(a.jobs)]
-    for p in procs:
-        p.wait()
+    run_shards(__file__, root, a.jobs,
+               ["--timeout", str(a.timeout), *(["--types", a.types] if a.types else [])])
     print(json.dumps(summary(root), indent=1))
 
 
