@@ -303,7 +303,7 @@ class AttentionTelemetry(Probe):
             qm, km = (q, kt) if maps is None else (q[maps], kt[maps])
             if add is None:
                 return torch.bmm(qm[:, rows], km[..., keys]).mul_(scale)
-            a = add if add.dim() == 2 else add if maps is None else add[maps]
+            a = add[maps] if add.dim() > 2 and maps is not None else add
             return torch.baddbmm(a[..., rows, keys], qm[:, rows], km[..., keys], alpha=scale)
 
         # the exact maximum, query rows in chunks (no T x Tk map kept); under a causal
@@ -314,8 +314,8 @@ class AttentionTelemetry(Probe):
         if causal:
             step = min(step, max(16, -(-T // 4)))
         # (each chunk's maxima written into one buffer, reduced once: every operation here
-        # runs per layer and step, and inside a training step a small one costs ~10x what
-        # it does alone -- the model's kernels have evicted its code and data)
+        # runs per layer and step, and inside a training step a small one costs several
+        # times what it does alone -- module docstring, "Cost")
         starts = range(0, T, step)
         bests = torch.empty((len(starts), NH), dtype=q.dtype, device=q.device)
         sc = None

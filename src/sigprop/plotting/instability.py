@@ -65,7 +65,7 @@ def plot_instability(result, path: str | None = None, seed: int | None = None,
     axes[0].plot([], [], color="k", ls=":", lw=1.0, label="early warning")
     axes[0].plot([], [], color="k", ls="--", lw=1.0, label="loss spike")
     c = result.config
-    opt = "Muon" if getattr(c, "optimizer", "adamw") == "muon" else "AdamW"
+    opt = "Muon" if c.optimizer == "muon" else "AdamW"
     clip = "" if "qk-clip" not in result.fixes else f", QK-Clip on {c.clip_on}"
     title = (f"provoked instability, seed {seed}: {opt} to lr {c.lr:g}, d={c.d_model}, "
              f"{c.layers} layers{clip}")
