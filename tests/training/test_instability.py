@@ -179,3 +179,21 @@ def test_cli_bad_options(args, capsys):
     assert run(["instability", *args]) == 2
     err = capsys.readouterr().err.strip()
     assert err.startswith("sigprop: error:") and "\n" not in err
+
+
+def test_figure_names_the_optimizer_and_the_clip_rule(tmp_path):
+    """The figure (``--plot``): three panels, written to the path, its title naming the
+    optimizer and, with a qk-clip arm, the clip rule."""
+    from dataclasses import replace
+
+    from sigprop.plotting.instability import plot_instability
+
+    cfg = replace(TINY, optimizer="muon", steps=4, clip_on="bound")
+    res = run_instability(1, fixes=("none", "qk-clip"), config=cfg)
+    fig = plot_instability(res, str(tmp_path / "f.png"))
+    title = fig._suptitle.get_text()
+    assert "Muon to lr 0.01" in title and "QK-Clip on bound" in title, title
+    assert (tmp_path / "f.png").stat().st_size > 0 and len(fig.axes) == 3
+    res = run_instability(1, fixes=("none",), config=replace(TINY, steps=4))
+    title = plot_instability(res)._suptitle.get_text()
+    assert "AdamW to lr" in title and "QK-Clip" not in title, title
